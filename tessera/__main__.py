@@ -1,0 +1,3 @@
+from tessera.cli import main
+
+main()

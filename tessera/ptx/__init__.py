@@ -1,0 +1,1 @@
+"""Tessera stage (see README architecture)."""
