@@ -1,0 +1,117 @@
+"""The Plan file: what plan hands to sim, runtime and report (versioned JSON).
+
+A Plan is one *cell*: a set of devices that together run one model replica under one placement
+(Tessera's or a baseline's). ``replicas`` > 1 means the cell is repeated over identical devices
+(homogeneous baseline: each GPU its own replica). Everything the simulator needs to time an
+iteration is in ``PhasePlan.points`` so that sim never calls back into capture or cost.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    index: int
+    gpu: str  # catalog name, e.g. "H100-SXM"; "cpu" for the measured local CPU
+    mem_bytes: int  # capacity
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPoint:
+    """Cost of one step of a phase at one shape under the phase's placement.
+
+    Times are per *micro-batch* except ``step_s`` (the whole step with ``microbatches`` in flight):
+    step_s = max(m·T, latency_s + (m−1)·T), T = max(device_busy_s ∪ link_busy_s).
+    """
+
+    batch: int  # sequences in the whole step (all micro-batches)
+    tokens: int  # tokens the step processes (prefill: Σ prompt tokens; decode: batch)
+    context: int  # KV length attended to (decode); prompt length (prefill); 0 otherwise
+    microbatches: int
+    device_busy_s: tuple[float, ...]  # [D] compute per micro-batch
+    link_busy_s: tuple[tuple[int, int, float], ...]  # (src, dst, seconds) per micro-batch, directed
+    latency_s: float  # one micro-batch, first kernel to last, transfers included
+    step_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhasePlan:
+    phase: str  # prefill | decode | denoise | encode
+    assignment: tuple[int, ...]  # kernel id (of the phase's captured graph) -> device index
+    microbatches: int
+    points: tuple[StepPoint, ...]  # sampled shapes; sim interpolates between them
+    graph_shape: dict[str, int] = field(default_factory=dict, hash=False)  # shape the graph was captured at
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    version: int = PLAN_VERSION
+    model: str
+    strategy: str  # tessera | homogeneous | prefill_decode | attention_ffn | layer_pipeline
+    mode: str  # throughput | latency
+    devices: tuple[Device, ...]
+    link: str  # catalog link name between the cell's devices
+    replicas: int = 1
+    phases: dict[str, PhasePlan] = field(hash=False)
+    # Memory placement: bytes resident per device, by role (weight, kv, state, activation).
+    memory_bytes: tuple[dict[str, int], ...] = field(hash=False)
+    kv_bytes_per_token: int = 0  # KV (+ state) bytes one token of one sequence adds, whole model
+    kv_capacity_tokens: int = 0  # tokens of KV the cell can hold after weights and activations
+    throughput_tokens_per_s: float | None = None  # steady-state prediction, whole plan (all replicas)
+    throughput_images_per_s: float | None = None  # diffusion
+    latency_s: float | None = None
+    usd_per_hour: float = 0.0
+    usd_per_million_tokens: float | None = None
+    bound_ratio: float | None = None  # T_bound / T_plan, <= 1
+    solve_s: float = 0.0
+    workload: dict[str, Any] = field(default_factory=dict, hash=False)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"plan replicas={self.replicas} must be >= 1")
+        n = len(self.devices)
+        for p in self.phases.values():
+            assert all(0 <= d < n for d in p.assignment), f"phase {p.phase}: device index out of range"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Plan:
+        if d.get("version") != PLAN_VERSION:
+            raise ValueError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}")
+        phases = {
+            name: PhasePlan(
+                phase=p["phase"], assignment=tuple(p["assignment"]), microbatches=p["microbatches"],
+                graph_shape=dict(p.get("graph_shape", {})),
+                points=tuple(
+                    StepPoint(**{**s, "device_busy_s": tuple(s["device_busy_s"]),
+                                 "link_busy_s": tuple(tuple(x) for x in s["link_busy_s"])})
+                    for s in p["points"]
+                ),
+            )
+            for name, p in d["phases"].items()
+        }
+        rest = {k: v for k, v in d.items() if k not in ("phases", "devices", "memory_bytes", "notes")}
+        return cls(
+            **rest, phases=phases, devices=tuple(Device(**x) for x in d["devices"]),
+            memory_bytes=tuple(dict(m) for m in d["memory_bytes"]), notes=tuple(d.get("notes", ())),
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"cannot read plan {path}: {e}") from None
