@@ -1,9 +1,71 @@
-"""CLI verbs of this stage; registered by tessera.cli."""
+"""CLI verbs of the capture stage: `tessera models`, `tessera trace`."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+out = Console()
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.3f}"
+
+
+def models() -> None:
+    """List the model zoo (any local HF config.json path is accepted too)."""
+    from tessera.capture.zoo import PHASES, SPECS
+
+    table = Table(title="model zoo")
+    for col in ("model", "family", "phases", "source"):
+        table.add_column(col)
+    for s in SPECS.values():
+        table.add_row(s.name, s.family, ", ".join(PHASES[s.family]), s.source)
+    out.print(table)
+
+
+def trace(
+    model: Annotated[str, typer.Argument(help="zoo name (see `tessera models`) or path to a config.json")],
+    phase: Annotated[str, typer.Option(help="prefill | decode | encode | denoise")],
+    batch: Annotated[int, typer.Option(help="sequences / images in the step")] = 1,
+    seq: Annotated[int | None, typer.Option(help="prompt or image tokens")] = None,
+    context: Annotated[int | None, typer.Option(help="cached tokens (decode) or text tokens (denoise)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="write the KernelGraph JSON here")] = None,
+) -> None:
+    """Capture one step of MODEL and summarise its kernels."""
+    from tessera.capture import capture_model, summarize
+
+    graph = capture_model(model, phase, batch=batch, seq=seq, context=context)
+    if output is not None:
+        graph.save(output)
+    s = summarize(graph)
+    if as_json:
+        print(json.dumps(s))
+        return
+    head = (f"{s['model']} {s['phase']} {s['shape']}: {s['kernels']} kernels, {s['layers']} layers, "
+            f"{s['flops'] / 1e12:.3f} TFLOP, read {_gb(s['bytes_read'])} GB, written {_gb(s['bytes_written'])} GB, "
+            f"weights {_gb(s['weight_bytes'])} GB, kv {_gb(s['kv_bytes'])} GB, state {_gb(s['state_bytes'])} GB, "
+            f"captured in {s['capture_s']:.2f} s")
+    kinds = Table(title=head)
+    for col in ("kind", "kernels", "GFLOP", "GB moved"):
+        kinds.add_column(col, justify="right" if col != "kind" else "left")
+    for kind, row in s["by_kind"].items():
+        kinds.add_row(kind, str(row["kernels"]), f"{row['flops'] / 1e9:.2f}", _gb(row["bytes"]))
+    heavy = Table(title="heaviest kernels")
+    for col in ("id", "op", "kind", "module", "GFLOP", "GB moved"):
+        heavy.add_column(col)
+    for k in s["heaviest"]:
+        heavy.add_row(str(k["id"]), k["name"], k["kind"], k["module"], f"{k['flops'] / 1e9:.2f}", _gb(k["bytes"]))
+    out.print(kinds)
+    out.print(heavy)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's verbs to the `tessera` app (none yet)."""
+    app.command("models")(models)
+    app.command("trace")(trace)

@@ -1,9 +1,105 @@
-"""CLI verbs of this stage; registered by tessera.cli."""
+"""CLI verbs of the cost stage: `tessera cost calibrate|validate` and `tessera profile`."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from tessera.cost import calibrate as cal
+from tessera.cost.profiles import SHIPPED, load_profiles
+from tessera.hardware import use_catalog
+
+cost_app = typer.Typer(no_args_is_help=True, help="Calibrate the cost model and measure its accuracy.")
+
+PROFILES_HELP = "Directory laid out like <gpu>/<model>/mlp.csv (Vidur format); default: the shipped profiles."
+CATALOG_HELP = "Extra catalog TOML (adds GPUs, overrides prices); same as the TESSERA_CATALOG env var."
+
+
+def _setup(catalog: Path | None) -> None:
+    if catalog is not None:
+        use_catalog(catalog)
+
+
+@cost_app.command("calibrate")
+def calibrate_cmd(
+    profiles: Path = typer.Option(SHIPPED, "--profiles", help=PROFILES_HELP),
+    out: Path | None = typer.Option(None, "--out", help="Write the fitted efficiencies here as JSON."),
+    catalog: Path | None = typer.Option(None, "--catalog", help=CATALOG_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Fit per-kernel-class efficiencies (compute, memory, launch) to measured profiles."""
+    _setup(catalog)
+    model = cal.calibrated_model(load_profiles(profiles))
+    data = cal.model_to_dict(model)
+    if out is not None:
+        cal.write_calibration(model, out)
+    if as_json:
+        print(json.dumps(data))
+        return
+    t = Table(title=f"fitted efficiencies ({profiles})")
+    for c in ("scope", "kind", "compute", "memory", "launch us"):
+        t.add_column(c)
+    scopes = {"all GPUs (datasheet predictor)": data["efficiency"], **data["per_gpu"]}
+    for scope, effs in scopes.items():
+        for kind, e in effs.items():
+            launch = e["launch_s"]
+            t.add_row(scope, kind, f"{e['compute']:.3f}", f"{e['memory']:.3f}",
+                      "default" if launch is None else f"{launch * 1e6:.2f}")
+    Console().print(t)
+
+
+@cost_app.command("validate")
+def validate_cmd(
+    profiles: Path = typer.Option(SHIPPED, "--profiles", help=PROFILES_HELP),
+    fit_on: str | None = typer.Option(None, "--fit-on", help="Comma-separated GPUs to fit on."),
+    holdout: str | None = typer.Option(None, "--holdout", help="GPU(s) to predict from specs alone."),
+    catalog: Path | None = typer.Option(None, "--catalog", help=CATALOG_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON report."),
+) -> None:
+    """Fit on some GPU types, predict the others from datasheets; default leave-one-GPU-out."""
+    _setup(catalog)
+    report = cal.validate(load_profiles(profiles), fit_on=fit_on, holdout=holdout)
+    if as_json:
+        print(json.dumps(report))
+        return
+    t = Table(title=f"holdout {', '.join(report['holdout'])} | fit on {', '.join(report['fit_on'])}")
+    for c in ("operator", "median APE", "p90 APE", "points"):
+        t.add_column(c, justify="left" if c == "operator" else "right")
+    for op, s in [*report["ops"].items(), ("overall", report["overall"])]:
+        t.add_row(op, f"{s['median_ape']:.1%}", f"{s['p90_ape']:.1%}", str(s["points"]))
+    Console().print(t)
+
+
+def profile(
+    model: str = typer.Argument(..., help="A tiny zoo model (real-mode capture), e.g. llama-tiny."),
+    device: str = typer.Option("cpu", "--device", help="Device to time on (cpu)."),
+    out: Path = typer.Option(Path("profiles"), "--out", help="Writes OUT/cpu/MODEL/{kernels,mlp}.csv."),
+    batches: str = typer.Option("1,2,4,8", "--batches", help="Comma-separated decode batch sizes."),
+    context: int = typer.Option(32, "--context", help="KV-cache length of the decode step."),
+    repeats: int = typer.Option(20, "--repeats", help="Timed replays per batch size."),
+) -> None:
+    """Time every captured kernel of MODEL on the local device; write a profile (Vidur format + per kernel)."""
+    from tessera.capture.zoo import resolve
+    from tessera.cost.profiler import profile_model, write_profile
+    from tessera.errors import choices_error
+
+    if device != "cpu":
+        raise choices_error("profiling device", device, ["cpu"])
+    try:
+        sizes = tuple(int(b) for b in batches.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"--batches {batches!r} must be comma-separated integers") from None
+    spec = resolve(model)
+    timings = profile_model(model, batches=sizes, context=context, repeats=repeats)
+    cfg = spec.config.get("text_config", spec.config)
+    folder = write_profile(timings, out, config=cfg)
+    print(f"{len(timings)} kernel timings -> {folder}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's verbs to the `tessera` app (none yet)."""
+    app.add_typer(cost_app, name="cost")
+    app.command("profile")(profile)

@@ -1,9 +1,114 @@
-"""CLI verbs of this stage; registered by tessera.cli."""
+"""CLI verbs of this stage; registered by tessera.cli: `tessera simulate`."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from tessera.errors import UserError
+from tessera.plan.types import Plan
+from tessera.sim.adaptive import AdaptivePolicy
+from tessera.sim.api import run
+from tessera.sim.metrics import SLO, SimResult
+from tessera.sim.model import SchedulerConfig
+from tessera.sim.workload import LengthSpec, WorkloadSpec
+
+out = Console()
+
+
+def _ms(d: dict) -> str:
+    return " / ".join("-" if d[k] is None else f"{d[k] * 1e3:.1f}" for k in ("p50", "p90", "p99"))
+
+
+def _table(r: SimResult, title: str) -> Table:
+    t = Table(title=title, show_header=False)
+    t.add_row("requests (completed / lost)", f"{r.requests} ({r.completed} / {r.lost})")
+    t.add_row("simulated span", f"{r.sim_wall_s:.2f} s  ({r.replicas} replicas, ran in {r.runtime_s:.2f} s)")
+    if r.images_per_s:
+        t.add_row("throughput", f"{r.images_per_s:.3f} images/s, {r.requests_per_s:.2f} req/s")
+    else:
+        t.add_row("throughput", f"{r.throughput_tokens_per_s:,.0f} tokens/s, {r.requests_per_s:.2f} req/s")
+    t.add_row("TTFT p50/p90/p99 (ms)", _ms(r.ttft_s))
+    t.add_row("TPOT p50/p90/p99 (ms)", _ms(r.tpot_s))
+    t.add_row("E2E p50/p90/p99 (ms)", _ms(r.e2e_s))
+    if r.slo_attainment is not None:
+        t.add_row("SLO attainment", f"{r.slo_attainment:.1%}")
+    if r.usd_per_million_tokens is not None:
+        t.add_row("cost", f"${r.usd_per_million_tokens:.3f} per million tokens")
+    t.add_row("device utilisation", ", ".join(f"{u:.0%}" for u in r.device_utilisation))
+    t.add_row("preemptions / switches", f"{r.preemptions} / {r.switches}")
+    return t
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's verbs to the `tessera` app (none yet)."""
+    @app.command("simulate")
+    def simulate_cmd(
+        plan_path: Path = typer.Argument(..., metavar="PLAN.json", help="plan file from `tessera plan`"),
+        workload: str = typer.Option("offline", help="offline | poisson | bursty"),
+        rate: float = typer.Option(0.0, help="mean arrival rate, requests/s (poisson, bursty)"),
+        requests: int = typer.Option(1000, help="number of requests"),
+        prompt: str = typer.Option("512", help="prompt tokens: N, LO-HI, or azure_conv_2023 / azure_code_2023"),
+        output: str = typer.Option("128", help="output tokens (denoising steps for image plans): as --prompt"),
+        burst: str = typer.Option("gamma", help="bursty shape: gamma | onoff"),
+        burst_cv: float = typer.Option(3.0, help="gamma: coefficient of variation of inter-arrival times"),
+        seed: int = typer.Option(0, help="random seed (same seed, same metrics)"),
+        slo_ttft_ms: float | None = typer.Option(None, help="TTFT target for SLO attainment"),
+        slo_tpot_ms: float | None = typer.Option(None, help="TPOT target for SLO attainment"),
+        replicas: int = typer.Option(1, help="copies of the plan behind the router"),
+        router: str = typer.Option("least_loaded", help="least_loaded | round_robin"),
+        max_batch: int | None = typer.Option(None, help="max sequences in flight (default: plan's largest)"),
+        chunked_prefill: bool = typer.Option(False, help="split prompts into chunks mixed with decode"),
+        adaptive: bool = typer.Option(False, help="switch between --latency-plan and PLAN by queue depth"),
+        latency_plan: Path | None = typer.Option(None, help="latency-mode plan for --adaptive"),
+        switch_ms: float | None = typer.Option(None, help="switch cost (default: one pipeline fill)"),
+        high_queue: int = typer.Option(8, help="adaptive: waiting requests that trigger throughput mode"),
+        low_queue: int = typer.Option(0, help="adaptive: waiting requests that return to latency mode"),
+        json_out: bool = typer.Option(False, "--json", help="print the JSON contract"),
+        detail: bool = typer.Option(False, help="with --json: add a detail object"),
+        trace: Path | None = typer.Option(None, help="write a Chrome trace (Perfetto) of a time window"),
+        trace_window_s: str = typer.Option("0:2", help="trace window START:END in simulated seconds"),
+        gantt: Path | None = typer.Option(None, help="write a Gantt PNG of a few pipelined iterations"),
+    ) -> None:
+        """Serve a workload on a plan (discrete-event simulation) and report serving metrics."""
+        plan = Plan.load(plan_path)
+        spec = WorkloadSpec(kind=workload, requests=requests, rate_per_s=rate, prompt=LengthSpec.parse(prompt),
+                            output=LengthSpec.parse(output), burst=burst, burst_cv=burst_cv)
+        policy = None
+        if adaptive:
+            if latency_plan is None:
+                raise UserError("--adaptive needs --latency-plan P.json (PLAN is the throughput-mode plan)")
+            policy = AdaptivePolicy(latency_plan=Plan.load(latency_plan), high_queue=high_queue,
+                                    low_queue=low_queue, switch_s=None if switch_ms is None else switch_ms / 1e3)
+        slo = None
+        if slo_ttft_ms is not None or slo_tpot_ms is not None:
+            slo = SLO(ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1e3,
+                      tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1e3)
+        window = None
+        if trace is not None:
+            try:
+                a, b = (float(x) for x in trace_window_s.split(":"))
+            except ValueError:
+                raise UserError(f"--trace-window-s {trace_window_s!r} is not START:END") from None
+            window = (a, b)
+        cfg = SchedulerConfig(max_batch=max_batch, chunked_prefill=chunked_prefill, router=router)
+        r = run(plan, spec, replicas=replicas, policy=policy, seed=seed, slo=slo, config=cfg,
+                trace_window_s=window)
+        if trace is not None:
+            from tessera.sim.trace import write_chrome_trace
+
+            write_chrome_trace(trace, {m: pm.plan for m, pm in r.models.items()}, r.trace)
+        if gantt is not None:
+            from tessera.sim.gantt import plot_plan
+
+            pm = r.models["throughput"]
+            ctx = float(spec.prompt.lo or 0) + float(spec.output.lo or 0) / 2
+            plot_plan(plan, gantt, phase=pm.iter.phase,
+                      tokens=pm.max_batch * pm.iter.tokens_per_item, context=0.0 if pm.image else ctx)
+        if json_out:
+            print(json.dumps(r.result.to_dict() if detail else r.result.to_json()))
+        else:
+            out.print(_table(r.result, f"{plan.model} / {plan.strategy} / {workload}"))

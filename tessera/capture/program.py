@@ -1,0 +1,79 @@
+"""A replayable program (real-mode capture of a tiny model) and its single-process replay."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tessera.capture.recorder import OpRecord, TensorRef
+from tessera.graph import KernelGraph
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capture:
+    """``program[i]`` is the operator call of ``graph.kernels[i]``.
+
+    ``initial`` holds the starting bytes (a uint8 tensor over the whole storage) of every buffer that
+    exists before the step: weights, inputs, KV cache, SSM state and constants. ``outputs`` are the
+    views that make up the step's result, in the order the module returns them.
+    """
+
+    graph: KernelGraph
+    program: tuple[OpRecord, ...]
+    initial: dict[int, torch.Tensor]
+    outputs: tuple[TensorRef, ...]
+    expected: tuple[torch.Tensor, ...]  # the module's own outputs from the capturing run
+
+    def __post_init__(self) -> None:
+        assert len(self.program) == len(self.graph.kernels), "one op record per kernel"
+        for op, k in zip(self.program, self.graph.kernels, strict=True):
+            assert op.func == k.name, f"op {op.func} does not match kernel {k.id} {k.name}"
+
+
+def resolve(qualified: str) -> Any:
+    """``"aten.mm.default"`` -> ``torch.ops.aten.mm.default``."""
+    ns, name, overload = qualified.split(".")
+    return getattr(getattr(getattr(torch.ops, ns), name), overload)
+
+
+def view_of(storages: dict[int, torch.UntypedStorage], ref: TensorRef) -> torch.Tensor:
+    return torch.empty(0, dtype=ref.dtype).set_(storages[ref.buffer], ref.storage_offset, ref.size, ref.stride)
+
+
+def materialise(storages: dict[int, torch.UntypedStorage], tree: Any) -> Any:
+    if isinstance(tree, TensorRef):
+        return view_of(storages, tree)
+    if isinstance(tree, tuple | list):
+        return type(tree)(materialise(storages, x) for x in tree)
+    if isinstance(tree, dict):
+        return {k: materialise(storages, v) for k, v in tree.items()}
+    return tree
+
+
+def run_op(storages: dict[int, torch.UntypedStorage], op: OpRecord, func: Any | None = None) -> None:
+    """Execute one record; a buffer an op creates takes its output's storage."""
+    out = (func or resolve(op.func))(*materialise(storages, op.args), **materialise(storages, op.kwargs))
+    flat = [t for t in torch.utils._pytree.tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+    assert len(flat) == len(op.outputs), f"{op.func}: {len(flat)} outputs, recorded {len(op.outputs)}"
+    for t, ref in zip(flat, op.outputs, strict=True):
+        storages.setdefault(ref.buffer, t.untyped_storage())
+
+
+def initial_storages(capture: Capture) -> dict[int, torch.UntypedStorage]:
+    """Fresh copies of the starting bytes, plus zeroed storage for buffers allocated by ``empty``."""
+    storages = {b: t.untyped_storage().clone() for b, t in capture.initial.items()}
+    produced = {r.buffer for op in capture.program for r in op.outputs}
+    for buf in capture.graph.buffers:
+        if buf.id not in storages and buf.id not in produced:
+            storages[buf.id] = torch.zeros(buf.bytes, dtype=torch.uint8).untyped_storage()
+    return storages
+
+
+def replay(capture: Capture) -> tuple[torch.Tensor, ...]:
+    """Run the program op by op in this process from the initial contents; returns the step's outputs."""
+    storages = initial_storages(capture)
+    for op in capture.program:
+        run_op(storages, op)
+    return tuple(view_of(storages, r).clone() for r in capture.outputs)

@@ -1,0 +1,36 @@
+"""The numbers `tessera trace --json` prints (and `make demo` reuses)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tessera.graph import KernelGraph, Role
+
+
+def summarize(graph: KernelGraph, *, top: int = 5) -> dict[str, Any]:
+    """One JSON-able object: totals, bytes by resident role, kernels by kind, the heaviest kernels."""
+    roles = graph.bytes_by_role()
+    kinds: dict[str, dict[str, int]] = {}
+    for k in graph.kernels:
+        row = kinds.setdefault(k.kind.value, {"kernels": 0, "flops": 0, "bytes": 0})
+        row["kernels"] += 1
+        row["flops"] += k.flops
+        row["bytes"] += k.bytes_read + k.bytes_written
+    heaviest = sorted(graph.kernels, key=lambda k: (k.flops, k.bytes_read + k.bytes_written), reverse=True)[:top]
+    return {
+        "model": graph.model,
+        "phase": graph.phase,
+        "shape": dict(graph.shape),
+        "kernels": len(graph.kernels),
+        "flops": graph.flops,
+        "bytes_read": graph.bytes_read,
+        "bytes_written": graph.bytes_written,
+        "weight_bytes": roles[Role.WEIGHT],
+        "kv_bytes": roles[Role.KV],
+        "state_bytes": roles[Role.STATE],
+        "layers": graph.layers,
+        "capture_s": round(float(graph.meta.get("capture_s", 0.0)), 3),
+        "by_kind": dict(sorted(kinds.items(), key=lambda kv: -kv[1]["flops"])),
+        "heaviest": [{"id": k.id, "name": k.name, "kind": k.kind.value, "module": k.module, "flops": k.flops,
+                      "bytes": k.bytes_read + k.bytes_written} for k in heaviest],
+    }

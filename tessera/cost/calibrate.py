@@ -1,0 +1,185 @@
+"""Fit roofline efficiencies to measured profiles, and measure how well a fit predicts an unseen GPU.
+
+The fit, per kernel kind, picks (compute efficiency, memory efficiency, launch overhead) minimising
+the mean |log(predicted / measured)| over the samples (a coarse grid refined twice around the best
+point; three parameters, so exhaustive search is cheap and has no local-minimum surprises).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tessera.cost.model import DEFAULT_EFFICIENCY, TILE_N, CostModel, Efficiency, gemm_waves
+from tessera.cost.profiles import OPS, SHIPPED, GemmTable, Sample, load_profiles
+from tessera.errors import UserError
+from tessera.graph import KernelKind
+from tessera.hardware import GpuSpec, gpu, resolve_gpu
+
+_COMPUTE = (0.05, 1.2)  # search ranges: efficiencies as fractions of peak, launch in seconds
+_MEMORY = (0.02, 1.2)
+_LAUNCH_S = (0.0, 40e-6)
+
+
+def _unit_terms(s: Sample, spec: GpuSpec) -> tuple[float, float]:
+    """(compute_s, memory_s) of a sample at efficiency 1 and no launch overhead."""
+    k, peak = s.kernel, spec.peak(s.kernel.dtype)
+    d = k.dims
+    if k.kind is KernelKind.GEMM and spec.vendor != "host" and {"m", "n", "k"} <= d.keys():
+        tile_m, _, waves = gemm_waves(d["m"], d["n"], d.get("batch", 1), spec.sms)
+        compute_s = waves * 2 * tile_m * TILE_N * d["k"] / (peak / spec.sms)
+    else:
+        compute_s = k.flops / peak
+    return compute_s, (k.bytes_read + k.bytes_written) / spec.mem_bw_bytes_per_s
+
+
+def fit_kind(samples: list[Sample]) -> Efficiency:
+    """Efficiency of one kernel kind that best explains ``samples`` (from any mix of GPUs).
+
+    A kind whose samples carry no FLOPs (elementwise, norm, gather) keeps its prior compute efficiency.
+    """
+    terms = np.array([_unit_terms(s, gpu(s.gpu)) for s in samples])  # [N, 2]
+    meas = np.array([s.time_s for s in samples])
+    lo = np.array([_COMPUTE[0], _MEMORY[0], _LAUNCH_S[0]])
+    hi = np.array([_COMPUTE[1], _MEMORY[1], _LAUNCH_S[1]])
+    best = (lo + hi) / 2
+    for _ in range(3):
+        c, m, launch = (np.linspace(lo[i], hi[i], 17) for i in range(3))
+        # roofline without launch on a [17 c, 17 m, N] grid, then one pass per launch value
+        base = np.maximum(terms[None, None, :, 0] / c[:, None, None], terms[None, None, :, 1] / m[None, :, None])
+        loss = np.stack([np.abs(np.log((base + x) / meas)).mean(axis=-1) for x in launch], axis=-1)
+        i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
+        best = np.array([c[i], m[j], launch[k]])
+        step = (hi - lo) / 16
+        lo, hi = np.maximum(best - 2 * step, [1e-3, 1e-3, 0.0]), best + 2 * step
+    compute = float(min(best[0], 1.5)) if terms[:, 0].any() else DEFAULT_EFFICIENCY[samples[0].kernel.kind].compute
+    return Efficiency(compute=compute, memory=float(min(best[1], 1.5)), launch_s=float(best[2]))
+
+
+def fit_efficiencies(samples: list[Sample]) -> dict[KernelKind, Efficiency]:
+    by_kind: dict[KernelKind, list[Sample]] = defaultdict(list)
+    for s in samples:
+        by_kind[s.kernel.kind].append(s)
+    return {kind: fit_kind(ss) for kind, ss in sorted(by_kind.items())}
+
+
+def calibrated_model(profiles: dict[str, list[Sample]], *, tables: bool = True) -> CostModel:
+    """Efficiencies fitted jointly on all GPUs of ``profiles`` (the datasheet-only predictor for other
+    GPUs), plus each profiled device's own fit and (with ``tables``) its measured GEMM table."""
+    gpu_samples = [s for name, ss in profiles.items() if gpu(name).vendor != "host" for s in ss]
+    joint = fit_efficiencies(gpu_samples) if gpu_samples else {}
+    return CostModel(
+        efficiency={**DEFAULT_EFFICIENCY, **joint},
+        per_gpu={name: fit_efficiencies(ss) for name, ss in profiles.items()},
+        gemm_tables={name: GemmTable.from_samples(ss) for name, ss in profiles.items()} if tables else {},
+    )
+
+
+CPU_KERNELS = SHIPPED.parent / "cpu" / "llama-tiny" / "kernels.csv"  # `tessera profile llama-tiny` output
+
+
+@cache
+def default_cost_model() -> CostModel:
+    """The calibrated model (fitted once per process): GPU efficiencies and GEMM tables from the Vidur
+    profiles shipped in tessera/cost/data/vidur, the CPU's from its shipped per-kernel profile."""
+    from tessera.cost.profiler import fit_kernels, read_kernels  # profiler imports this module
+
+    model = calibrated_model(load_profiles(SHIPPED))
+    if CPU_KERNELS.exists():
+        model.per_gpu["cpu"] = fit_kernels(read_kernels(CPU_KERNELS))
+    return model
+
+
+# ---- accuracy --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorStats:
+    median_ape: float  # fractions: 0.08 = 8 %
+    p90_ape: float
+    points: int
+
+    @classmethod
+    def of(cls, ape: list[float]) -> ErrorStats:
+        a = np.array(ape)
+        return cls(median_ape=float(np.median(a)), p90_ape=float(np.percentile(a, 90)), points=len(a))
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"median_ape": round(self.median_ape, 5), "p90_ape": round(self.p90_ape, 5), "points": self.points}
+
+
+def _ape(model: CostModel, samples: list[Sample]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        pred = model.roofline_time_s(s.kernel, gpu(s.gpu))
+        out[s.op].append(abs(pred - s.time_s) / s.time_s)
+    return out
+
+
+def _names(arg: str | list[str] | None, available: list[str]) -> list[str]:
+    if arg is None:
+        return []
+    parts = arg.split(",") if isinstance(arg, str) else arg
+    names = [resolve_gpu(p.strip()) for p in parts if p.strip()]
+    for n in names:
+        if n not in available:
+            raise UserError(f"GPU {n!r} has no profiles in this directory; profiled: {', '.join(available)}")
+    return names
+
+
+def validate(profiles: dict[str, list[Sample]], *, fit_on: str | list[str] | None = None,
+             holdout: str | list[str] | None = None) -> dict[str, Any]:
+    """Fit on some GPUs, predict the others from their datasheets alone; errors per operator.
+
+    Neither given: leave-one-GPU-out over every profiled GPU (errors pooled over the folds).
+    """
+    available = sorted(profiles)
+    fit, held = _names(fit_on, available), _names(holdout, available)
+    if fit and not held:
+        held = [g for g in available if g not in fit]
+    if held and not fit:
+        fit = [g for g in available if g not in held]
+    if fit and set(fit) & set(held):
+        raise UserError(f"--fit-on and --holdout overlap: {', '.join(sorted(set(fit) & set(held)))}")
+    folds = [(fit, held)] if fit else [([g for g in available if g != h], [h]) for h in available]
+    if any(not f or not h for f, h in folds):
+        raise UserError(f"validation needs at least two profiled GPU types to fit on one and test another; "
+                        f"profiled: {', '.join(available)}")
+    pooled: dict[str, list[float]] = defaultdict(list)
+    fold_out = []
+    for f, h in folds:
+        model = CostModel(efficiency={**DEFAULT_EFFICIENCY,
+                                      **fit_efficiencies([s for g in f for s in profiles[g]])})
+        errs = _ape(model, [s for g in h for s in profiles[g]])
+        for op, e in errs.items():
+            pooled[op].extend(e)
+        fold_out.append({"fit_on": f, "holdout": h,
+                         "overall": ErrorStats.of([x for e in errs.values() for x in e]).to_dict()})
+    ops = {op: ErrorStats.of(pooled[op]).to_dict() for op in OPS if pooled.get(op)}
+    ops.update({op: ErrorStats.of(e).to_dict() for op, e in pooled.items() if op not in ops})
+    return {
+        "holdout": sorted({g for _, h in folds for g in h}),
+        "fit_on": sorted({g for f, _ in folds for g in f}),
+        "overall": ErrorStats.of([x for e in pooled.values() for x in e]).to_dict(),
+        "ops": ops,
+        "folds": fold_out,
+    }
+
+
+def model_to_dict(model: CostModel) -> dict[str, Any]:
+    def effs(d: dict[KernelKind, Efficiency]) -> dict[str, dict[str, float | None]]:
+        return {k.value: {"compute": e.compute, "memory": e.memory, "launch_s": e.launch_s} for k, e in d.items()}
+
+    return {"launch_s": model.launch_s, "efficiency": effs(model.efficiency),
+            "per_gpu": {g: effs(d) for g, d in model.per_gpu.items()},
+            "gemm_tables": {g: len(t.shapes) for g, t in model.gemm_tables.items()}}
+
+
+def write_calibration(model: CostModel, path: Path) -> None:
+    path.write_text(json.dumps(model_to_dict(model), indent=1) + "\n")

@@ -1,0 +1,87 @@
+"""The pool (devices + the link between them), the workload, and GPU-name aliases."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.errors import UserError, choices_error
+from tessera.hardware import GpuSpec, LinkSpec, gpu, gpu_names, link, link_names
+
+
+# Short names people type, mapped to the catalog entry the paper's pairs mean (SXM parts, 80 GB A100).
+ALIASES = {"h100": "H100-SXM", "a100": "A100-80GB-SXM", "a100-80gb": "A100-80GB-SXM"}
+
+
+def resolve_gpu(name: str) -> GpuSpec:
+    """Catalog name, case-insensitive, an alias (H100, A100), or a unique prefix of one name."""
+    names = gpu_names()
+    if name.strip().lower() in ALIASES and ALIASES[name.strip().lower()] in names:
+        return gpu(ALIASES[name.strip().lower()])
+    exact = [n for n in names if n.lower() == name.strip().lower()]
+    if exact:
+        return gpu(exact[0])
+    pref = [n for n in names if n.lower().startswith(name.strip().lower())]
+    if len(pref) == 1:
+        return gpu(pref[0])
+    raise choices_error("GPU", name, names)
+
+
+def resolve_link(name: str) -> LinkSpec:
+    names = link_names()
+    exact = [n for n in names if n.lower() == name.strip().lower()]
+    if exact:
+        return link(exact[0])
+    raise choices_error("link", name, names)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pool:
+    """One cell's devices (index = position) and the link between every pair (full duplex)."""
+
+    gpus: tuple[GpuSpec, ...]
+    link: LinkSpec
+
+    def __post_init__(self) -> None:
+        if not self.gpus:
+            raise UserError("the pool has no GPUs; give --gpus A,B")
+
+    @classmethod
+    def parse(cls, gpus: list[str] | str, link_name: str = "pcie5") -> Pool:
+        names = gpus.split(",") if isinstance(gpus, str) else gpus
+        names = [n for n in names if n.strip()]
+        return cls(gpus=tuple(resolve_gpu(n) for n in names), link=resolve_link(link_name))
+
+    @property
+    def n(self) -> int:
+        return len(self.gpus)
+
+    @property
+    def names(self) -> list[str]:
+        return [g.name for g in self.gpus]
+
+    @property
+    def usd_per_hour(self) -> float:
+        return sum(g.usd_per_hour for g in self.gpus)
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """Directed device pairs (d1, d2), d1 != d2: one link direction each."""
+        return [(a, b) for a in range(self.n) for b in range(self.n) if a != b]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What one cell serves: ``batch`` sequences (or images) per step, prompt and output lengths in tokens.
+
+    ``steps`` is the number of denoising steps per image (diffusion only).
+    """
+
+    batch: int = 64
+    prompt: int = 1024
+    output: int = 256
+    steps: int = 28
+
+    def __post_init__(self) -> None:
+        for k in ("batch", "prompt", "output", "steps"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < 1:
+                raise UserError(f"workload {k}={v!r} must be a positive integer")

@@ -1,0 +1,234 @@
+"""What the report reads: compare cells (`tessera plan/compare --json`), simulator results
+(`tessera simulate --json`), plans and graphs; parsed once into frozen values with one-line errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tessera.errors import UserError
+from tessera.graph.ir import KernelGraph
+from tessera.plan.types import Plan
+
+# Order in which strategies appear everywhere (tables, bars, legends); unknown names follow, sorted.
+STRATEGIES = ("tessera", "homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
+BASELINES = STRATEGIES[1:]
+
+
+def strategy_order(names: set[str] | list[str]) -> list[str]:
+    known = [s for s in STRATEGIES if s in names]
+    return known + sorted(set(names) - set(STRATEGIES))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyResult:
+    name: str
+    applicable: bool
+    reason: str | None = None
+    feasible: bool = True
+    throughput_per_s: float | None = None  # tokens/s, or images/s for diffusion (see CompareCell.unit)
+    usd_per_hour: float = 0.0
+    usd_per_million_tokens: float | None = None
+    latency_s: float | None = None
+    memory_bytes: dict[str, int] = field(default_factory=dict, hash=False)
+
+    @property
+    def scored(self) -> bool:
+        """Has a throughput to compare: applicable, feasible and positive."""
+        return self.applicable and self.feasible and (self.throughput_per_s or 0.0) > 0.0
+
+    @property
+    def throughput_per_usd_hour(self) -> float | None:
+        if not self.scored or self.usd_per_hour <= 0:
+            return None
+        assert self.throughput_per_s is not None
+        return self.throughput_per_s / self.usd_per_hour
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareCell:
+    """One model on one GPU set: every strategy's predicted throughput and cost."""
+
+    model: str
+    gpus: tuple[str, ...]
+    mode: str
+    solve_s: float | None
+    bound_ratio: float | None
+    unit: str  # "tokens/s" | "images/s"
+    strategies: dict[str, StrategyResult] = field(hash=False)
+
+    @property
+    def pool(self) -> str:
+        return "+".join(self.gpus)
+
+    def best_baseline(self) -> StrategyResult | None:
+        """The scored baseline with the highest throughput (None when no baseline applies)."""
+        scored = [r for n, r in self.strategies.items() if n != "tessera" and r.scored]
+        return max(scored, key=lambda r: r.throughput_per_s or 0.0, default=None)
+
+    def speedup(self) -> float | None:
+        """Tessera's throughput over the best baseline's."""
+        t, b = self.strategies.get("tessera"), self.best_baseline()
+        if t is None or b is None or not t.scored:
+            return None
+        return (t.throughput_per_s or 0.0) / (b.throughput_per_s or 1.0)
+
+    def cost_gain(self) -> float | None:
+        """Tessera's throughput per dollar-hour over the best baseline's on that measure."""
+        t = self.strategies.get("tessera")
+        effs = [r.throughput_per_usd_hour for n, r in self.strategies.items() if n != "tessera"]
+        best = max((e for e in effs if e is not None), default=None)
+        if t is None or best is None or t.throughput_per_usd_hour is None:
+            return None
+        return t.throughput_per_usd_hour / best
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatencyPercentiles:
+    p50: float
+    p90: float
+    p99: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimResult:
+    label: str  # which plan this run simulated (a strategy name, usually)
+    requests: int
+    completed: int
+    lost: int
+    sim_wall_s: float
+    throughput_tokens_per_s: float
+    ttft_s: LatencyPercentiles
+    tpot_s: LatencyPercentiles
+    e2e_s: LatencyPercentiles
+    slo_attainment: float | None
+    usd_per_million_tokens: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrontierPoint:
+    """One option on the throughput-cost plane (a strategy in a cell, or an advisor's GPU mix)."""
+
+    label: str
+    group: str  # legend entry: strategy name or "mix"
+    usd_per_hour: float
+    throughput_per_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.usd_per_hour > 0 and self.throughput_per_s > 0):
+            raise ValueError(f"frontier point {self.label!r}: usd_per_hour={self.usd_per_hour} and "
+                             f"throughput_per_s={self.throughput_per_s} must be > 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportData:
+    """Every section is optional: None omits it with a one-line note, so a demo fills what exists."""
+
+    title: str = "Tessera placement report"
+    compare: tuple[CompareCell, ...] | None = None
+    plan: Plan | None = None
+    graphs: tuple[KernelGraph, ...] | None = None  # phases of `plan`, for the placement map
+    sims: tuple[SimResult, ...] | None = None
+    gantt_png: Path | None = None  # written by the simulator's Gantt plot
+    frontier: tuple[FrontierPoint, ...] | None = None  # advisor mixes; else derived from `compare`
+    commands: tuple[str, ...] = ()  # shell commands that reproduce the inputs
+
+    def __post_init__(self) -> None:
+        if self.graphs and self.plan is None:
+            raise UserError("a kernel graph was given without a plan: the placement map needs both")
+        if self.gantt_png is not None and not Path(self.gantt_png).is_file():
+            raise UserError(f"gantt image {self.gantt_png} does not exist")
+
+
+# ---- parsing --------------------------------------------------------------------------------------
+
+def _num(d: dict[str, Any], key: str, where: str, *, optional: bool = False) -> float | None:
+    v = d.get(key)
+    if v is None and optional:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
+        raise UserError(f"{where}: field {key!r} must be a number, got {v!r}")
+    return float(v)
+
+
+def parse_strategy(name: str, d: dict[str, Any], where: str) -> StrategyResult:
+    where = f"{where} strategy {name!r}"
+    if not isinstance(d, dict) or "applicable" not in d:
+        raise UserError(f"{where}: expected an object with 'applicable', got {str(d)[:60]!r}")
+    tp_key = "throughput_images_per_s" if "throughput_images_per_s" in d else "throughput_tokens_per_s"
+    mem = d.get("memory_bytes") or {}
+    if not isinstance(mem, dict):
+        raise UserError(f"{where}: 'memory_bytes' must map device -> bytes")
+    return StrategyResult(
+        name=name, applicable=bool(d["applicable"]), reason=d.get("reason"),
+        feasible=bool(d.get("feasible", True)),
+        throughput_per_s=_num(d, tp_key, where, optional=True),
+        usd_per_hour=_num(d, "usd_per_hour", where, optional=True) or 0.0,
+        usd_per_million_tokens=_num(d, "usd_per_million_tokens", where, optional=True),
+        latency_s=_num(d, "latency_s", where, optional=True),
+        memory_bytes={str(k): int(v) for k, v in mem.items()},
+    )
+
+
+def parse_cell(d: dict[str, Any], where: str) -> CompareCell:
+    if not isinstance(d, dict) or not {"model", "gpus", "strategies"} <= d.keys():
+        raise UserError(f"{where}: expected an object with model, gpus and strategies")
+    where = f"{where} ({d['model']} on {'+'.join(map(str, d['gpus']))})"
+    strategies = {n: parse_strategy(n, s, where) for n, s in d["strategies"].items()}
+    images = any("throughput_images_per_s" in s for s in d["strategies"].values() if isinstance(s, dict))
+    return CompareCell(
+        model=str(d["model"]), gpus=tuple(str(g) for g in d["gpus"]), mode=str(d.get("mode", "throughput")),
+        solve_s=_num(d, "solve_s", where, optional=True), bound_ratio=_num(d, "bound_ratio", where, optional=True),
+        unit="images/s" if images else "tokens/s",
+        strategies={n: strategies[n] for n in strategy_order(list(strategies))},
+    )
+
+
+def _percentiles(d: dict[str, Any], key: str, where: str) -> LatencyPercentiles:
+    p = d.get(key)
+    if not isinstance(p, dict):
+        raise UserError(f"{where}: field {key!r} must be an object with p50, p90, p99")
+    return LatencyPercentiles(**{q: _num(p, q, f"{where} {key}") for q in ("p50", "p90", "p99")})  # type: ignore[arg-type]
+
+
+def parse_sim(d: dict[str, Any], label: str, where: str) -> SimResult:
+    if not isinstance(d, dict):
+        raise UserError(f"{where}: expected a simulator result object")
+    return SimResult(
+        label=label, requests=int(_num(d, "requests", where) or 0), completed=int(_num(d, "completed", where) or 0),
+        lost=int(_num(d, "lost", where) or 0), sim_wall_s=_num(d, "sim_wall_s", where) or 0.0,
+        throughput_tokens_per_s=_num(d, "throughput_tokens_per_s", where) or 0.0,
+        ttft_s=_percentiles(d, "ttft_s", where), tpot_s=_percentiles(d, "tpot_s", where),
+        e2e_s=_percentiles(d, "e2e_s", where),
+        slo_attainment=_num(d, "slo_attainment", where, optional=True),
+        usd_per_million_tokens=_num(d, "usd_per_million_tokens", where, optional=True),
+    )
+
+
+def read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise UserError(f"cannot read {what} file {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"{what} file {path} is not JSON: {e.msg} at line {e.lineno}") from None
+
+
+def load_compare(path: Path) -> tuple[CompareCell, ...]:
+    """A `tessera compare --json` list, or a single `tessera plan --json` object."""
+    raw = read_json(path, "compare")
+    cells = raw if isinstance(raw, list) else [raw]
+    if not cells:
+        raise UserError(f"compare file {path} holds no cells")
+    return tuple(parse_cell(c, f"{path} cell {i}") for i, c in enumerate(cells))
+
+
+def load_sim(spec: str) -> SimResult:
+    """`LABEL=path.json` or `path.json` (label: the file stem, e.g. sim_tessera.json -> tessera)."""
+    label, _, path = spec.rpartition("=")
+    p = Path(path)
+    label = label or p.stem.removeprefix("sim_").removeprefix("sim-")
+    return parse_sim(read_json(p, "simulator result"), label, str(p))

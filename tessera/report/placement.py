@@ -1,0 +1,144 @@
+"""Placement map: layers × kernel kinds, each cell striped by the devices its kernels run on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a display
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.collections import PatchCollection  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+
+from tessera.errors import UserError  # noqa: E402
+from tessera.graph.ir import KernelGraph, KernelKind  # noqa: E402
+
+DPI = 150
+PROLOGUE, EPILOGUE = "pro", "epi"
+
+
+def device_colours(n: int) -> list[tuple[float, float, float, float]]:
+    """One colour per device index, stable across every plot of a report (tab10, then tab20)."""
+    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlacementGrid:
+    """The data the map draws. ``cells[r][c]``: device index of every kernel of kind ``kinds[r]`` in
+    column ``columns[c]``, in program order (empty: no such kernel there)."""
+
+    columns: tuple[str, ...]  # "pro", "0", "1", …, "epi" (pro/epi only when present)
+    kinds: tuple[KernelKind, ...]  # rows, in KernelKind declaration order
+    cells: tuple[tuple[tuple[int, ...], ...], ...]
+
+    def majority(self) -> list[list[int]]:
+        """Per cell the device holding most of its kernels (lowest index on ties); -1 when empty."""
+        return [[max(sorted(set(c)), key=c.count) if c else -1 for c in row] for row in self.cells]
+
+    def kernels_per_device(self, n_devices: int) -> list[int]:
+        out = [0] * n_devices
+        for row in self.cells:
+            for c in row:
+                for d in c:
+                    out[d] += 1
+        return out
+
+
+def placement_grid(graph: KernelGraph, assignment: tuple[int, ...] | list[int]) -> PlacementGrid:
+    """Group kernels by (kind, layer). Unlayered kernels before the first layered one are the
+    prologue (embedding, rotary tables); all later unlayered ones the epilogue (final norm, lm head)."""
+    if len(assignment) != len(graph.kernels):
+        raise UserError(f"plan phase {graph.phase!r} assigns {len(assignment)} kernels but the {graph.model} "
+                        f"{graph.phase} graph has {len(graph.kernels)}: pass the graph the plan was made from")
+    layered = [k.id for k in graph.kernels if k.layer is not None]
+    first = layered[0] if layered else len(graph.kernels)
+    layers = sorted({k.layer for k in graph.kernels if k.layer is not None})
+
+    def column(kid: int, layer: int | None) -> str:
+        if layer is not None:
+            return str(layer)
+        return PROLOGUE if kid < first else EPILOGUE
+
+    cols_used = {column(k.id, k.layer) for k in graph.kernels}
+    columns = tuple(c for c in (PROLOGUE, *map(str, layers), EPILOGUE) if c in cols_used)
+    kinds = tuple(k for k in KernelKind if any(x.kind == k for x in graph.kernels))
+    ci, ri = {c: i for i, c in enumerate(columns)}, {k: i for i, k in enumerate(kinds)}
+    cells: list[list[list[int]]] = [[[] for _ in columns] for _ in kinds]
+    for k in graph.kernels:
+        cells[ri[k.kind]][ci[column(k.id, k.layer)]].append(int(assignment[k.id]))
+    return PlacementGrid(columns=columns, kinds=kinds,
+                         cells=tuple(tuple(tuple(c) for c in row) for row in cells))
+
+
+def _runs(devs: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Run-length encoding: [(device, count)] in program order."""
+    out: list[tuple[int, int]] = []
+    for d in devs:
+        if out and out[-1][0] == d:
+            out[-1] = (d, out[-1][1] + 1)
+        else:
+            out.append((d, 1))
+    return out
+
+
+def placement_figsize(grid: PlacementGrid) -> tuple[float, float]:
+    """Inches: ~0.16 in per column (80 layers fit a page width), 0.42 in per kernel kind."""
+    return (min(20.0, max(8.0, 3.0 + 0.16 * len(grid.columns))), 2.4 + 0.42 * len(grid.kinds))
+
+
+def placement_figure(graph: KernelGraph, assignment: tuple[int, ...] | list[int], device_names: list[str], *,
+                     title: str | None = None) -> plt.Figure:
+    """Each cell is one (kernel kind, layer); it is cut top-to-bottom into stripes in program order, a
+    stripe's height the share of that cell's kernels on one device, coloured by device."""
+    grid = placement_grid(graph, assignment)
+    n_dev = len(device_names)
+    if max(assignment, default=0) >= n_dev:
+        raise UserError(f"placement uses device {max(assignment)} but only {n_dev} device names were given")
+    colours = device_colours(n_dev)
+    fig, ax = plt.subplots(figsize=placement_figsize(grid), dpi=DPI)
+    patches, faces = [], []
+    for r, row in enumerate(grid.cells):
+        for c, devs in enumerate(row):
+            y = r - 0.45  # the y axis points down (ylim inverted): the first stripe is the cell's top
+            for d, count in _runs(devs):
+                h = 0.9 * count / len(devs)
+                patches.append(Rectangle((c - 0.45, y), 0.9, h))
+                faces.append(colours[d])
+                y += h
+    ax.add_collection(PatchCollection(patches, facecolors=faces, edgecolors="none"))
+    for r, row in enumerate(grid.cells):  # thin outline marks cells that exist but mix devices
+        for c, devs in enumerate(row):
+            if len(set(devs)) > 1:
+                ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, lw=0.6, ec="black"))
+    ax.set_xlim(-0.6, len(grid.columns) - 0.4)
+    ax.set_ylim(len(grid.kinds) - 0.4, -0.6)
+    step = max(1, len(grid.columns) // 40)  # at most ~40 tick labels
+    ticks = [i for i, c in enumerate(grid.columns) if i % step == 0 or not c.isdigit()]
+    ax.set_xticks(ticks, [grid.columns[i] for i in ticks], fontsize=7, rotation=90 if step > 1 else 0)
+    ax.set_yticks(range(len(grid.kinds)), [k.value for k in grid.kinds], fontsize=8)
+    ax.set_xlabel("layer (pro = before the first layer, epi = after the last)")
+    ax.set_ylabel("kernel kind")
+    ax.tick_params(length=0)
+    for s in ax.spines.values():
+        s.set_visible(False)
+    counts = grid.kernels_per_device(n_dev)
+    handles = [Patch(color=colours[i], label=f"d{i} {name} ({counts[i]} kernels)")
+               for i, name in enumerate(device_names)]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22 if step > 1 else -0.16),
+              ncol=min(4, n_dev), fontsize=8, frameon=False)
+    ax.set_title(title or f"Placement of {graph.model} {graph.phase}: device of each kernel "
+                          f"({len(graph.kernels)} kernels)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_placement_map(graph: KernelGraph, assignment: tuple[int, ...] | list[int], device_names: list[str],
+                       path: Path, *, title: str | None = None) -> Path:
+    """The placement map as a PNG at DPI (size: placement_figsize); returns the path written."""
+    fig = placement_figure(graph, assignment, device_names, title=title)
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return Path(path)

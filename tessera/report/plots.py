@@ -1,0 +1,202 @@
+"""Report figures (matplotlib, Agg): frontier, compare matrix, latency percentiles, memory per device.
+Each function writes one PNG at DPI and returns its path; sizes are fixed per input shape (no tight bbox)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from tessera.plan.types import Plan  # noqa: E402
+from tessera.report.data import CompareCell, FrontierPoint, SimResult, strategy_order  # noqa: E402
+from tessera.report.placement import DPI, device_colours, plot_placement_map  # noqa: E402
+
+__all__ = ["DPI", "plot_placement_map", "pareto_frontier", "plot_frontier", "plot_compare_matrix",
+           "plot_latency_percentiles", "plot_memory", "strategy_colour"]
+
+_STRATEGY_COLOURS = {"tessera": "#d62728", "homogeneous": "#7f7f7f", "prefill_decode": "#1f77b4",
+                     "attention_ffn": "#2ca02c", "layer_pipeline": "#9467bd", "mix": "#ff7f0e"}
+_ROLE_COLOURS = {"weight": "#4c72b0", "kv": "#dd8452", "state": "#937860", "activation": "#55a868"}
+WIDE_SPAN = 20.0  # max/min beyond which an axis goes logarithmic
+
+
+def strategy_colour(name: str) -> str:
+    return _STRATEGY_COLOURS.get(name, "#17becf")
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return Path(path)
+
+
+def _wide(values: list[float]) -> bool:
+    pos = [v for v in values if v > 0]
+    return len(pos) > 1 and max(pos) / min(pos) > WIDE_SPAN
+
+
+def pareto_frontier(points: list[FrontierPoint] | tuple[FrontierPoint, ...]) -> list[FrontierPoint]:
+    """Points no other point beats on both cost (lower) and throughput (higher), by rising cost."""
+    best: list[FrontierPoint] = []
+    for p in sorted(points, key=lambda p: (p.usd_per_hour, -p.throughput_per_s)):
+        if not best or p.throughput_per_s > best[-1].throughput_per_s:
+            best.append(p)
+    return best
+
+
+def plot_frontier(points: list[FrontierPoint] | tuple[FrontierPoint, ...], path: Path, *,
+                  title: str = "Throughput vs cost", unit: str = "tokens/s") -> Path:
+    """Scatter by group (strategy or mix) with the Pareto staircase: for a budget on the x axis, the
+    best throughput any option within it reaches."""
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=DPI)
+    groups = strategy_order({p.group for p in points})
+    markers = "o^sDvP*X"
+    for i, g in enumerate(groups):
+        ps = [p for p in points if p.group == g]
+        ax.scatter([p.usd_per_hour for p in ps], [p.throughput_per_s for p in ps], s=46, zorder=3,
+                   marker=markers[i % len(markers)], color=strategy_colour(g), label=g, edgecolors="black",
+                   linewidths=0.4)
+    front = pareto_frontier(points)
+    xs = [p.usd_per_hour for p in front]
+    ys = [p.throughput_per_s for p in front]
+    if front:
+        xmax = max(p.usd_per_hour for p in points) * 1.02
+        ax.step([*xs, xmax], [*ys, ys[-1]], where="post", color="black", lw=1.2, ls="--", zorder=2,
+                label="Pareto frontier")
+        ax.margins(x=0.08)
+        xlo, xhi = min(p.usd_per_hour for p in points), max(p.usd_per_hour for p in points)
+        for p in front:  # labels of points in the right part of the plot extend leftwards to stay inside
+            right = xhi > xlo and (p.usd_per_hour - xlo) / (xhi - xlo) > 0.6
+            ax.annotate(p.label, (p.usd_per_hour, p.throughput_per_s), textcoords="offset points",
+                        xytext=(-5 if right else 5, -11), ha="right" if right else "left", fontsize=7)
+    if _wide([p.usd_per_hour for p in points]):
+        ax.set_xscale("log")
+    if _wide([p.throughput_per_s for p in points]):
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0, top=max((p.throughput_per_s for p in points), default=1.0) * 1.12)
+    ax.set_xlabel("cost (USD per hour)")
+    ax.set_ylabel(f"throughput ({unit})")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, path)
+
+
+def compare_figsize(cells: tuple[CompareCell, ...] | list[CompareCell]) -> tuple[float, float]:
+    models = list(dict.fromkeys(c.model for c in cells))
+    pools = max(sum(c.model == m for c in cells) for m in models)
+    return (max(8.0, 2.0 + 1.7 * pools), 1.0 + 2.5 * len(models))
+
+
+def plot_compare_matrix(cells: tuple[CompareCell, ...] | list[CompareCell], path: Path) -> Path:
+    """One panel per model; per GPU set grouped bars of every strategy's throughput. A strategy that
+    does not apply is written 'n/a' (and 'infeasible' when it does not fit) instead of a zero bar."""
+    models = list(dict.fromkeys(c.model for c in cells))
+    names = strategy_order({n for c in cells for n in c.strategies})
+    fig, axes = plt.subplots(len(models), 1, figsize=compare_figsize(cells), dpi=DPI, squeeze=False)
+    width = 0.8 / len(names)
+    for ax, model in zip(axes[:, 0], models, strict=True):
+        mcells = [c for c in cells if c.model == model]
+        top = max((r.throughput_per_s or 0.0 for c in mcells for r in c.strategies.values() if r.scored),
+                  default=1.0)
+        for j, name in enumerate(names):
+            xs = np.arange(len(mcells)) + (j - (len(names) - 1) / 2) * width
+            for x, cell in zip(xs, mcells, strict=True):
+                r = cell.strategies.get(name)
+                if r is not None and r.scored:
+                    ax.bar(x, r.throughput_per_s, width, color=strategy_colour(name), edgecolor="black", lw=0.3)
+                    continue
+                mark = "n/a" if r is None or not r.applicable else "infeasible"
+                ax.bar(x, top * 0.03, width, color="none", edgecolor="#999999", hatch="///", lw=0.5)
+                ax.text(x, top * 0.05, mark, rotation=90, ha="center", va="bottom", fontsize=6.5, color="#555555")
+            # speedup of tessera over the best baseline, written over its bar
+        for x, cell in zip(np.arange(len(mcells)) - (len(names) - 1) / 2 * width, mcells, strict=True):
+            s, t = cell.speedup(), cell.strategies.get("tessera")
+            if s is not None and t is not None and "tessera" in names:
+                ax.text(x + names.index("tessera") * width, t.throughput_per_s or 0.0, f"{s:.2f}×",
+                        ha="center", va="bottom", fontsize=7, fontweight="bold")
+        ax.set_xticks(range(len(mcells)), [c.pool for c in mcells], fontsize=8)
+        ax.set_ylim(0, top * 1.18)
+        ax.set_ylabel(f"throughput ({mcells[0].unit})", fontsize=8)
+        ax.set_title(f"{model}: predicted throughput per GPU set (× = Tessera over best baseline)", fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=strategy_colour(n)) for n in names]
+    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.4 / compare_figsize(cells)[1], 1, 1))
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return Path(path)
+
+
+def plot_latency_percentiles(sims: tuple[SimResult, ...] | list[SimResult], path: Path) -> Path:
+    """Three panels (TTFT, TPOT, end-to-end), per simulated plan bars for p50 / p90 / p99 in ms."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 4.5), dpi=DPI)
+    shades = {"p50": 0.35, "p90": 0.65, "p99": 1.0}
+    labels = [s.label for s in sims]
+    for ax, (metric, title) in zip(axes, (("ttft_s", "time to first token"), ("tpot_s", "time per output token"),
+                                          ("e2e_s", "end-to-end latency")), strict=True):
+        vals_ms = {q: [getattr(getattr(s, metric), q) * 1e3 for s in sims] for q in shades}
+        for j, (q, alpha) in enumerate(shades.items()):
+            xs = np.arange(len(sims)) + (j - 1) * 0.27
+            ax.bar(xs, vals_ms[q], 0.27, color=[strategy_colour(lbl) for lbl in labels], alpha=alpha,
+                   edgecolor="black", lw=0.3, label=q)
+        if _wide([v for vs in vals_ms.values() for v in vs]):
+            ax.set_yscale("log")
+        ax.set_xticks(range(len(sims)), labels, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel(f"{metric.removesuffix('_s').upper()} (ms)")
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3, which="both")
+    handles = [plt.Rectangle((0, 0), 1, 1, color="#444444", alpha=a) for a in shades.values()]
+    fig.legend(handles, [f"{q} (bar shade)" for q in shades], loc="upper right", ncol=3, fontsize=8,
+               frameon=False)
+    fig.suptitle("Simulated serving latency per plan", fontsize=11, x=0.02, ha="left")
+    return _save(fig, path)
+
+
+def plot_memory(plan: Plan, path: Path) -> Path:
+    """Per device horizontal bars of resident bytes by role (GB), capacity as a black tick."""
+    n = len(plan.devices)
+    fig, ax = plt.subplots(figsize=(8, 1.8 + 0.55 * n), dpi=DPI)
+    roles = [r for r in _ROLE_COLOURS if any(m.get(r, 0) for m in plan.memory_bytes)]
+    roles += sorted({r for m in plan.memory_bytes for r in m} - set(roles))
+    left = np.zeros(n)
+    for role in roles:
+        gb = np.array([m.get(role, 0) / 1e9 for m in plan.memory_bytes])
+        ax.barh(range(n), gb, left=left, color=_ROLE_COLOURS.get(role, "#c44e52"), label=role, height=0.6)
+        left += gb
+    cap_gb = [d.mem_bytes / 1e9 for d in plan.devices]
+    for i, cap in enumerate(cap_gb):
+        ax.plot([cap, cap], [i - 0.4, i + 0.4], color="black", lw=2, label="capacity" if i == 0 else None)
+    for i in range(n):
+        ax.text(max(left[i], cap_gb[i]) * 1.01, i, f"{left[i]:.1f} / {cap_gb[i]:.0f} GB", va="center", fontsize=8)
+    colours = device_colours(n)
+    ax.set_yticks(range(n), [f"d{d.index} {d.gpu}" for d in plan.devices], fontsize=8)
+    for t, c in zip(ax.get_yticklabels(), colours, strict=True):
+        t.set_color(c)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max([*cap_gb, *left]) * 1.25 if n else 1)
+    ax.set_xlabel("resident memory (GB = 1e9 bytes)")
+    ax.set_title(f"Memory per device: {plan.model}, {plan.strategy} plan", fontsize=10)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=len(roles) + 1, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def frontier_from_cells(cells: tuple[CompareCell, ...] | list[CompareCell], model: str) -> list[FrontierPoint]:
+    """Every scored strategy of every GPU set of one model, as points on the cost-throughput plane."""
+    out = []
+    for c in cells:
+        if c.model != model:
+            continue
+        for r in c.strategies.values():
+            if r.scored and r.usd_per_hour > 0 and not math.isnan(r.throughput_per_s or math.nan):
+                out.append(FrontierPoint(label=f"{r.name} {c.pool}", group=r.name, usd_per_hour=r.usd_per_hour,
+                                         throughput_per_s=r.throughput_per_s or 0.0))
+    return out

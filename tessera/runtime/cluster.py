@@ -1,0 +1,227 @@
+"""The driver side: start one worker per device, hand out steps, detect dead or hung workers.
+
+A failure (a worker that exits, stops beating, reports an error or overruns a step) ends the run: the
+driver names the worker and the reason, stops every other worker (SIGTERM, then SIGKILL) and raises
+WorkerFailure, all within a few seconds, leaving no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.multiprocessing as mp
+
+from tessera.errors import UserError
+from tessera.graph import Role
+from tessera.runtime.partition import Partition
+from tessera.runtime.program import Program
+from tessera.runtime.worker import StepCmd, WorkerSpec, worker_main
+
+
+class WorkerFailure(RuntimeError):
+    """A worker died, hung or failed; the message names it and the reason."""
+
+    detail: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    devices: tuple[str, ...]  # "cpu" or "cuda:N", one worker each
+    threads: int = 1  # intra-op threads per worker (exact verification needs the reference's count)
+    recv_timeout_s: float = 5.0
+    heartbeat_timeout_s: float = 2.0
+    step_timeout_s: float = 60.0
+    start_timeout_s: float = 120.0
+    weights_dir: str | None = None
+    max_microbatches: int = 1
+
+    def __post_init__(self) -> None:
+        if len(self.devices) < 1:
+            raise UserError("--devices is empty; give one or more of: cpu, cuda:N")
+        bad = [d for d in self.devices if d != "cpu" and not d.startswith("cuda")]
+        if bad:
+            raise UserError(f"unknown device {bad[0]!r}; valid: cpu, cuda, cuda:N")
+        if len({d == "cpu" for d in self.devices}) > 1:
+            raise UserError(f"devices {','.join(self.devices)} mix cpu and cuda; one backend per run")
+        if any(d.startswith("cuda") for d in self.devices) and not torch.cuda.is_available():
+            raise UserError("cuda devices requested but this torch build sees no GPU; valid here: cpu")
+        for what, v in (("threads", self.threads), ("max_microbatches", self.max_microbatches)):
+            if v < 1:
+                raise UserError(f"{what}={v} must be >= 1")
+        for what, f in (("recv_timeout_s", self.recv_timeout_s), ("heartbeat_timeout_s", self.heartbeat_timeout_s),
+                        ("step_timeout_s", self.step_timeout_s)):
+            if f <= 0:
+                raise UserError(f"{what}={f} must be > 0")
+
+    @property
+    def backend(self) -> str:
+        return "gloo" if self.devices[0] == "cpu" else "nccl"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"died: killed by {signal.Signals(-code).name}"
+    return f"died: exited with status {code}"
+
+
+def worker_specs(programs: dict[str, Program], partitions: dict[tuple[str, str], Partition],
+                 config: ClusterConfig) -> list[WorkerSpec]:
+    """Each device's share: programs stripped to its KV/state/input starting contents, its weights by name."""
+    specs = []
+    for d, device in enumerate(config.devices):
+        keep: dict[str, set[int]] = {k: set() for k in programs}
+        weights: dict[str, torch.Tensor] = {}
+        for (key, _), part in partitions.items():
+            prog = programs[key]
+            for b in part.resident[d] | part.inputs[d]:
+                if prog.role(b) is Role.WEIGHT:
+                    if config.weights_dir is None:
+                        weights.setdefault(prog.name(b), prog.initial[b])
+                else:
+                    keep[key].add(b)
+        specs.append(WorkerSpec(
+            rank=d, world=len(config.devices), device=device, backend=config.backend, threads=config.threads,
+            recv_timeout_s=config.recv_timeout_s, programs={k: p.stripped(keep[k]) for k, p in programs.items()},
+            partitions=partitions, weights=weights, weights_dir=config.weights_dir,
+            max_microbatches=config.max_microbatches))
+    return specs
+
+
+class Cluster:
+    """``with Cluster(...) as c: c.step(key, plan, inputs, reset)``; workers are spawned on entry."""
+
+    def __init__(self, programs: dict[str, Program], partitions: dict[tuple[str, str], Partition],
+                 config: ClusterConfig) -> None:
+        self.programs, self.partitions, self.config = programs, partitions, config
+        self.procs: list[Any] = []
+        self.resident: list[dict[str, int]] = []  # per worker: weight name -> bytes it holds
+        self.history: list[dict[str, Any]] = []  # per step: key, plan, m, and each worker's events
+        self._next_step = 0
+
+    def __enter__(self) -> Cluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        ctx = mp.get_context("spawn")
+        n = len(self.config.devices)
+        self.results = ctx.Queue()
+        self.commands = [ctx.Queue() for _ in range(n)]
+        self.heartbeat = ctx.Array("d", [time.monotonic()] * n, lock=False)
+        saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        try:
+            for spec in worker_specs(self.programs, self.partitions, self.config):
+                p = ctx.Process(target=worker_main, daemon=True, name=f"tessera-worker-{spec.rank}",
+                                args=(spec, self.commands[spec.rank], self.results, self.heartbeat, os.getpid()))
+                p.start()
+                self.procs.append(p)
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        got = self._collect("ready", self.config.start_timeout_s, beats=False)
+        self.resident = [got[r] for r in range(n)]
+
+    def step(self, key: str, plan: str, inputs: list[dict[int, torch.Tensor]], *, reset: bool) -> list[dict]:
+        """Run one step of ``len(inputs)`` micro-batches; returns each worker's outputs and events."""
+        assert len(inputs) <= self.config.max_microbatches, "more micro-batches than the workers hold state for"
+        cmd = StepCmd(step_id=self._next_step, key=key, plan=plan, inputs=tuple(inputs), reset=reset)
+        self._next_step += 1
+        for q in self.commands:
+            q.put(cmd)
+        got = self._collect("done", self.config.step_timeout_s, beats=True)
+        per_worker = [got[r] for r in range(len(self.procs))]
+        self.history.append(dict(key=key, plan=plan, m=len(inputs), workers=per_worker))
+        return per_worker
+
+    def _collect(self, kind: str, timeout_s: float, *, beats: bool) -> dict[int, Any]:
+        got: dict[int, Any] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(got) < len(self.procs):
+            try:
+                msg = self.results.get(timeout=0.05)
+            except queue.Empty:
+                msg = None
+            if msg is not None and msg[0] == "error":
+                self._fail(msg[1], f"failed: {msg[2]}", msg[3])
+            if msg is not None and msg[0] == kind:
+                got[msg[1]] = msg[2]
+            now = time.monotonic()
+            for r, p in enumerate(self.procs):
+                if r in got:
+                    continue
+                if p.exitcode is not None:
+                    self._fail(r, _exit_reason(p.exitcode))
+                if beats and now - self.heartbeat[r] > self.config.heartbeat_timeout_s:
+                    self._fail(r, f"stopped answering: no heartbeat for {now - self.heartbeat[r]:.1f} s")
+                if now > deadline:
+                    self._fail(r, f"did not finish ({kind}) within {timeout_s:g} s")
+        return got
+
+    def _fail(self, rank: int, reason: str, detail: str = "") -> None:
+        """Find the root cause (a peer's death shows up as others' receive errors), stop all, raise."""
+        time.sleep(0.3)  # let a killed peer's exit status and a failing worker's report land
+        errors: dict[int, tuple[str, str]] = {}
+        while True:
+            try:
+                msg = self.results.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                break
+            if msg[0] == "error":
+                errors.setdefault(msg[1], (msg[2], msg[3]))
+        killed = [r for r, p in enumerate(self.procs) if p.exitcode is not None and p.exitcode < 0]
+        if killed and rank not in killed:
+            rank, reason = killed[0], _exit_reason(self.procs[killed[0]].exitcode)
+        elif rank not in killed and rank in errors and not detail:
+            reason, detail = f"failed: {errors[rank][0]}", errors[rank][1]
+        pid = self.procs[rank].pid
+        others = sum(1 for r, p in enumerate(self.procs) if r != rank and p.is_alive())
+        self.abort()
+        err = WorkerFailure(f"worker {rank} ({self.config.devices[rank]}, pid {pid}) {reason}; "
+                            f"stopped {others} other worker(s)")
+        err.detail = detail  # the worker's traceback, for --verbose / debugging
+        raise err
+
+    def abort(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        t0 = time.monotonic()
+        for p in self.procs:
+            p.join(timeout=max(0.1, 2.0 - (time.monotonic() - t0)))
+        for p in self.procs:
+            if p.is_alive():  # SIGTERM does not reach a stopped (SIGSTOP) or wedged process
+                p.kill()
+                p.join(timeout=2.0)
+        self._close_queues()
+
+    def close(self) -> None:
+        if not any(p.is_alive() for p in self.procs):
+            self._close_queues()
+            return
+        for q in self.commands:
+            q.put(None)
+        for p in self.procs:
+            p.join(timeout=5.0)
+        self.abort()
+
+    def _close_queues(self) -> None:
+        for q in [*getattr(self, "commands", []), *([self.results] if hasattr(self, "results") else [])]:
+            q.close()
+            q.cancel_join_thread()

@@ -1,0 +1,99 @@
+"""The executable program the runtime runs, built on ``tessera.capture``'s records.
+
+``tessera.capture`` records op i <-> kernel i with tensor arguments as ``TensorRef`` views of buffer
+storages; this module wraps a Capture with what partitioning and execution need: the buffers each op
+must hold (every buffer its arguments view), the buffers it writes, which buffers start with contents
+(``initial``: raw bytes) and which start as zeroed allocations (made by ``empty``, then written in place).
+Storages are untyped (bytes), so a buffer travels between processes as one uint8 tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tessera.capture.program import Capture, run_op, view_of
+from tessera.capture.recorder import OpRecord, TensorRef
+from tessera.graph import KernelGraph, Role
+
+Storages = dict[int, torch.UntypedStorage]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Program:
+    """One model step, executable in pieces. ``initial``: starting bytes (flat uint8) per buffer."""
+
+    graph: KernelGraph
+    ops: tuple[OpRecord, ...]
+    initial: dict[int, torch.Tensor] = field(hash=False)
+    outputs: tuple[TensorRef, ...] = ()
+
+    def __post_init__(self) -> None:
+        assert len(self.ops) == len(self.graph.kernels), (
+            f"program has {len(self.ops)} ops but graph {len(self.graph.kernels)} kernels")
+
+    @classmethod
+    def from_capture(cls, cap: Capture) -> Program:
+        return cls(graph=cap.graph, ops=tuple(cap.program), initial=dict(cap.initial), outputs=tuple(cap.outputs))
+
+    def role(self, buffer: int) -> Role:
+        return self.graph.buffers[buffer].role
+
+    def nbytes(self, buffer: int) -> int:
+        return self.graph.buffers[buffer].bytes
+
+    def name(self, buffer: int) -> str:
+        return self.graph.buffers[buffer].name
+
+    def needs(self, k: int) -> set[int]:
+        """Buffers kernel k must hold current before it runs: every buffer its arguments view."""
+        op = self.ops[k]
+        return {r.buffer for r in iter_refs((op.args, op.kwargs))}
+
+    def writes(self, k: int) -> set[int]:
+        return set(self.graph.kernels[k].writes) | {r.buffer for r in self.ops[k].outputs}
+
+    def zeroed(self) -> frozenset[int]:
+        """Buffers with no starting contents that no op returns fresh: allocations written in place."""
+        produced = {r.buffer for op in self.ops for r in op.outputs}
+        return frozenset(b.id for b in self.graph.buffers if b.id not in self.initial and b.id not in produced)
+
+    def stripped(self, keep: set[int] | frozenset[int]) -> Program:
+        """The same program holding starting contents only for ``keep`` (what one device may hold)."""
+        return Program(graph=self.graph, ops=self.ops, initial={b: t for b, t in self.initial.items() if b in keep},
+                       outputs=self.outputs)
+
+
+def iter_refs(x: Any) -> Iterator[TensorRef]:
+    if isinstance(x, TensorRef):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from iter_refs(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from iter_refs(y)
+
+
+def as_bytes(st: torch.UntypedStorage) -> torch.Tensor:
+    """A flat uint8 tensor over a storage (no copy): what travels over gloo."""
+    return torch.empty(0, dtype=torch.uint8).set_(st)
+
+
+def zero_storage(nbytes: int) -> torch.UntypedStorage:
+    return torch.zeros(nbytes, dtype=torch.uint8).untyped_storage()
+
+
+def replay_step(program: Program, storages: Storages) -> list[torch.Tensor]:
+    """Single-process execution of every op in order against ``storages`` (updated in place)."""
+    for b in program.zeroed():
+        storages.setdefault(b, zero_storage(program.nbytes(b)))
+    for op in program.ops:
+        run_op(storages, op)
+    return [view_of(storages, r).clone() for r in program.outputs]
+
+
+__all__ = ["Program", "Storages", "as_bytes", "iter_refs", "replay_step", "run_op", "view_of", "zero_storage"]

@@ -1,0 +1,81 @@
+"""Online switching between a latency-mode and a throughput-mode plan, by queue depth with hysteresis.
+
+Residency rule (a switch must not move weights): the two plans must be for the same model on the same
+devices (same GPU and capacity, in order) with the same KV bytes per token, and then either
+  (a) their memory placements agree on every device for the roles ``weight``, ``kv`` and ``state``
+      (the same buffers already sit on the same devices; the plans differ only in how activations
+      flow, micro-batching and batch size), or
+  (b) both placements fit at once: on every device the sum of both plans' ``memory_bytes`` over all
+      roles is at most the device's ``mem_bytes``.
+Otherwise the switch is refused with the first device that does not fit.
+
+Switch cost: the in-flight iteration(s) drain (simulated), then ``switch_s`` passes with no
+iteration. Default: the largest one-micro-batch ``latency_s`` of the iterative phase in either plan,
+i.e. one pipeline fill of the slower schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.errors import UserError
+from tessera.plan.types import Plan
+from tessera.sim.model import ITER_PHASES
+
+RESIDENT_ROLES = ("weight", "kv", "state")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdaptivePolicy:
+    latency_plan: Plan
+    high_queue: int = 8  # waiting requests on a replica at which it goes to throughput mode
+    low_queue: int = 0  # waiting requests at or below which it returns to latency mode
+    switch_s: float | None = None  # None: default above
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.low_queue < self.high_queue:
+            raise UserError(f"adaptive thresholds low={self.low_queue}, high={self.high_queue} "
+                            "must satisfy 0 <= low < high")
+        if self.switch_s is not None and self.switch_s < 0:
+            raise UserError(f"switch cost {self.switch_s} s must be >= 0")
+
+    def target(self, mode: str, waiting: int) -> str:
+        if mode == "latency" and waiting >= self.high_queue:
+            return "throughput"
+        if mode == "throughput" and waiting <= self.low_queue:
+            return "latency"
+        return mode
+
+    def switch_cost_s(self, throughput_plan: Plan) -> float:
+        if self.switch_s is not None:
+            return self.switch_s
+        lat = [s.latency_s for p in (throughput_plan, self.latency_plan) for n in ITER_PHASES
+               if n in p.phases for s in p.phases[n].points]
+        return max(lat, default=0.0)
+
+
+def check_switchable(a: Plan, b: Plan) -> str:
+    """Raise UserError unless a switch between ``a`` and ``b`` keeps both placements resident;
+    return which clause of the rule allowed it ("identical" or "both-resident")."""
+    if a.model != b.model:
+        raise UserError(f"adaptive plans are for different models: {a.model!r} vs {b.model!r}")
+    da = [(d.gpu, d.mem_bytes) for d in a.devices]
+    db = [(d.gpu, d.mem_bytes) for d in b.devices]
+    if da != db:
+        raise UserError(f"adaptive plans must run on the same devices: {da} vs {db}")
+    if a.kv_bytes_per_token != b.kv_bytes_per_token:
+        raise UserError(f"adaptive plans disagree on KV bytes per token: {a.kv_bytes_per_token} "
+                        f"vs {b.kv_bytes_per_token}")
+    ma, mb = list(a.memory_bytes), list(b.memory_bytes)
+    if len(ma) != len(da) or len(mb) != len(db):
+        raise UserError(f"adaptive plans need memory_bytes for each of the {len(da)} devices")
+    if all(x.get(r, 0) == y.get(r, 0) for x, y in zip(ma, mb, strict=True) for r in RESIDENT_ROLES):
+        return "identical"
+    for dev, x, y in zip(a.devices, ma, mb, strict=True):
+        need = sum(x.values()) + sum(y.values())
+        if need > dev.mem_bytes:
+            raise UserError(
+                f"adaptive switch refused: device {dev.index} ({dev.gpu}) would hold both plans' buffers, "
+                f"{need / 1e9:.2f} GB, but has {dev.mem_bytes / 1e9:.2f} GB; give plans whose weight/kv/state "
+                "placement is identical, or that fit together")
+    return "both-resident"

@@ -1,0 +1,99 @@
+"""Serving metrics from the per-request timestamps of a run; the JSON contract of `tessera simulate`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tessera.errors import UserError
+
+CONTRACT_KEYS = ("requests", "completed", "lost", "sim_wall_s", "throughput_tokens_per_s", "ttft_s", "tpot_s",
+                 "e2e_s", "slo_attainment", "usd_per_million_tokens")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SLO:
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for k in ("ttft_s", "tpot_s"):
+            v = getattr(self, k)
+            if v is not None and not v > 0:
+                raise UserError(f"SLO {k}={v} must be > 0")
+
+
+def percentiles(x: np.ndarray) -> dict[str, float | None]:
+    if x.size == 0:
+        return {"p50": None, "p90": None, "p99": None}
+    p = np.percentile(x, [50, 90, 99])
+    return {"p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimResult:
+    requests: int
+    completed: int
+    lost: int  # requests that can never fit (prompt + output beyond the KV capacity)
+    sim_wall_s: float  # simulated seconds from the first arrival to the last completion
+    throughput_tokens_per_s: float  # generated (output) tokens / sim_wall_s; 0 for image plans
+    ttft_s: dict[str, float | None] = field(hash=False)
+    tpot_s: dict[str, float | None] = field(hash=False)
+    e2e_s: dict[str, float | None] = field(hash=False)
+    slo_attainment: float | None  # fraction of all requests meeting every given SLO; None without SLO
+    usd_per_million_tokens: float | None  # None when no tokens were produced (image plans)
+    requests_per_s: float = 0.0
+    images_per_s: float = 0.0
+    device_utilisation: tuple[float, ...] = ()  # per device of the cell, averaged over replicas
+    preemptions: int = 0
+    switches: int = 0
+    replicas: int = 1
+    runtime_s: float = 0.0  # real seconds the simulation took (not deterministic; not in the contract)
+
+    def to_json(self) -> dict[str, Any]:
+        """Exactly the contract of `tessera simulate --json`."""
+        return {k: getattr(self, k) for k in CONTRACT_KEYS}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The contract plus a ``detail`` object with the remaining figures."""
+        detail = {k: getattr(self, k) for k in ("requests_per_s", "images_per_s", "device_utilisation",
+                                                 "preemptions", "switches", "replicas", "runtime_s")}
+        return {**self.to_json(), "detail": {**detail, "device_utilisation": list(self.device_utilisation)}}
+
+
+def summarise(*, arrival: np.ndarray, first_s: np.ndarray, done_s: np.ndarray, output: np.ndarray,
+              lost: int, image: bool, slo: SLO | None, usd_per_hour: float, busy_s: np.ndarray,
+              preemptions: int, switches: int, replicas: int, runtime_s: float) -> SimResult:
+    ok = ~np.isnan(done_s)
+    n_ok = int(ok.sum())
+    span = float(done_s[ok].max() - arrival.min()) if n_ok else 0.0
+    tokens = float(output[ok].sum()) if not image else 0.0
+    tput = tokens / span if span > 0 else 0.0
+    ttft = first_s - arrival
+    e2e = done_s - arrival
+    multi = ok & (output > 1)
+    tpot = np.full(len(arrival), np.nan)
+    tpot[multi] = (done_s[multi] - first_s[multi]) / (output[multi] - 1)
+    att = None
+    if slo is not None and (slo.ttft_s is not None or slo.tpot_s is not None):
+        good = ok.copy()
+        if slo.ttft_s is not None:
+            good &= ttft <= slo.ttft_s
+        if slo.tpot_s is not None:
+            good &= ~multi | (tpot <= slo.tpot_s)
+        att = float(good.sum()) / len(arrival)
+    usd = usd_per_hour / 3600.0 / tput * 1e6 if tput > 0 else None
+    util = tuple(float(b) / (span * replicas) if span > 0 else 0.0 for b in busy_s)
+    return SimResult(
+        requests=len(arrival), completed=n_ok, lost=lost, sim_wall_s=span, throughput_tokens_per_s=tput,
+        ttft_s=percentiles(ttft[ok]), tpot_s=percentiles(tpot[multi]), e2e_s=percentiles(e2e[ok]),
+        slo_attainment=att, usd_per_million_tokens=usd, requests_per_s=n_ok / span if span > 0 else 0.0,
+        images_per_s=(n_ok / span if span > 0 else 0.0) if image else 0.0, device_utilisation=util,
+        preemptions=preemptions, switches=switches, replicas=replicas, runtime_s=runtime_s)
+
+
+def finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)

@@ -1,0 +1,130 @@
+"""Iteration time from a Plan: interpolation of ``PhasePlan.points`` over (tokens, context).
+
+Rule (also in docs/sim.md): points are grouped by ``context``; inside one context slice the step time
+is piecewise linear in ``tokens``; between slices it is linear in ``context``. Below the smallest
+sampled value (of either axis) the nearest sample is held (clamp: fixed costs dominate small shapes);
+above the largest it is extrapolated linearly from the last two samples, never with a negative slope
+(a falling extrapolation is clamped to the last sample). Linear, not log, space: an affine cost
+(weights read once + per-token work) is then reproduced exactly between samples.
+
+An evaluation returns the sample weights, not just the time, so per-device busy time can be
+accumulated per iteration as a few floats and expanded into device seconds once at the end.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tessera.errors import UserError
+from tessera.plan.types import PhasePlan, Plan
+
+Weights = tuple[tuple[int, float], ...]  # (point index, weight); weights sum to 1
+
+
+def _axis_weights(xs: Sequence[float], x: float) -> tuple[tuple[int, float], ...]:
+    """Weights over positions of sorted ``xs`` for value ``x`` (clamp below, extrapolate above)."""
+    n = len(xs)
+    if n == 1 or x <= xs[0]:
+        return ((0, 1.0),)
+    if x >= xs[-1]:
+        w = (x - xs[-2]) / (xs[-1] - xs[-2])
+        return ((n - 2, 1.0 - w), (n - 1, w))
+    j = bisect_left(xs, x)
+    if xs[j] == x:
+        return ((j, 1.0),)
+    w = (x - xs[j - 1]) / (xs[j] - xs[j - 1])
+    return ((j - 1, 1.0 - w), (j, w))
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """Step-time lookup for one phase of one plan."""
+
+    phase: str
+    step_s: np.ndarray  # [P] per point
+    busy_s: np.ndarray  # [P, D] device seconds per whole step (micro-batch busy × microbatches)
+    contexts: tuple[float, ...]  # sorted distinct contexts
+    slices: tuple[tuple[tuple[float, ...], tuple[int, ...]], ...]  # per context: sorted tokens, point ids
+    tokens_per_item: float  # tokens one sequence/image adds to `tokens` (denoise: batch -> tokens)
+    max_batch: int
+    max_tokens: int
+
+    @classmethod
+    def build(cls, plan: Plan, name: str) -> StepTable:
+        p: PhasePlan = plan.phases[name]
+        if not p.points:
+            raise UserError(f"plan phase {name!r} has no step points; the simulator needs at least one")
+        ndev = len(plan.devices)
+        for s in p.points:
+            if s.step_s <= 0 or len(s.device_busy_s) != ndev:
+                raise UserError(f"plan phase {name!r}: point (tokens={s.tokens}, context={s.context}) has "
+                                f"step_s={s.step_s} or {len(s.device_busy_s)} device times for {ndev} devices")
+        by_ctx: dict[float, list[tuple[float, int]]] = {}
+        for i, s in enumerate(p.points):
+            by_ctx.setdefault(float(s.context), []).append((float(s.tokens), i))
+        contexts = tuple(sorted(by_ctx))
+        slices = []
+        for c in contexts:
+            rows = sorted(set(by_ctx[c]))
+            toks = [t for t, _ in rows]
+            if len(set(toks)) != len(toks):
+                raise UserError(f"plan phase {name!r}: two points share tokens and context={c}")
+            slices.append((tuple(toks), tuple(i for _, i in rows)))
+        step = np.array([s.step_s for s in p.points])
+        busy = np.array([[b * s.microbatches for b in s.device_busy_s] for s in p.points])
+        tpi = float(np.median([s.tokens / s.batch for s in p.points if s.batch > 0] or [1.0]))
+        return cls(phase=name, step_s=step, busy_s=busy, contexts=contexts, slices=tuple(slices),
+                   tokens_per_item=tpi, max_batch=max(s.batch for s in p.points),
+                   max_tokens=max(s.tokens for s in p.points))
+
+    def weights(self, tokens: float, context: float) -> Weights:
+        out: dict[int, float] = {}
+        for ci, wc in _axis_weights(self.contexts, context):
+            toks, ids = self.slices[ci]
+            for ti, wt in _axis_weights(toks, tokens):
+                out[ids[ti]] = out.get(ids[ti], 0.0) + wc * wt
+        w = tuple(out.items())
+        if sum(wi * self.step_s[i] for i, wi in w) < min(self.step_s[i] for i, _ in w):
+            # falling extrapolation: hold the largest-shape sample instead
+            return ((max(out, key=lambda i: (self._pos(i))), 1.0),)
+        return w
+
+    def _pos(self, i: int) -> tuple[float, float]:
+        for c, (toks, ids) in zip(self.contexts, self.slices, strict=True):
+            if i in ids:
+                return (c, toks[ids.index(i)])
+        raise AssertionError(f"point {i} not in any slice")
+
+    def time(self, tokens: float, context: float) -> tuple[float, Weights]:
+        w = self.weights(tokens, context)
+        step = self.step_s
+        return sum(wi * float(step[i]) for i, wi in w), w
+
+
+def phase_devices(plan: Plan, name: str) -> frozenset[int]:
+    """Devices a phase occupies: any nonzero busy time at any point, or any kernel assigned."""
+    p = plan.phases[name]
+    devs = set(p.assignment)
+    for s in p.points:
+        devs.update(d for d, b in enumerate(s.device_busy_s) if b > 0)
+    return frozenset(devs)
+
+
+def lanes(plan: Plan, names: list[str]) -> list[list[str]]:
+    """Group phases into lanes: phases whose device sets overlap (transitively) serialise on one lane;
+    disjoint lanes run concurrently (e.g. prefill on device A while decode runs on device B)."""
+    groups: list[tuple[set[int], list[str]]] = []
+    for n in names:
+        devs = set(phase_devices(plan, n))
+        hit = [g for g in groups if g[0] & devs or not devs or not g[0]]
+        merged_devs, merged_names = devs, [n]
+        for g in hit:
+            merged_devs |= g[0]
+            merged_names = g[1] + merged_names
+            groups.remove(g)
+        groups.append((merged_devs, merged_names))
+    return [g[1] for g in groups]

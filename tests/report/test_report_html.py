@@ -1,0 +1,93 @@
+"""The HTML report: self-contained, every given section present, omitted ones noted, text escaped; the CLI."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import pytest
+from report_inputs import compare_cells, sim_result, toy_graph, toy_plan
+
+from tessera.cli import main
+from tessera.report import plots
+from tessera.report.data import ReportData, parse_cell, parse_sim
+from tessera.report.html import build_report
+
+SECTIONS = ("compare", "placement", "gantt", "frontier", "latency", "memory", "method")
+
+
+def _full_data(tmp_path) -> ReportData:
+    gantt = plots.plot_frontier(plots.frontier_from_cells([parse_cell(c, "t") for c in compare_cells()],
+                                                          "llama-3-70b"), tmp_path / "gantt.png")
+    return ReportData(
+        compare=tuple(parse_cell(c, "t") for c in compare_cells()), plan=toy_plan(), graphs=(toy_graph(),),
+        sims=(parse_sim(sim_result(1.0), "tessera", "t"), parse_sim(sim_result(2.0), "homo<geneous>", "t")),
+        gantt_png=gantt, commands=("tessera compare --json > compare.json",))
+
+
+def _assert_self_contained(page: str) -> None:
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
+    assert "<script" not in page.lower() and "<link" not in page.lower() and "@import" not in page
+    srcs = re.findall(r'<img [^>]*src="([^"]*)"', page)
+    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
+    for s in srcs:  # each embeds a real PNG
+        assert base64.b64decode(s.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_full_report_is_self_contained_with_every_section(tmp_path) -> None:
+    page = build_report(_full_data(tmp_path), tmp_path / "out").read_text()
+    _assert_self_contained(page)
+    for sid in SECTIONS:
+        assert f'<section id="{sid}">' in page
+    assert "omitted" not in page
+    # compare, placement, gantt, one frontier (llama: two GPU sets; the others have one price), latency, memory
+    assert page.count("<img ") == 6
+    # escaped names: the plan's model and a sim label; never the raw '<'
+    assert "toy&lt;2L&gt;" in page and "toy<2L>" not in page
+    assert "homo&lt;geneous&gt;" in page and "mamba-2&lt;x&gt;" in page and "mamba-2<x>" not in page
+
+
+def test_headline_numbers_by_hand(tmp_path) -> None:
+    page = build_report(_full_data(tmp_path), tmp_path / "out").read_text()
+    # the plan's model is not in the matrix, so the cell with the largest gain leads: llama on H100+L40S
+    assert "<b>llama-3-70b</b> on <b>H100-SXM+L40S</b>" in page and "<b>1.20×</b> the throughput" in page
+    # gains 1.2, 3600/3300, 9000/8500, 1.5/1.3: median (1.0909 + 1.1538) / 2 = 1.12
+    assert "ranges from 1.06× to 1.20× (median 1.12×)" in page
+    assert "decode: 40% on d0 H100-SXM, 60% on d1 L40S (of 15 kernels, 2 micro-batches" in page
+    assert "lowest p99 time per output token is 40.00 ms (tessera)" in page
+
+
+def test_missing_sections_are_noted_not_dropped(tmp_path) -> None:
+    data = ReportData(compare=tuple(parse_cell(c, "t") for c in compare_cells()), title="T <&> x")
+    page = build_report(data, tmp_path).read_text()
+    _assert_self_contained(page)
+    for sid in SECTIONS:
+        assert f'<section id="{sid}">' in page
+    assert page.count('class="note"') == 5  # placement, gantt, latency, memory, and mamba/flux's one-price frontier
+    assert "Placement map omitted" in page and "Latency percentiles omitted" in page
+    assert "<title>T &lt;&amp;&gt; x</title>" in page
+
+
+def test_cli_builds_report_and_bad_files_exit_2(tmp_path, capsys) -> None:
+    (tmp_path / "compare.json").write_text(json.dumps(compare_cells()))
+    toy_plan().save(tmp_path / "plan.json")
+    toy_graph().save(tmp_path / "graph.json")
+    (tmp_path / "sim_tessera.json").write_text(json.dumps(sim_result(1.0)))
+    with pytest.raises(SystemExit) as ok:  # click's standalone mode exits 0 on success
+        main(["report", "-q", "--compare", str(tmp_path / "compare.json"), "--plan", str(tmp_path / "plan.json"),
+              "--graph", str(tmp_path / "graph.json"), "--sim", str(tmp_path / "sim_tessera.json"),
+              "-o", str(tmp_path / "out")])
+    assert ok.value.code == 0
+    assert (tmp_path / "out" / "report.html").stat().st_size > 100_000
+    capsys.readouterr()
+    for args, msg in ((["--compare", str(tmp_path / "nope.json")], "cannot read compare file"),
+                      (["--plan", str(tmp_path / "compare.json")], "holds a JSON list, not an object"),
+                      (["--plan", str(tmp_path / "graph.json")], "plan version None is not 1"),
+                      (["--sim", str(tmp_path / "plan.json")], "field 'requests' must be a number"),
+                      ([], "nothing to report")):
+        with pytest.raises(SystemExit) as e:
+            main(["report", "-q", *args, "-o", str(tmp_path / "bad")])
+        assert e.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert msg in err and len(err.splitlines()) == 1, err
