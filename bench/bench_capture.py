@@ -15,7 +15,7 @@ from pathlib import Path
 
 # Serving-like shapes: prefill 8×512, decode 32 sequences at 2048 context, Flux 1024² image (4096 tokens).
 SHAPES = {"prefill": {"batch": 8, "seq": 512}, "decode": {"batch": 32, "context": 2048},
-          "encode": {"batch": 4}, "denoise": {"batch": 1, "seq": 4096, "context": 512}}
+          "denoise": {"batch": 1, "seq": 4096, "context": 512}}
 CHILD = """
 import json, resource, sys
 from tessera.capture import capture_model, summarize

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from unittest import mock
 from contextlib import ExitStack
 from typing import Any
+from unittest import mock
 
 import torch
 from torch import nn
@@ -20,7 +20,7 @@ from tessera.errors import UserError, choices_error
 from tessera.graph import KernelGraph, Role, build_graph
 
 # Step sizes used when the caller gives none.
-DEFAULT_SEQ = {"prefill": 512, "denoise": 4096, "encode": 0, "decode": 1}
+DEFAULT_SEQ = {"prefill": 512, "denoise": 4096, "decode": 1}
 DEFAULT_CONTEXT = {"decode": 2048, "denoise": 512}
 
 
@@ -63,11 +63,8 @@ def _make_step(spec: ModelSpec, model: nn.Module, phase: str, batch: int, seq: i
         return steps.llm_step(model, phase, batch, seq, context, real)
     if spec.family == "ssm":
         return steps.ssm_step(model, phase, batch, seq, context, real)
-    if spec.family == "dit":
-        return steps.dit_step(model, batch, seq, context)
-    from tessera.capture import vl
-
-    return vl.vl_step(model, phase, batch, seq, context)
+    assert spec.family == "dit", f"no step for family {spec.family}"
+    return steps.dit_step(model, batch, seq, context)
 
 
 def record(name: str, phase: str, *, batch: int, seq: int | None, context: int | None, real: bool,

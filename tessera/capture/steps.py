@@ -38,12 +38,7 @@ def build(spec: ModelSpec) -> nn.Module:
     conf = AutoConfig.for_model(model_type, **cfg)
     attn = "eager" if spec.family == "ssm" else "sdpa"  # Mamba has no attention to choose
     conf._attn_implementation = attn
-    if spec.family == "vl":
-        from transformers import Qwen2_5_VLForConditionalGeneration
-
-        model: nn.Module = Qwen2_5_VLForConditionalGeneration(conf)
-    else:
-        model = AutoModelForCausalLM.from_config(conf, attn_implementation=attn)
+    model = AutoModelForCausalLM.from_config(conf, attn_implementation=attn)
     if spec.family == "moe":
         _split_experts(model)
     return model.eval()

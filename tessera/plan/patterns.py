@@ -54,8 +54,9 @@ def _signature(prob: PhaseProblem, gs: list[int], nxt: list[int] | None) -> tupl
     npos = {g: i for i, g in enumerate(nxt or [])}
     kern = tuple(tuple((prob.graph.kernels[k].name, prob.graph.kernels[k].kind, tuple(sorted(
         prob.graph.kernels[k].dims.items()))) for k in prob.groups[g]) for g in gs)
-    vals = tuple(sorted((pos[v.src], tuple(pos.get(c, -1) for c in v.dst), tuple(npos.get(c, -1) for c in v.dst),
-                         v.bytes) for v in prob.values if v.src in pos))
+    vals = tuple(sorted((pos[v.src], tuple(sorted(pos[c] for c in v.dst if c in pos)),
+                         tuple(sorted(npos[c] for c in v.dst if c in npos)), v.bytes)
+                        for v in prob.values if v.src in pos))
     pins = tuple(prob.pinned.get(g, -1) for g in gs)
     hand = tuple(sorted((pos[h.src], h.device, h.bytes) for h in prob.handoffs if h.src in pos))
     return kern, vals, pins, hand
@@ -82,8 +83,13 @@ def find_segments(prob: PhaseProblem, min_layers: int = 3) -> list[Segment]:
     return segs
 
 
-def _layer_problem(prob: PhaseProblem, seg: Segment) -> PhaseProblem:
-    """One representative layer (the segment's first) with its stream to the next layer folded back in."""
+def _layer_problem(prob: PhaseProblem, seg: Segment, *, walk: bool = False) -> PhaseProblem:
+    """One representative layer (the segment's first) with its stream to the next layer folded back in.
+
+    ``walk``: leave out the primary stream value (the largest one crossing into the next layer); the
+    counts MILP charges it through the walk (entry/exit devices and jumps) instead.
+    """
+    prim = _primary_stream(prob, seg)
     gs, nxt = seg.groups[0], seg.groups[1]
     pos = {g: i for i, g in enumerate(gs)}
     npos = {g: i for i, g in enumerate(nxt)}
@@ -93,6 +99,8 @@ def _layer_problem(prob: PhaseProblem, seg: Segment) -> PhaseProblem:
             continue
         dst = sorted({pos[c] for c in v.dst if c in pos} | {npos[c] for c in v.dst if c in npos})
         dst = [c for c in dst if c != pos[v.src]]
+        if walk and prim is not None and v is prob.values[prim]:
+            dst = [pos[c] for c in v.dst if c in pos and pos[c] != pos[v.src]]
         if dst:
             values.append(replace(v, src=pos[v.src], dst=tuple(dst)))
             xfer.append(prob.xfer_s[vi])
@@ -100,6 +108,22 @@ def _layer_problem(prob: PhaseProblem, seg: Segment) -> PhaseProblem:
     return replace(prob, groups=[prob.groups[g] for g in gs], group_of=[], t=prob.t[gs], values=values,
                    xfer_s=np.array(xfer), residents=[], handoffs=hand, preresident={},
                    pinned={pos[g]: d for g, d in prob.pinned.items() if g in pos})
+
+
+def _primary_stream(prob: PhaseProblem, seg: Segment) -> int | None:
+    """Index of the largest value from the segment's first layer into its second (the residual stream)."""
+    here, nxt = set(seg.groups[0]), set(seg.groups[1])
+    cands = [(v.bytes, -vi) for vi, v in enumerate(prob.values) if v.src in here and any(c in nxt for c in v.dst)]
+    return -max(cands)[1] if cands else None
+
+
+def _entry_exit(prob: PhaseProblem, seg: Segment, pat: tuple[int, ...]) -> tuple[int, int, list[int]]:
+    """(entry device e_p, exit device o_p, other entry devices) of the primary stream under pattern p."""
+    prim = prob.values[_primary_stream(prob, seg)]  # type: ignore[index]
+    pos = {g: i for i, g in enumerate(seg.groups[0])}
+    npos = {g: i for i, g in enumerate(seg.groups[1])}
+    ins = [pat[npos[c]] for c in prim.dst if c in npos]
+    return ins[0], pat[pos[prim.src]], sorted(set(ins) - {ins[0]})
 
 
 def generate_patterns(prob: PhaseProblem, seg: Segment) -> list[tuple[int, ...]]:
@@ -110,11 +134,11 @@ def generate_patterns(prob: PhaseProblem, seg: Segment) -> list[tuple[int, ...]]
     free = [g for g in range(sub.G) if g not in sub.pinned]
     for d in range(D):
         found[tuple(sub.pinned.get(g, d) for g in range(sub.G))] = None
-    ratios = [2.0 ** (k / 2) for k in range(-10, 11)]
+    ratios = [2.0 ** (k / 2) for k in range(-12, 13)]
     grid = ([(1.0, r) for r in ratios] if D == 2 else
             [tuple(w) for w in itertools.product([1.0, 2.0, 4.0, 8.0], repeat=D)])
     for alpha in grid:
-        for beta in (0.25, 1.0, 4.0):
+        for beta in (0.0, 0.05, 0.25, 1.0):
             a = tuple(x / max(alpha) for x in alpha)
             model, idx = build_flat(sub, objective="weighted", alpha=a, beta=beta * min(a), memory=False)
             sol = model.solve(time_limit_s=5.0)
@@ -168,27 +192,53 @@ def solve_patterns(prob: PhaseProblem, segs: list[Segment], *, objective: str = 
     link = {p: dict[int, float]() for p in pairs}
     mem = [dict[int, float]() for _ in range(D)]
     for si, s in enumerate(segs):
-        sub = _layer_problem(prob, s)
+        sub = _layer_problem(prob, s, walk=True)
+        prim = _primary_stream(prob, s)
+        assert prim is not None
+        sv_s = float(prob.xfer_s[prim])  # one send of the stream value
         L = len(s.layers)  # noqa: N806
         n.append([])
         u.append([])
+        # walk over devices: st/en free start/end, J[a,b] jumps (stream sends between layers)
+        st = [m.var(f"start[{si},{d}]", ub=1.0) for d in range(D)]
+        en = [m.var(f"end[{si},{d}]", ub=1.0) for d in range(D)]
+        m.row(f"one_start[{si}]", {c: 1.0 for c in st}, lb=1.0, ub=1.0)
+        m.row(f"one_end[{si}]", {c: 1.0 for c in en}, lb=1.0, ub=1.0)
+        jump = {p: m.var(f"J[{si},{p[0]},{p[1]}]", cost=0.0 if thr else sv_s) for p in pairs}
+        balance = [{st[d]: 1.0, en[d]: -1.0} for d in range(D)]  # arrivals − departures = 0
+        enter_by: list[list[int]] = [[] for _ in range(D)]  # patterns entering at d
+        arrive = [{st[d]: 1.0, **{jump[a, d]: 1.0 for a in range(D) if a != d}} for d in range(D)]
+        for p in pairs:
+            link[p][jump[p]] = omega * sv_s
+            balance[p[1]][jump[p]] = balance[p[1]].get(jump[p], 0.0) + 1.0
+            balance[p[0]][jump[p]] = balance[p[0]].get(jump[p], 0.0) - 1.0
         for pi, pat in enumerate(s.patterns):
             ld_dev, ld_link = loads(sub, pat)
-            run_start = _run_start(sub, pat)
+            e, o, extra = _entry_exit(prob, s, pat)
+            for b in extra:  # forwarded from the primary entry device to the other readers
+                ld_link[e, b] += sv_s
             tot = sum(ld_dev) + sum(ld_link.values())
             nc = m.var(f"n[{si},{pi}]", ub=L, integer=True, cost=0.0 if thr else tot)
-            uc = m.var(f"u[{si},{pi}]", ub=1.0, integer=True, cost=0.0 if thr else sum(run_start.values()))
+            uc = m.var(f"u[{si},{pi}]", ub=1.0, integer=True)
             n[si].append(nc)
             u[si].append(uc)
             m.row(f"used_lo[{si},{pi}]", {uc: 1.0, nc: -1.0}, ub=0.0)
             m.row(f"used_hi[{si},{pi}]", {nc: 1.0, uc: -float(L)}, ub=0.0)
+            balance[o][nc] = balance[o].get(nc, 0.0) + 1.0
+            balance[e][nc] = balance[e].get(nc, 0.0) - 1.0
+            enter_by[e].append(uc)
+            if o != e:
+                arrive[o][nc] = arrive[o].get(nc, 0.0) + 1.0
             for d in range(D):
                 comp[d][nc] = omega * ld_dev[d]
                 mem[d][nc] = float(_private_bytes(prob, s, pat, d))
             for p in pairs:
                 link[p][nc] = omega * ld_link[p]
-                link[p][uc] = omega * run_start[p]
         m.row(f"count[{si}]", {c: 1.0 for c in n[si]}, lb=L, ub=L)
+        for d in range(D):
+            m.row(f"walk[{si},{d}]", balance[d], lb=0.0, ub=0.0)
+            for uc in enter_by[d]:  # reachability: a used pattern entering at d needs a way into d
+                m.row(f"reach[{si},{d},{uc}]", {**arrive[d], uc: -1.0}, lb=0.0)
     for d in range(D):
         for g in range(prob.G):
             if (g, d) in x:
@@ -280,17 +330,6 @@ def _private_bytes(prob: PhaseProblem, seg: Segment, pat: tuple[int, ...], d: in
     return tot
 
 
-def _run_start(sub: PhaseProblem, pat: tuple[int, ...]) -> dict[tuple[int, int], float]:
-    """r[p,a,b]: stream values (folded from the next layer) entering a run may come from any device a."""
-    out = {p: 0.0 for p in sub.pool.pairs()}
-    for vi, v in enumerate(sub.values):
-        for b in {pat[c] for c in v.dst}:
-            for a in range(sub.D):
-                if a != b and a != pat[v.src]:
-                    out[a, b] += float(sub.xfer_s[vi])
-    return out
-
-
 def _expand(prob: PhaseProblem, segs: list[Segment], counts: tuple[tuple[int, ...], ...], base: list[int],
             *, omega: float, background: Background | None, thr: bool) -> tuple[int, ...]:
     """Lay runs of patterns onto layers; try every order of the used patterns (few) and keep the best."""
@@ -310,6 +349,8 @@ def _expand(prob: PhaseProblem, segs: list[Segment], counts: tuple[tuple[int, ..
         used = [(pi, c) for pi, c in enumerate(counts[si]) if c > 0]
         best: tuple[float, list[int]] | None = None
         orders = list(itertools.permutations(used)) if len(used) <= 4 else [tuple(used)]
+        ends = {pi: _entry_exit(prob, s, s.patterns[pi])[:2] for pi, _ in used}
+        orders += [_greedy_walk(used, ends, d) for d in range(prob.D)]
         for order in orders:
             lay(s, order)
             dev, lk = loads(prob, gd)
@@ -324,6 +365,26 @@ def _expand(prob: PhaseProblem, segs: list[Segment], counts: tuple[tuple[int, ..
         assert best is not None
         gd[:] = best[1]
     return tuple(gd)
+
+
+def _greedy_walk(used: list[tuple[int, int]], ends: dict[int, tuple[int, int]],
+                 start: int) -> tuple[tuple[int, int], ...]:
+    """An order that follows the stream: from the current device take a pattern entering there (runs of
+    one pattern first), jumping only when none is left."""
+    left = dict(used)
+    order: list[tuple[int, int]] = []
+    cur = start
+    while left:
+        here = [pi for pi in left if ends[pi][0] == cur]
+        loops = [pi for pi in here if ends[pi][1] == cur]
+        pi = (loops or here or list(left))[0]
+        take = left[pi] if ends[pi][0] == ends[pi][1] else 1
+        order.append((pi, take))
+        left[pi] -= take
+        if left[pi] == 0:
+            del left[pi]
+        cur = ends[pi][1]
+    return tuple(order)
 
 
 __all__ = ["Handoff", "PatternResult", "Segment", "Value", "find_segments", "generate_patterns", "solve_patterns"]

@@ -53,6 +53,7 @@ _STMT = re.compile(
     |(?P<stmt>[^;{}]*+(?:\{[^{}]*+\}[^;{}]*+)*+;)|(?P<bad>\S[^\n]*))""",
     re.X,
 )
+_RENAME_TOKEN = re.compile(r"(?<![\w$.%])[A-Za-z_$%][\w$]*")
 _OPCODE = re.compile(r"[a-z_][\w.:]*\Z")
 _GUARD = re.compile(r"@!?[%$A-Za-z_][\w$]*\Z")
 _SCALAR_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8, "128": 16}

@@ -132,7 +132,7 @@ class ReportData:
     plan: Plan | None = None
     graphs: tuple[KernelGraph, ...] | None = None  # phases of `plan`, for the placement map
     sims: tuple[SimResult, ...] | None = None
-    gantt_png: Path | None = None  # written by the simulator's Gantt plot
+    gantt_png: Path | None = None  # `tessera simulate --gantt` output; None: drawn from `plan` if given
     frontier: tuple[FrontierPoint, ...] | None = None  # advisor mixes; else derived from `compare`
     commands: tuple[str, ...] = ()  # shell commands that reproduce the inputs
 

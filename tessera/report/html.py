@@ -197,11 +197,15 @@ def _memory_html(data: ReportData, fig_dir: Path) -> str:
     return f"<p>{escape('; '.join(facts))}.</p>" + _table(PLAN_HEADER, plan_rows(data.plan), num_from=2) + _img(png, "memory per device")
 
 
-def _gantt_html(data: ReportData) -> str:
-    if data.gantt_png is None:
-        return _omitted("Pipeline Gantt", "no Gantt image given (the simulator writes it; --gantt).")
-    return "<p>A few pipelined iterations: each device's kernels and each link's transfers.</p>" + _img(
-        data.gantt_png, "pipeline gantt")
+def _gantt_html(data: ReportData, fig_dir: Path) -> str:
+    png = data.gantt_png
+    if png is None and data.plan is not None:
+        png = plots.plot_gantt(data.plan, fig_dir / "gantt.png")
+    if png is None:
+        return _omitted("Pipeline Gantt", "no plan and no Gantt image given (--plan, or --gantt from "
+                                          "tessera simulate --gantt).")
+    return ("<p>A few pipelined iterations of the plan: each device's kernels (colour = micro-batch) and "
+            "each link's transfers (hatched); gaps are pipeline bubbles.</p>" + _img(png, "pipeline gantt"))
 
 
 def _provenance_html(data: ReportData) -> str:
@@ -234,7 +238,7 @@ def build_report(data: ReportData, out_dir: Path) -> Path:
     sections = [
         ("compare", "Compare matrix", _compare_html(data, fig_dir)),
         ("placement", "Placement map", _placement_html(data, fig_dir)),
-        ("gantt", "Pipeline Gantt", _gantt_html(data)),
+        ("gantt", "Pipeline Gantt", _gantt_html(data, fig_dir)),
         ("frontier", "Throughput–cost frontier", _frontier_html(data, fig_dir)),
         ("latency", "Latency percentiles", _latency_html(data, fig_dir)),
         ("memory", "Memory per device", _memory_html(data, fig_dir)),

@@ -112,7 +112,8 @@ def placement_figure(graph: KernelGraph, assignment: tuple[int, ...] | list[int]
     for r, row in enumerate(grid.cells):  # thin outline marks cells that exist but mix devices
         for c, devs in enumerate(row):
             if len(set(devs)) > 1:
-                ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, lw=0.6, ec="black"))
+                ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, ec="black",
+                                       lw=0.6 if len(grid.columns) <= 40 else 0.3))
     ax.set_xlim(-0.6, len(grid.columns) - 0.4)
     ax.set_ylim(len(grid.kinds) - 0.4, -0.6)
     step = max(1, len(grid.columns) // 40)  # at most ~40 tick labels

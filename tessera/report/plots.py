@@ -17,7 +17,7 @@ from tessera.report.data import CompareCell, FrontierPoint, SimResult, strategy_
 from tessera.report.placement import DPI, device_colours, plot_placement_map  # noqa: E402
 
 __all__ = ["DPI", "plot_placement_map", "pareto_frontier", "plot_frontier", "plot_compare_matrix",
-           "plot_latency_percentiles", "plot_memory", "strategy_colour"]
+           "plot_latency_percentiles", "plot_memory", "plot_gantt", "strategy_colour"]
 
 _STRATEGY_COLOURS = {"tessera": "#d62728", "homogeneous": "#7f7f7f", "prefill_decode": "#1f77b4",
                      "attention_ffn": "#2ca02c", "layer_pipeline": "#9467bd", "mix": "#ff7f0e"}
@@ -200,3 +200,13 @@ def frontier_from_cells(cells: tuple[CompareCell, ...] | list[CompareCell], mode
                 out.append(FrontierPoint(label=f"{r.name} {c.pool}", group=r.name, usd_per_hour=r.usd_per_hour,
                                          throughput_per_s=r.throughput_per_s or 0.0))
     return out
+
+
+def plot_gantt(plan: Plan, path: Path) -> Path:
+    """The simulator's Gantt of three pipelined iterations (tessera.sim.gantt, reused, not redrawn) of the
+    plan's decode phase, or its first phase when it has none (denoise, encode)."""
+    from tessera.sim.gantt import plot_plan  # the sim stage owns the drawing
+
+    phase = "decode" if "decode" in plan.phases else next(iter(plan.phases))
+    plot_plan(plan, path, phase=phase)
+    return Path(path)

@@ -136,7 +136,8 @@ class Cluster:
             for k, v in saved.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
         got = self._collect("ready", self.config.start_timeout_s, beats=False)
-        self.resident = [got[r] for r in range(n)]
+        self.resident = [got[r]["weights"] for r in range(n)]
+        self.link = got[0]["link"]  # (latency_s, bytes_per_s) measured between workers 0 and 1, or None
 
     def step(self, key: str, plan: str, inputs: list[dict[int, torch.Tensor]], *, reset: bool) -> list[dict]:
         """Run one step of ``len(inputs)`` micro-batches; returns each worker's outputs and events."""

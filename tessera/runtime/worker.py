@@ -225,6 +225,28 @@ class Worker:
                     start_s=t_start, end_s=time.perf_counter())
 
 
+def probe_link(rank: int, world: int, reps: int = 5) -> tuple[float, float] | None:
+    """Rank 0 ping-pongs 4 KiB and 4 MiB with rank 1: (latency_s, bytes_per_s) of one direction."""
+    if world < 2 or rank > 1:
+        return None
+    one_way = []
+    for nbytes in (4096, 4 << 20):
+        buf = torch.zeros(nbytes, dtype=torch.uint8)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            if rank == 0:
+                dist.send(buf, 1)
+                dist.recv(buf, 1)
+            else:
+                dist.recv(buf, 0)
+                dist.send(buf, 0)
+            times.append((time.perf_counter() - t0) / 2)
+        one_way.append(sorted(times)[reps // 2])
+    bw = ((4 << 20) - 4096) / max(one_way[1] - one_way[0], 1e-9)
+    return max(0.0, one_way[0] - 4096 / bw), bw
+
+
 def _watch(heartbeat: Any, rank: int, parent: int) -> None:
     """Beat every 0.1 s; exit at once if the driver is gone (no orphans)."""
     while True:
@@ -241,7 +263,8 @@ def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, p
         dist.init_process_group(spec.backend, init_method="env://", rank=spec.rank, world_size=spec.world,
                                 timeout=datetime.timedelta(seconds=max(30.0, spec.recv_timeout_s)))
         worker = Worker(spec, results)
-        results.put(("ready", spec.rank, worker.resident_report()))
+        link = probe_link(spec.rank, spec.world)
+        results.put(("ready", spec.rank, {"weights": worker.resident_report(), "link": link}))
         while True:
             cmd = commands.get()
             if cmd is None:

@@ -1,4 +1,9 @@
-"""Online switching between a latency-mode and a throughput-mode plan, by queue depth with hysteresis.
+"""Online switching between a latency-mode and a throughput-mode plan, by load with hysteresis.
+
+Load signal: a replica's outstanding requests (waiting + prefilling + decoding). It goes to throughput
+mode when that reaches ``high_load`` and back to latency mode when it falls to ``low_load``. Defaults
+come from the latency plan: ``high_load`` = its largest sampled batch (beyond it the latency schedule
+would queue or run outside the shapes it was planned for), ``low_load`` = half of that.
 
 Residency rule (a switch must not move weights): the two plans must be for the same model on the same
 devices (same GPU and capacity, in order) with the same KV bytes per token, and then either
@@ -28,21 +33,27 @@ RESIDENT_ROLES = ("weight", "kv", "state")
 @dataclass(frozen=True, kw_only=True)
 class AdaptivePolicy:
     latency_plan: Plan
-    high_queue: int = 8  # waiting requests on a replica at which it goes to throughput mode
-    low_queue: int = 0  # waiting requests at or below which it returns to latency mode
+    high_load: int | None = None  # outstanding requests at which a replica goes to throughput mode
+    low_load: int | None = None  # outstanding requests at or below which it returns to latency mode
     switch_s: float | None = None  # None: default above
 
     def __post_init__(self) -> None:
-        if not 0 <= self.low_queue < self.high_queue:
-            raise UserError(f"adaptive thresholds low={self.low_queue}, high={self.high_queue} "
+        lat_batch = max((s.batch for n in ITER_PHASES if n in self.latency_plan.phases
+                         for s in self.latency_plan.phases[n].points), default=1)
+        if self.high_load is None:
+            object.__setattr__(self, "high_load", lat_batch)
+        if self.low_load is None:
+            object.__setattr__(self, "low_load", self.high_load // 2)
+        if not 0 <= self.low_load < self.high_load:
+            raise UserError(f"adaptive thresholds low={self.low_load}, high={self.high_load} "
                             "must satisfy 0 <= low < high")
         if self.switch_s is not None and self.switch_s < 0:
             raise UserError(f"switch cost {self.switch_s} s must be >= 0")
 
-    def target(self, mode: str, waiting: int) -> str:
-        if mode == "latency" and waiting >= self.high_queue:
+    def target(self, mode: str, load: int) -> str:
+        if mode == "latency" and load >= self.high_load:
             return "throughput"
-        if mode == "throughput" and waiting <= self.low_queue:
+        if mode == "throughput" and load <= self.low_load:
             return "latency"
         return mode
 

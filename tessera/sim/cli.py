@@ -65,8 +65,10 @@ def register(app: typer.Typer) -> None:
         adaptive: bool = typer.Option(False, help="switch between --latency-plan and PLAN by queue depth"),
         latency_plan: Path | None = typer.Option(None, help="latency-mode plan for --adaptive"),
         switch_ms: float | None = typer.Option(None, help="switch cost (default: one pipeline fill)"),
-        high_queue: int = typer.Option(8, help="adaptive: waiting requests that trigger throughput mode"),
-        low_queue: int = typer.Option(0, help="adaptive: waiting requests that return to latency mode"),
+        high_load: int | None = typer.Option(None, help="adaptive: outstanding requests -> throughput mode "
+                                             "(default: latency plan's largest batch)"),
+        low_load: int | None = typer.Option(None, help="adaptive: outstanding requests -> latency mode "
+                                            "(default: half of --high-load)"),
         json_out: bool = typer.Option(False, "--json", help="print the JSON contract"),
         detail: bool = typer.Option(False, help="with --json: add a detail object"),
         trace: Path | None = typer.Option(None, help="write a Chrome trace (Perfetto) of a time window"),
@@ -81,8 +83,8 @@ def register(app: typer.Typer) -> None:
         if adaptive:
             if latency_plan is None:
                 raise UserError("--adaptive needs --latency-plan P.json (PLAN is the throughput-mode plan)")
-            policy = AdaptivePolicy(latency_plan=Plan.load(latency_plan), high_queue=high_queue,
-                                    low_queue=low_queue, switch_s=None if switch_ms is None else switch_ms / 1e3)
+            policy = AdaptivePolicy(latency_plan=Plan.load(latency_plan), high_load=high_load,
+                                    low_load=low_load, switch_s=None if switch_ms is None else switch_ms / 1e3)
         slo = None
         if slo_ttft_ms is not None or slo_tpot_ms is not None:
             slo = SLO(ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1e3,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +92,3 @@ def summarise(*, arrival: np.ndarray, first_s: np.ndarray, done_s: np.ndarray, o
         slo_attainment=att, usd_per_million_tokens=usd, requests_per_s=n_ok / span if span > 0 else 0.0,
         images_per_s=(n_ok / span if span > 0 else 0.0) if image else 0.0, device_utilisation=util,
         preemptions=preemptions, switches=switches, replicas=replicas, runtime_s=runtime_s)
-
-
-def finite(x: float | None) -> bool:
-    return x is not None and math.isfinite(x)

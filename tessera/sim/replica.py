@@ -99,7 +99,7 @@ class Replica:
     def wants_switch(self) -> bool:
         if self.policy is None:
             return False
-        target = self.policy.target(self.mode, len(self.waiting))
+        target = self.policy.target(self.mode, self.load())
         self.switch_to = target if target != self.mode else None
         return self.switch_to is not None
 

@@ -1,6 +1,4 @@
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -96,22 +94,30 @@ def test_leave_one_gpu_out_meets_targets() -> None:
         validate(load_profiles(), fit_on="a100", holdout="a100")
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tessera", *args], capture_output=True, text=True, timeout=120)
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    from tessera.cli import main
+
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 @pytest.mark.slow
-def test_cli_validate_json_and_errors(tmp_path: Path) -> None:
-    r = _cli("cost", "validate", "--holdout", "h100", "--json")
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
-    assert out["holdout"] == ["H100-SXM"] and out["fit_on"] == ["A100-80GB-SXM"]
-    assert set(out["overall"]) == {"median_ape", "p90_ape", "points"} and set(out["ops"]) >= set(GEMM_OPS)
-    bad = _cli("cost", "validate", "--holdout", "X9")
-    assert bad.returncode == 2 and "unknown GPU 'X9'; valid:" in bad.stderr and len(bad.stderr.splitlines()) == 1
+def test_cli_validate_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _cli(capsys, "cost", "validate", "--holdout", "h100", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["holdout"] == ["H100-SXM"] and report["fit_on"] == ["A100-80GB-SXM"]
+    assert set(report["overall"]) == {"median_ape", "p90_ape", "points"} and set(report["ops"]) >= set(GEMM_OPS)
+    code, _, err = _cli(capsys, "cost", "validate", "--holdout", "X9")
+    assert code == 2 and "unknown GPU 'X9'; valid:" in err and len(err.strip().splitlines()) == 1
     (tmp_path / "h100" / "m").mkdir(parents=True)
     (tmp_path / "h100" / "m" / "mlp.csv").write_text("garbage\n")
-    bad = _cli("cost", "validate", "--profiles", str(tmp_path))
-    assert bad.returncode == 2 and "not a Vidur mlp.csv" in bad.stderr
-    bad = _cli("profile", "llama-tiny", "--device", "tpu")
-    assert bad.returncode == 2 and "valid: cpu" in bad.stderr
+    code, _, err = _cli(capsys, "cost", "validate", "--profiles", str(tmp_path))
+    assert code == 2 and "not a Vidur mlp.csv" in err
+    code, _, err = _cli(capsys, "profile", "llama-tiny", "--device", "tpu")
+    assert code == 2 and "valid: cpu" in err

@@ -2,7 +2,7 @@ import pytest
 
 from tessera.cost import CostModel, Efficiency, default_cost_model
 from tessera.cost.model import gemm_waves
-from tessera.cost.profiles import GemmTable, Sample, op_kernel, ModelShape
+from tessera.cost.profiles import GemmTable, ModelShape, Sample, op_kernel
 from tessera.graph import Kernel, KernelKind
 from tessera.hardware import gpu, link
 

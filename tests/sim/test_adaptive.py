@@ -36,13 +36,14 @@ def test_both_resident_rule_and_refusal_names_the_device():
 
 def test_policy_hysteresis_and_default_switch_cost():
     lat, thr = plans()
-    p = AdaptivePolicy(latency_plan=lat, high_queue=4, low_queue=1)
+    assert (AdaptivePolicy(latency_plan=lat).high_load, AdaptivePolicy(latency_plan=lat).low_load) == (32, 16)
+    p = AdaptivePolicy(latency_plan=lat, high_load=4, low_load=1)
     assert p.target("latency", 3) == "latency" and p.target("latency", 4) == "throughput"
     assert p.target("throughput", 2) == "throughput" and p.target("throughput", 1) == "latency"
     # the slowest one-micro-batch latency of either plan's decode points
     assert p.switch_cost_s(thr) == pytest.approx(max(FAST.step_s(32, 0), WIDE.step_s(256, 0) / 2))
     with pytest.raises(UserError, match="low"):
-        AdaptivePolicy(latency_plan=lat, high_queue=2, low_queue=2)
+        AdaptivePolicy(latency_plan=lat, high_load=2, low_load=2)
 
 
 def test_adaptive_switches_under_bursts_and_completes_everything():

@@ -38,6 +38,7 @@ def test_arrival_processes():
     assert gaps.std() / gaps.mean() == pytest.approx(3.0, rel=0.1)
 
 
+@pytest.mark.slow  # imports every stage's CLI (torch) and matplotlib
 def test_cli_json_contract_trace_and_gantt(tmp_path, capsys, shared_pair_plan):
     p = tmp_path / "plan.json"
     shared_pair_plan.save(p)

@@ -1,0 +1,210 @@
+"""Per-parameter access analysis: which pointer parameters each entry reads, writes or updates atomically.
+
+A may-analysis over bit sets (Python ints). Every register, symbol and parameter slot holds the set of
+things its value may derive from: bit ``P + i`` = the value of entry parameter i, ``A + i`` = the address
+of parameter i (tensor maps, structs read through their address), plus flags. Values only grow, so a
+flow-insensitive fixpoint over all instructions (branches and loops included) is sound. Multiplicative
+operations (mul, shl, div, ...) turn a value into an offset: the result drops its pointer bits, so
+``base + idx * 4`` is attributed to ``base`` alone. Calls are analysed in the callee with the actual
+arguments' bit sets (context-sensitive, memoised), so accesses in ``.func``s count against the entry.
+
+An address whose base may be a pointer loaded from memory (any 64-bit load from global/const memory),
+or that no parameter reaches, is *wild*: every pointer parameter becomes read-write and the kernel
+``indirect``. An address produced by an operation the analysis does not model makes the parameters
+it derives from read-write (and the kernel indirect). A data-dependent offset from a known base
+(gather/scatter, a paged-KV block table of indices) stays inside that base's allocation (CUDA's
+in-bounds rule), so it keeps its precise class and is only flagged ``data_dependent``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from tessera.ptx.compile import (
+    ACC_A, ACC_R, ACC_W, DATA, GSYM0, LOCAL, UNMOD, WILD, CompiledFunction, compile_function,
+)
+from tessera.ptx.parser import Function, Module, parse_ptx
+
+
+class Access(StrEnum):
+    UNTOUCHED = "untouched"
+    READ = "read"
+    WRITTEN = "written"
+    READ_WRITE = "read-write"
+    ATOMIC = "atomic"
+
+    @property
+    def reads(self) -> bool:
+        return self in (Access.READ, Access.READ_WRITE, Access.ATOMIC)
+
+    @property
+    def writes(self) -> bool:
+        return self in (Access.WRITTEN, Access.READ_WRITE, Access.ATOMIC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamAccess:
+    name: str
+    type: str
+    access: Access
+    reads: int = 0  # memory instructions that read through this parameter
+    writes: int = 0
+    atomics: int = 0
+    conservative: int = 0  # wild/unmodelled accesses that widened it to read-write
+    data_dependent: bool = False  # some address adds a value loaded from memory (gather/scatter)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntryAccess:
+    name: str
+    params: tuple[ParamAccess, ...]
+    indirect: bool
+    reasons: tuple[str, ...] = ()  # why indirect, e.g. "line 812: ld.global.f32 through a loaded pointer"
+    globals: dict[str, Access] = field(default_factory=dict)  # module-scope .global variables touched
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name, "indirect": self.indirect, "reasons": list(self.reasons),
+            "globals": {k: str(v) for k, v in self.globals.items()},
+            "params": [{"name": p.name, "type": p.type, "access": str(p.access), "reads": p.reads,
+                        "writes": p.writes, "atomics": p.atomics, "conservative": p.conservative,
+                        "data_dependent": p.data_dependent} for p in self.params],
+        }
+
+
+def _classify(flags: int) -> Access:
+    if not flags:
+        return Access.UNTOUCHED
+    if flags == ACC_A:
+        return Access.ATOMIC
+    if flags == ACC_R:
+        return Access.READ
+    if flags == ACC_W:
+        return Access.WRITTEN
+    return Access.READ_WRITE
+
+
+class _EntryContext:
+    """Evaluates one entry and the functions it calls, memoising callees by their argument bit sets."""
+
+    def __init__(self, module: Module, compiled: dict[str, CompiledFunction], entry: Function) -> None:
+        self.module = module
+        self.compiled = compiled
+        self.n = len(entry.params)
+        self.p0 = GSYM0 + len(module.globals)
+        self.memo: dict[tuple[str, tuple[int, ...], int], tuple[tuple[int, ...], int]] = {}
+        self.active: dict[str, list[object]] = {}  # recursion: name -> [args, mem, ret estimate, mem est, used]
+        # results: per access site (function, site index) -> OR of address bit sets seen
+        self.sites: dict[tuple[str, int], int] = {}
+        self.unknown: list[str] = []  # reasons that make everything wild
+
+    def run(self, fn: CompiledFunction, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]:
+        key = (fn.name, args, mem)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        act = self.active.get(fn.name)
+        if act is not None:  # recursion: reuse the running estimate when the arguments are covered
+            a_args, a_mem, est_ret, est_mem, _ = act
+            if all(x | y == y for x, y in zip(args, a_args, strict=True)) and mem | a_mem == a_mem:
+                act[4] = True
+                return est_ret, est_mem  # type: ignore[return-value]
+            args = tuple(x | y for x, y in zip(args, a_args, strict=True))  # widen and evaluate afresh
+            mem |= a_mem
+        state: list[object] = [args, mem, tuple(0 for _ in fn.returns), 0, False]
+        prev = self.active.get(fn.name)
+        self.active[fn.name] = state
+        try:
+            while True:
+                state[4] = False
+                ret, mem_out = fn.evaluate(self, args, mem)
+                if not state[4] or (ret == state[2] and mem_out == state[3]):
+                    break
+                state[2] = tuple(a | b for a, b in zip(ret, state[2], strict=True))  # type: ignore[arg-type]
+                state[3] = mem_out | state[3]  # type: ignore[operator]
+        finally:
+            if prev is None:
+                del self.active[fn.name]
+            else:
+                self.active[fn.name] = prev
+        self.memo[key] = (ret, mem_out)
+        return ret, mem_out
+
+
+def analyze_module(module: Module) -> dict[str, EntryAccess]:
+    """Access classes of every entry's parameters."""
+    gindex = {name: i for i, name in enumerate(module.globals)}
+    out: dict[str, EntryAccess] = {}
+    for entry in module.entries:
+        compiled: dict[str, CompiledFunction] = {}
+        p0 = GSYM0 + len(gindex)
+        for fn in module.functions.values():
+            compiled[fn.name] = compile_function(module, fn, gindex, p0, entry if fn is entry else None)
+        ctx = _EntryContext(module, compiled, entry)
+        ctx.compiled = compiled
+        cf = compiled[entry.name]
+        init = tuple((1 << (p0 + i)) if p.may_hold_pointer else 0 for i, p in enumerate(entry.params))
+        cf.entry_init = init
+        ctx.run(cf, init, 0)
+        out[entry.name] = _summarise(module, entry, ctx, gindex, p0)
+    return out
+
+
+def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict[str, int], p0: int
+               ) -> EntryAccess:
+    n = len(entry.params)
+    flags = [0] * n
+    counts = [[0, 0, 0, 0] for _ in range(n)]  # reads, writes, atomics, conservative
+    datadep = [False] * n
+    gflags: dict[str, int] = {}
+    reasons: list[str] = list(ctx.unknown)
+    pmask = (1 << n) - 1
+    wild_any = bool(ctx.unknown)
+    for (fname, site), addr in ctx.sites.items():
+        cf = ctx.compiled[fname]
+        kind, line, op = cf.sites[site]
+        bits = ((addr >> p0) | (addr >> (p0 + n))) & pmask
+        for g, j in gindex.items():
+            if addr >> (GSYM0 + j) & 1:
+                gflags[g] = gflags.get(g, 0) | kind
+        if addr & WILD or (not bits and not addr & (LOCAL | ((1 << p0) - (1 << GSYM0)))):
+            wild_any = True
+            reasons.append(f"line {line}: {op} through an address loaded from memory or unknown")
+            continue
+        if addr & UNMOD:
+            reasons.append(f"line {line}: {op} through an address from an unmodelled operation")
+            kind = ACC_R | ACC_W
+        i = 0
+        while bits:
+            if bits & 1:
+                flags[i] |= kind
+                c = counts[i]
+                if addr & UNMOD:
+                    c[3] += 1
+                else:
+                    c[0] += kind == ACC_R
+                    c[1] += kind == ACC_W
+                    c[2] += kind == ACC_A
+                if addr & DATA:
+                    datadep[i] = True
+            bits >>= 1
+            i += 1
+    if wild_any:
+        for i, p in enumerate(entry.params):
+            if p.may_hold_pointer:
+                flags[i] |= ACC_R | ACC_W
+                counts[i][3] += 1
+    params = tuple(
+        ParamAccess(name=p.name, type=p.type, access=_classify(flags[i]), reads=counts[i][0],
+                    writes=counts[i][1], atomics=counts[i][2], conservative=counts[i][3],
+                    data_dependent=datadep[i])
+        for i, p in enumerate(entry.params)
+    )
+    return EntryAccess(name=entry.name, params=params, indirect=bool(reasons), reasons=tuple(dict.fromkeys(reasons)),
+                       globals={g: _classify(f) for g, f in gflags.items()})
+
+
+def analyze_ptx(text: str, source: str = "<string>") -> dict[str, EntryAccess]:
+    """Parse and analyse PTX text; raises PtxSyntaxError (a ValueError) on malformed input."""
+    return analyze_module(parse_ptx(text, source))

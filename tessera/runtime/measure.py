@@ -1,0 +1,153 @@
+"""What a run measured: per-kernel times, per-link bytes and waits, overlap, a Perfetto trace; and the
+prediction for the same steps from single-process kernel times plus a measured gloo link model.
+
+Trace format (Chrome trace JSON, opens in ui.perfetto.dev): complete events ("ph": "X", µs), process 1
+"devices" with one thread (track) per device, process 2 "links" with one track per directed link.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tessera.runtime.partition import STEP_START, Partition
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkModel:
+    """time(bytes) = latency_s + bytes / bytes_per_s, fitted from two ping-pong sizes between workers."""
+
+    latency_s: float
+    bytes_per_s: float
+
+    def time_s(self, nbytes: int) -> float:
+        return self.latency_s + nbytes / self.bytes_per_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    step_s: list[float]  # wall time of every step, first kernel start to last worker's end
+    kernel_s: dict[tuple[str, int], float]  # (step key, kernel) -> median seconds
+    link_bytes: dict[tuple[int, int], int]  # directed link -> bytes moved over the run
+    wait_s: list[float]  # per device: time with every micro-batch blocked on a transfer
+    busy_s: list[float]  # per device: time in kernels
+    transfer_s: float  # summed transfer durations (send posted -> arrival noticed)
+    overlap: float  # 1 - (time devices waited) / (time transfers took): share of transfer time hidden
+
+
+def measure(history: list[dict[str, Any]], partitions: dict[tuple[str, str], Partition]) -> Measured:
+    devices = len(history[0]["workers"]) if history else 0
+    step_s, wait, busy = [], [0.0] * devices, [0.0] * devices
+    ks: dict[tuple[str, int], list[float]] = {}
+    link: dict[tuple[int, int], int] = {}
+    transfer = 0.0
+    for h in history:
+        ws = h["workers"]
+        step_s.append(max(w["end_s"] for w in ws) - min(w["start_s"] for w in ws))
+        part = partitions[(h["key"], h["plan"])]
+        posted = {}
+        for d, w in enumerate(ws):
+            for k, _mb, t0, t1 in w["kernels"]:
+                ks.setdefault((h["key"], k), []).append(t1 - t0)
+                busy[d] += t1 - t0
+            wait[d] += sum(b - a for a, b in w["waits"])
+            for idx, mb, t in w["sends"]:
+                posted[(idx, mb)] = t
+        for w in ws:
+            for idx, mb, t in w["recvs"]:
+                tr = part.transfers[idx]
+                link[(tr.src, tr.dst)] = link.get((tr.src, tr.dst), 0) + tr.nbytes
+                transfer += max(0.0, t - posted.get((idx, mb), t))
+    total_wait = sum(wait)
+    overlap = 1.0 - min(1.0, total_wait / transfer) if transfer > 0 else 1.0
+    return Measured(step_s=step_s, kernel_s={k: statistics.median(v) for k, v in ks.items()}, link_bytes=link,
+                    wait_s=wait, busy_s=busy, transfer_s=transfer, overlap=overlap)
+
+
+def predict_step_s(part: Partition, kernel_s: list[float], link: LinkModel, m: int) -> float:
+    """Event simulation of the workers' own policy: each device runs the lowest micro-batch whose next
+    kernel's inputs have arrived; a send leaves after its kernel and occupies its directed link."""
+    n, devs = len(kernel_s), part.devices
+    sends, recvs = {d: part.sends_after(d) for d in range(devs)}, {d: part.recvs_before(d) for d in range(devs)}
+    now = [0.0] * devs
+    cursor = [[0] * m for _ in range(devs)]
+    arrive: dict[tuple[int, int], float] = {}
+    link_free: dict[tuple[int, int], float] = {}
+
+    def send(d: int, after: int, mb: int, t: float) -> None:
+        for tr in sends[d].get(after, ()):
+            start = max(t, link_free.get((tr.src, tr.dst), 0.0))
+            link_free[(tr.src, tr.dst)] = start + tr.nbytes / link.bytes_per_s
+            arrive[(tr.index, mb)] = start + link.time_s(tr.nbytes)
+
+    for d in range(devs):
+        for mb in range(m):
+            send(d, STEP_START, mb, 0.0)
+    end = 0.0
+    while True:
+        live = [d for d in range(devs) if any(c < len(part.kernels[d]) for c in cursor[d])]
+        if not live:
+            break
+        d = min(live, key=lambda x: now[x])
+        ready_at: dict[int, float] = {}  # micro-batch -> when its next kernel's inputs are all here
+        for mb in range(m):
+            if cursor[d][mb] < len(part.kernels[d]):
+                need = [arrive.get((tr.index, mb)) for tr in recvs[d].get(part.kernels[d][cursor[d][mb]], ())]
+                if all(a is not None for a in need):
+                    ready_at[mb] = max([now[d], *(a for a in need if a is not None)])
+        if not ready_at:  # waits on a producer not simulated that far yet: let the others catch up
+            others = [now[x] for x in live if x != d]
+            now[d] = min(others) + 1e-9 if others else now[d] + 1e-9
+            continue
+        now_ready = [mb for mb, t in ready_at.items() if t <= now[d]]
+        best = (now[d], min(now_ready)) if now_ready else min((t, mb) for mb, t in ready_at.items())
+        ready, mb = best
+        k = part.kernels[d][cursor[d][mb]]
+        now[d] = ready + kernel_s[k]
+        cursor[d][mb] += 1
+        send(d, k, mb, now[d])
+        end = max(end, now[d])
+    finals = [arrive.get((tr.index, mb), 0.0) for tr in part.transfers if tr.before == n for mb in range(m)]
+    return max([end, *finals])
+
+
+def chrome_trace(history: list[dict[str, Any]], partitions: dict[tuple[str, str], Partition],
+                 names: dict[str, list[str]]) -> dict[str, Any]:
+    """names: step key -> kernel names (for event labels)."""
+    t0 = min((w["start_s"] for h in history for w in h["workers"]), default=0.0)
+    us = lambda t: round((t - t0) * 1e6, 3)  # noqa: E731
+    ev: list[dict[str, Any]] = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "devices"}},
+                                {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "links"}}]
+    devices = len(history[0]["workers"]) if history else 0
+    for d in range(devices):
+        ev.append({"ph": "M", "pid": 1, "tid": d, "name": "thread_name", "args": {"name": f"device {d}"}})
+    links: dict[tuple[int, int], int] = {}
+    for s, h in enumerate(history):
+        part = partitions[(h["key"], h["plan"])]
+        posted = {}
+        for d, w in enumerate(h["workers"]):
+            for k, mb, a, b in w["kernels"]:
+                ev.append({"ph": "X", "pid": 1, "tid": d, "ts": us(a), "dur": us(b) - us(a),
+                           "name": names[h["key"]][k], "args": {"kernel": k, "microbatch": mb, "step": s}})
+            for a, b in w["waits"]:
+                ev.append({"ph": "X", "pid": 1, "tid": d, "ts": us(a), "dur": us(b) - us(a), "name": "wait",
+                           "args": {"step": s}})
+            for idx, mb, t in w["sends"]:
+                posted[(idx, mb)] = t
+        for w in h["workers"]:
+            for idx, mb, t in w["recvs"]:
+                tr = part.transfers[idx]
+                tid = links.setdefault((tr.src, tr.dst), len(links))
+                a = posted.get((idx, mb), t)
+                ev.append({"ph": "X", "pid": 2, "tid": tid, "ts": us(a), "dur": max(0.0, us(t) - us(a)),
+                           "name": f"buffer {tr.buffer}", "args": {"bytes": tr.nbytes, "microbatch": mb, "step": s}})
+    for (src, dst), tid in links.items():
+        ev.append({"ph": "M", "pid": 2, "tid": tid, "name": "thread_name", "args": {"name": f"link {src}->{dst}"}})
+    return {"traceEvents": ev, "displayTimeUnit": "ms"}
+
+
+def write_trace(path: str | Path, trace: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(trace))
