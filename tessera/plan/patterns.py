@@ -388,3 +388,26 @@ def _greedy_walk(used: list[tuple[int, int]], ends: dict[int, tuple[int, int]],
 
 
 __all__ = ["Handoff", "PatternResult", "Segment", "Value", "find_segments", "generate_patterns", "solve_patterns"]
+
+
+def polish(prob: PhaseProblem, segs: list[Segment], group_dev: tuple[int, ...], *, free_layers: int = 2,
+           objective: str = "throughput", omega: float = 1.0, background: Background | None = None,
+           mip_rel_gap: float = 1e-2, time_limit_s: float = 10.0) -> tuple[int, ...]:
+    """Large-neighbourhood step: re-solve flat with every segment layer fixed except the layers around
+    run changes (plus ``free_layers`` more per segment), from the pattern plan as MIP start."""
+    from tessera.plan.milp import solve_flat
+
+    free: set[int] = set()
+    for s in segs:
+        keys = [tuple(group_dev[g] for g in gs) for gs in s.groups]
+        changes = [i for i in range(1, len(keys)) if keys[i] != keys[i - 1]]
+        pick = {0, len(keys) - 1} | {c for i in changes for c in (i - 1, i)}
+        extra = [i for i in range(len(keys)) if i not in pick][:free_layers]
+        for i in pick | set(extra):
+            free.update(s.groups[i])
+    in_seg = {g for s in segs for gs in s.groups for g in gs}
+    pins = {g: group_dev[g] for g in in_seg if g not in free}
+    sub = replace(prob, pinned={**prob.pinned, **pins})
+    res = solve_flat(sub, objective=objective, omega=omega, background=background, starts=[group_dev],
+                     mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s)
+    return res.group_dev if res.status in ("optimal", "feasible") else group_dev

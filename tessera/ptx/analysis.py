@@ -22,7 +22,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from tessera.ptx.compile import (
-    ACC_A, ACC_R, ACC_W, DATA, GSYM0, LOCAL, UNMOD, WILD, CompiledFunction, compile_function,
+    ACC_A,
+    ACC_R,
+    ACC_W,
+    CONST,
+    DATA,
+    GSYM0,
+    LOCAL,
+    TENSOR,
+    UNMOD,
+    WILD,
+    CompiledFunction,
+    compile_function,
 )
 from tessera.ptx.parser import Function, Module, parse_ptx
 
@@ -136,13 +147,13 @@ def analyze_module(module: Module) -> dict[str, EntryAccess]:
     """Access classes of every entry's parameters."""
     gindex = {name: i for i, name in enumerate(module.globals)}
     out: dict[str, EntryAccess] = {}
+    p0 = GSYM0 + len(gindex)
+    compiled = {fn.name: compile_function(module, fn, gindex, p0, fn if fn.is_entry else None)
+                for fn in module.functions.values() if fn.body is not None}
     for entry in module.entries:
-        compiled: dict[str, CompiledFunction] = {}
-        p0 = GSYM0 + len(gindex)
-        for fn in module.functions.values():
-            compiled[fn.name] = compile_function(module, fn, gindex, p0, entry if fn is entry else None)
+        if entry.body is None:
+            continue
         ctx = _EntryContext(module, compiled, entry)
-        ctx.compiled = compiled
         cf = compiled[entry.name]
         init = tuple((1 << (p0 + i)) if p.may_hold_pointer else 0 for i, p in enumerate(entry.params))
         cf.entry_init = init
@@ -160,15 +171,24 @@ def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict
     gflags: dict[str, int] = {}
     reasons: list[str] = list(ctx.unknown)
     pmask = (1 << n) - 1
+    nonparam_space = LOCAL | CONST | ((1 << p0) - (1 << GSYM0))
     wild_any = bool(ctx.unknown)
     for (fname, site), addr in ctx.sites.items():
         cf = ctx.compiled[fname]
         kind, line, op = cf.sites[site]
-        bits = ((addr >> p0) | (addr >> (p0 + n))) & pmask
+        val_bits = (addr >> p0) & pmask
+        addr_bits = (addr >> (p0 + n)) & pmask
+        if kind & TENSOR:  # a tensor map passed by value is read through the parameter's address
+            wild = bool(addr & WILD or val_bits or not addr_bits)
+            bits = addr_bits
+        else:
+            bits = val_bits
+            wild = bool(addr & WILD) or not (val_bits or addr & nonparam_space or addr_bits)
+        kind &= ACC_R | ACC_W | ACC_A
         for g, j in gindex.items():
             if addr >> (GSYM0 + j) & 1:
                 gflags[g] = gflags.get(g, 0) | kind
-        if addr & WILD or (not bits and not addr & (LOCAL | ((1 << p0) - (1 << GSYM0)))):
+        if wild:
             wild_any = True
             reasons.append(f"line {line}: {op} through an address loaded from memory or unknown")
             continue

@@ -1,9 +1,64 @@
-"""CLI verbs of this stage; registered by tessera.cli."""
+"""CLI verbs of the PTX stage: `tessera ptx analyze`, `tessera ptx graph`."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from tessera.ptx.analysis import analyze_ptx
+from tessera.ptx.launch import INDIRECT_SCOPES, build_from_log
+
+ptx_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                      help="PTX dependency analysis: parameter access classes, launch logs -> kernel graphs.")
+
+
+@ptx_app.command("analyze")
+def analyze(
+    file: Path = typer.Argument(..., help="A .ptx module."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """Per entry: each parameter's access class, whether the kernel is indirect, and the counts behind it."""
+    result = analyze_ptx(file.read_text(), str(file))
+    if as_json:
+        print(json.dumps([e.to_dict() for e in result.values()], indent=1))
+        return
+    con = Console()
+    for e in result.values():
+        t = Table(title=f"{e.name}{'  [indirect]' if e.indirect else ''}", title_justify="left")
+        for c in ("parameter", "type", "access", "reads", "writes", "atomics", "widened", "data-dep"):
+            t.add_column(c, justify="left" if c in ("parameter", "type", "access") else "right")
+        for p in e.params:
+            t.add_row(p.name, p.type, str(p.access), str(p.reads), str(p.writes), str(p.atomics),
+                      str(p.conservative), "yes" if p.data_dependent else "")
+        con.print(t)
+        for g, acc in e.globals.items():
+            con.print(f"  module variable {g}: {acc}")
+        for r in e.reasons[:5]:
+            con.print(f"  indirect: {r}", highlight=False)
+
+
+@ptx_app.command("graph")
+def graph(
+    log: Path = typer.Argument(..., help="JSON-lines launch log (docs/ptx.md)."),
+    alloc: Path = typer.Option(..., "--alloc", help="Allocation table JSON (docs/ptx.md)."),
+    out: Path | None = typer.Option(None, "-o", "--out", help="Write the KernelGraph JSON here."),
+    indirect_scope: str = typer.Option("params", help=f"Indirect kernels touch: {', '.join(INDIRECT_SCOPES)}."),
+) -> None:
+    """Turn a launch log and an allocation table into a KernelGraph with RAW/WAR/WAW edges."""
+    g = build_from_log(log, alloc, indirect_scope=indirect_scope)
+    if out is not None:
+        g.save(out)
+    con = Console()
+    con.print(f"{len(g.kernels)} kernels, {len(g.buffers)} buffers, {len(g.edges)} edges, "
+              f"{sum(k.indirect for k in g.kernels)} indirect", highlight=False)
+    for e in g.edges:
+        con.print(f"  {g.kernels[e.src].name}#{e.src} -> {g.kernels[e.dst].name}#{e.dst}  "
+                  f"{e.kind.value.upper()} {g.buffers[e.buffer].name}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's verbs to the `tessera` app (none yet)."""
+    app.add_typer(ptx_app, name="ptx")

@@ -82,8 +82,7 @@ class CompiledFunction:
         amask = ((1 << n) - 1) << a0
         vals = [0] * self.nregs
         for rid, kind, idx in self.init:
-            vals[rid] = LOCAL if kind == "local" else CONST if kind == "const" else (
-                1 << (GSYM0 + idx) if kind == "gsym" else 1 << (a0 + idx))
+            vals[rid] = _INIT[kind] if kind in _INIT else 1 << ((GSYM0 if kind == "gsym" else a0) + idx)
         for rid, v in zip(self.param_ids, args, strict=False):
             vals[rid] |= v
         vals[MEM] |= mem
@@ -115,14 +114,8 @@ class CompiledFunction:
                             if v & ~(amask | LOCAL) or not v:
                                 r |= DATA | wide
                         v = r
-                elif code == MAD:
-                    for s in t[3]:
-                        v |= vals[s]
-                    v2 = 0
-                    for s in t[2]:
-                        v2 |= vals[s]
-                    v = (v2 & DATA) | (v & ~v2) | (v & v2 & DATA)
-                    v = v2 & DATA
+                elif code == MAD:  # a * b + c: the product is an offset, c may be a pointer
+                    v &= DATA
                     for s in t[3]:
                         v |= vals[s]
                 elif code == PACK:
@@ -176,6 +169,7 @@ class CompiledFunction:
         return changed
 
 
+_INIT = {"local": LOCAL, "const": CONST, "wild": WILD | DATA}
 _CATEGORY: dict[str, tuple[int, list[str]]] = {}
 _C_IGNORE, _C_COPY, _C_SCALE, _C_MAD, _C_LD, _C_ST, _C_ATOM, _C_RED, _C_CP, _C_CALL, _C_CVTA, _C_UNK, \
     _C_WILDMEM, _C_DISCARD, _C_LOCALADDR = range(15)
@@ -243,7 +237,8 @@ class _Builder:
         return i
 
     def toks(self, text: str) -> tuple[int, ...]:
-        return tuple(self.reg(t) for t in _TOK.findall(text))
+        ids = self.ids
+        return tuple([ids.setdefault(t, len(ids)) for t in _TOK.findall(text)])
 
     def content(self, sym: str) -> int:
         return self.reg("=" + sym)
@@ -273,14 +268,33 @@ def compile_function(module: Module, fn: Function, gindex: dict[str, int], p0: i
     """Transfer functions and access sites of ``fn``; ``entry`` is fn itself when fn is the entry."""
     b = _Builder(module, fn, gindex, entry)
     tr = b.transfers
+    ids = b.ids
+    findall = _TOK.findall
+    cats = _CATEGORY
     for ins in fn.body or ():
         op, args, _, line = ins
-        cat, parts = _category(op)
+        hit = cats.get(op)
+        cat, parts = hit if hit is not None else _category(op)
         if cat == _C_IGNORE:
             continue
-        ops = split_operands(args)
-        if ops is None or not ops or not ops[0]:
+        if (cat == _C_COPY or cat == _C_SCALE) and args and "[" not in args and "{" not in args \
+                and "|" not in args and "(" not in args:
+            # fast path for register arithmetic, most of a body: first name is the destination
+            ops = args.split(",")
+            names = findall(args)
+            if not names or names[0] != ops[0].strip():
+                raise b.err(line, f"{op}: destination must be a register")
+            regs = [ids.setdefault(t, len(ids)) for t in names]
+            code = COPY
+            if cat == _C_SCALE:
+                code = SHL_HI if parts[0] == "shl" and ops[-1].strip().isdigit() and int(ops[-1]) >= 32 else SCALE
+            tr.append((code, (regs[0],), tuple(regs[1:])))
+            continue
+        ops = split_operands(args) if args else []
+        if ops is None or any(not o for o in ops):
             raise b.err(line, f"{op}: malformed operands")
+        if not ops and cat != _C_CP:
+            raise b.err(line, f"{op}: missing operands")
         if cat == _C_COPY or cat == _C_SCALE or cat == _C_UNK:
             dst = b.toks(ops[0].replace("|", ","))
             srcs = b.toks(",".join(ops[1:]))
@@ -340,7 +354,6 @@ def compile_function(module: Module, fn: Function, gindex: dict[str, int], p0: i
                 init.append((rid, "const" if space == ".const" else "local", 0))
         elif fn.locals.get(name) in (".shared", ".local"):
             init.append((rid, "local", 0))
-    init = [(r, k, i) for r, k, i in init if k != "wild"] + [(r, "gsym", -GSYM0) for r, k, _ in init if k == "wild"]
     param_ids = tuple(b.content(p.name) for p in fn.params)
     rets = tuple(b.content(p.name) for p in fn.returns)
     return CompiledFunction(name=fn.name, nregs=len(b.ids), init=init, transfers=tr, sites=b.sites,
@@ -395,10 +408,8 @@ def _atomic(b: _Builder, op: str, parts: list[str], ops: list[str], line: int, h
 
 
 def _copy_async(b: _Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
-    if any(p in ("commit_group", "wait_group", "wait_all", "prefetch") for p in parts) or "mbarrier" == parts[2:3]:
-        return
-    if len(parts) > 2 and parts[2] == "mbarrier":
-        return
+    if any(p in ("commit_group", "wait_group", "wait_all", "prefetch", "mbarrier") for p in parts[1:4]):
+        return  # bookkeeping and prefetches: no semantic memory effect
     spaces = [p.split("::")[0] for p in parts if p.split("::")[0] in ("global", "shared", "local")]
     if len(spaces) < 2 or len(ops) < 2:
         raise b.err(line, f"{op}: unrecognised asynchronous copy")

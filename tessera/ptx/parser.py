@@ -37,7 +37,7 @@ _TOP = re.compile(
 )
 _HEADER = re.compile(
     r"""\s*(?:\((?P<ret>[^()]*)\)\s*)?(?P<name>[A-Za-z_$%][\w$]*)\s*
-        (?:\((?P<params>[^()]*)\))?(?P<attrs>[^{;]*)(?P<end>[{;])""",
+        (?:\((?P<params>[^()]*)\))?(?P<attrs>[^{;()]*)(?P<end>[{;])""",
     re.X,
 )
 _PARAM = re.compile(
@@ -54,6 +54,7 @@ _STMT = re.compile(
     re.X,
 )
 _RENAME_TOKEN = re.compile(r"(?<![\w$.%])[A-Za-z_$%][\w$]*")
+_VALID_OPS: set[str] = set()  # opcodes already checked against _OPCODE
 _OPCODE = re.compile(r"[a-z_][\w.:]*\Z")
 _GUARD = re.compile(r"@!?[%$A-Za-z_][\w$]*\Z")
 _SCALAR_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8, "128": 16}
@@ -254,11 +255,13 @@ def _parse_body(src: str, text: str, start: int, end: int, first_line: int
                 guard, s = parts[0][1:], parts[1]
             parts = s[:-1].split(None, 1)
             op = parts[0] if parts else ""
-            if _OPCODE.match(op) is None:
-                raise _error_line(src, lineno, s, "cannot parse statement")
+            if op not in _VALID_OPS:
+                if _OPCODE.match(op) is None:
+                    raise _error_line(src, lineno, s, "cannot parse statement")
+                _VALID_OPS.add(op)
             args = parts[1] if len(parts) > 1 else ""
             if rename:
-                args = _RENAME_TOKEN.sub(lambda m: rename.get(m.group(0), m.group(0)), args)
+                args = _apply_renames(args, rename)
             body.append(new(cls, (op, args, guard, lineno)))
         elif c == "." and s.split(None, 1)[0] in _IGNORED_DIRECTIVES:
             continue  # .loc / .file / .maxntid lines carry no semicolon
@@ -288,12 +291,16 @@ def _parse_body(src: str, text: str, start: int, end: int, first_line: int
     return tuple(body), decls
 
 
+def _apply_renames(args: str, rename: dict[str, str]) -> str:
+    return _RENAME_TOKEN.sub(lambda m: rename.get(m.group(0), m.group(0)), args)
+
+
 def _merge_sub(sub: tuple[tuple[Instruction, ...], dict[str, str]], body: list[Instruction],
                decls: dict[str, str], scopes: list[dict[str, str]], rename: dict[str, str]) -> None:
     """Adds one statement parsed on its own to the enclosing body, applying the current renames."""
     instrs, sub_decls = sub
     for ins in instrs:
-        args = _RENAME_TOKEN.sub(lambda m: rename.get(m.group(0), m.group(0)), ins.args) if rename else ins.args
+        args = _apply_renames(ins.args, rename) if rename else ins.args
         body.append(ins._replace(args=args))
     for name, space in sub_decls.items():
         if scopes and space in (".param", ".reg", ".local", ".shared"):

@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
 from tessera.plan.types import Plan
-from tessera.report.data import ReportData, load_compare, load_sim, read_json
-from tessera.report.html import build_report
-from tessera.report.tables import compare_table, plan_summary_table, sim_table
 
 T = TypeVar("T")
 
 
 def _load(path: Path, what: str, from_dict: Callable[[dict[str, Any]], T]) -> T:
     """Read one JSON object into a value; any shape problem is one line naming the file."""
+    from tessera.report.data import read_json
+
     raw = read_json(path, what)
     if not isinstance(raw, dict):
         raise UserError(f"{what} file {path} holds a JSON {type(raw).__name__}, not an object")
@@ -42,19 +50,49 @@ def report(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the terminal tables."),
 ) -> None:
     """Build a self-contained HTML report: compare matrix, placement map, Gantt, frontier, latency, memory."""
+    # imported here so that `tessera --help` and other verbs do not pay for matplotlib
+    from tessera.report.data import ReportData, load_compare, load_sim
+    from tessera.report.html import build_report
+    from tessera.report.tables import compare_table, plan_summary_table, sim_table
+
     if compare is None and plan is None and not sim:
         raise UserError("nothing to report: give at least one of --compare, --plan, --sim")
     if gantt is not None and not gantt.is_file():
         raise UserError(f"gantt image {gantt} does not exist")
+    the_plan = _load(plan, "plan", Plan.from_dict) if plan is not None else None
+    graphs = tuple(_load(g, "kernel graph", KernelGraph.from_dict) for g in graph)
+    # the report's own command line; the inputs' commands are stated as far as the files record them
+    cmds = [f"tessera compare --json > {shlex.quote(str(compare))}"] if compare is not None else []
+    if the_plan is not None:
+        gpus = ",".join(d.gpu for d in the_plan.devices)
+        cmds.append(f"tessera plan {shlex.quote(the_plan.model)} --gpus {gpus} --link {the_plan.link} --mode {the_plan.mode} "
+                    f"-o {shlex.quote(str(plan))}")
+    for g, path in zip(graphs, graph, strict=True):
+        shape = " ".join(f"--{k} {v}" for k, v in g.shape.items() if k in ("batch", "seq", "context"))
+        cmds.append(f"tessera trace {shlex.quote(g.model)} --phase {g.phase} {shape} -o {shlex.quote(str(path))}")
+    sim_plan = shlex.quote(str(plan)) if plan is not None else "PLAN.json"
+    cmds += [f"tessera simulate {sim_plan} --workload … --json > {shlex.quote(s.rpartition('=')[2])}" for s in sim]
+    args = [*(["--compare", str(compare)] if compare else []), *(["--plan", str(plan)] if plan else []),
+            *(x for g in graph for x in ("--graph", str(g))), *(x for s in sim for x in ("--sim", s)),
+            *(["--gantt", str(gantt)] if gantt else []), "-o", str(out)]
+    cmds.append(shlex.join(["tessera", "report", *args]))
     data = ReportData(
         title=title,
         compare=load_compare(compare) if compare is not None else None,
-        plan=_load(plan, "plan", Plan.from_dict) if plan is not None else None,
-        graphs=tuple(_load(g, "kernel graph", KernelGraph.from_dict) for g in graph) or None,
+        plan=the_plan, graphs=graphs or None,
         sims=tuple(load_sim(s) for s in sim) or None,
-        gantt_png=gantt,
+        gantt_png=gantt, commands=tuple(cmds),
     )
-    path = build_report(data, out)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("report", total=7)  # one step per report section
+        titles: list[str] = []
+
+        def step(title: str) -> None:  # called as each section starts: the ones before it are done
+            bar.update(task, description=f"report: {title}", completed=len(titles))
+            titles.append(title)
+
+        path = build_report(data, out, on_section=step)
     con = Console()
     if not quiet:
         if data.compare:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import statistics
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 
@@ -41,9 +42,11 @@ def _img(path: Path, alt: str) -> str:
     return f'<img alt="{escape(alt)}" src="data:image/png;base64,{data}">'
 
 
-def _table(header: list[str], rows: list[list[str]], num_from: int = 1) -> str:
+def _table(header: list[str], rows: list[list[str]], num_cols: set[int] | None = None) -> str:
+    """num_cols: right-aligned, unwrapped columns (default: all but the first)."""
+    num = set(range(1, len(header))) if num_cols is None else num_cols
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f'<td{" class=num" if i >= num_from else ""}>{escape(c)}</td>'
+    body = "".join("<tr>" + "".join(f'<td{" class=num" if i in num else ""}>{escape(c)}</td>'
                                     for i, c in enumerate(r)) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
@@ -194,7 +197,7 @@ def _memory_html(data: ReportData, fig_dir: Path) -> str:
     if p.kv_capacity_tokens:
         facts.append(f"KV capacity {p.kv_capacity_tokens:,} tokens")
     png = plots.plot_memory(p, fig_dir / "memory.png")
-    return f"<p>{escape('; '.join(facts))}.</p>" + _table(PLAN_HEADER, plan_rows(data.plan), num_from=2) + _img(png, "memory per device")
+    return f"<p>{escape('; '.join(facts))}.</p>" + _table(PLAN_HEADER, plan_rows(data.plan), num_cols=set(range(2, len(PLAN_HEADER) - 1))) + _img(png, "memory per device")
 
 
 def _gantt_html(data: ReportData, fig_dir: Path) -> str:
@@ -226,27 +229,33 @@ def _provenance_html(data: ReportData) -> str:
             "scored by the same cost model. Cost per hour is the sum of the catalog's per-GPU prices.</li>"
             "<li><b>Latency percentiles</b>: tessera/sim, a discrete-event serving simulator (continuous "
             "batching, KV capacity from the plan's memory placement) running each plan on the same workload."
-            "</li></ul>" + (_table(["GPU", "USD/h", "price source", "spec source"], rows) if rows else "")
+            "</li></ul>" + (_table(["GPU", "USD/h", "price source", "spec source"], rows, num_cols={1}) if rows else "")
             + (f"<p>Reproduce with:</p><pre>{cmds}</pre>" if cmds else ""))
 
 
-def build_report(data: ReportData, out_dir: Path) -> Path:
-    """Write out_dir/report.html (and the figures it embeds, under out_dir/figures) and return its path."""
+def build_report(data: ReportData, out_dir: Path, *, on_section: Callable[[str], None] | None = None) -> Path:
+    """Write out_dir/report.html (and the figures it embeds, under out_dir/figures) and return its path.
+    ``on_section(title)`` is called before each section is built (a progress bar's hook)."""
     out_dir = Path(out_dir)
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    sections = [
-        ("compare", "Compare matrix", _compare_html(data, fig_dir)),
-        ("placement", "Placement map", _placement_html(data, fig_dir)),
-        ("gantt", "Pipeline Gantt", _gantt_html(data, fig_dir)),
-        ("frontier", "Throughput–cost frontier", _frontier_html(data, fig_dir)),
-        ("latency", "Latency percentiles", _latency_html(data, fig_dir)),
-        ("memory", "Memory per device", _memory_html(data, fig_dir)),
-        ("method", "How these numbers were made", _provenance_html(data)),
+    builders: list[tuple[str, str, Callable[[], str]]] = [
+        ("compare", "Compare matrix", lambda: _compare_html(data, fig_dir)),
+        ("placement", "Placement map", lambda: _placement_html(data, fig_dir)),
+        ("gantt", "Pipeline Gantt", lambda: _gantt_html(data, fig_dir)),
+        ("frontier", "Throughput–cost frontier", lambda: _frontier_html(data, fig_dir)),
+        ("latency", "Latency percentiles", lambda: _latency_html(data, fig_dir)),
+        ("memory", "Memory per device", lambda: _memory_html(data, fig_dir)),
+        ("method", "How these numbers were made", lambda: _provenance_html(data)),
     ]
-    body = "".join(f'<section id="{i}"><h2>{escape(t)}</h2>{h}</section>' for i, t, h in sections)
+    body = []
+    for sid, title, build in builders:
+        if on_section is not None:
+            on_section(title)
+        body.append(f'<section id="{sid}"><h2>{escape(title)}</h2>{build()}</section>')
     page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(data.title)}</title>'
-            f"<style>{CSS}</style></head><body><h1>{escape(data.title)}</h1>{headline(data)}{body}</body></html>")
+            f"<style>{CSS}</style></head><body><h1>{escape(data.title)}</h1>{headline(data)}{''.join(body)}"
+            "</body></html>")
     path = out_dir / "report.html"
     path.write_text(page, encoding="utf-8")
     return path

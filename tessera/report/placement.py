@@ -84,55 +84,72 @@ def _runs(devs: tuple[int, ...]) -> list[tuple[int, int]]:
     return out
 
 
+PANEL_COLUMNS = 42  # columns per panel: more layers wrap onto further panels so labels stay legible
+
+
+def _panels(grid: PlacementGrid) -> list[range]:
+    n = len(grid.columns)
+    k = max(1, -(-n // PANEL_COLUMNS))
+    per = -(-n // k)  # balanced: 82 columns -> two panels of 41
+    return [range(i, min(n, i + per)) for i in range(0, n, per)]
+
+
 def placement_figsize(grid: PlacementGrid) -> tuple[float, float]:
-    """Inches: ~0.16 in per column (80 layers fit a page width), 0.42 in per kernel kind."""
-    return (min(20.0, max(8.0, 3.0 + 0.16 * len(grid.columns))), 2.4 + 0.42 * len(grid.kinds))
+    """Inches: 0.22 in per column of the widest panel, 1.2 + 0.42 in per kernel kind per panel, 1.2 in of
+    title and legend."""
+    panels = _panels(grid)
+    width = max(8.0, 3.0 + 0.22 * max(len(p) for p in panels))
+    return (width, 1.2 + len(panels) * (1.2 + 0.42 * len(grid.kinds)))
+
+
+def _draw_panel(ax: plt.Axes, grid: PlacementGrid, cols: range, colours: list) -> None:
+    patches, faces = [], []
+    outlines = []
+    for r, row in enumerate(grid.cells):
+        for x, c in enumerate(cols):
+            devs = row[c]
+            y = r - 0.45  # the y axis points down (ylim inverted): the first stripe is the cell's top
+            for d, count in _runs(devs):
+                h = 0.9 * count / len(devs)
+                patches.append(Rectangle((x - 0.45, y), 0.9, h))
+                faces.append(colours[d])
+                y += h
+            if len(set(devs)) > 1:  # an outline marks cells whose kernels are split over devices
+                outlines.append(Rectangle((x - 0.45, r - 0.45), 0.9, 0.9))
+    ax.add_collection(PatchCollection(patches, facecolors=faces, edgecolors="none"))
+    ax.add_collection(PatchCollection(outlines, facecolors="none", edgecolors="black", linewidths=0.5))
+    ax.set_xlim(-0.6, PANEL_COLUMNS - 0.4 if len(cols) < len(grid.columns) else len(cols) - 0.4)
+    ax.set_ylim(len(grid.kinds) - 0.4, -0.6)
+    ax.set_xticks(range(len(cols)), [grid.columns[c] for c in cols], fontsize=7)
+    ax.set_yticks(range(len(grid.kinds)), [k.value for k in grid.kinds], fontsize=8)
+    ax.tick_params(length=0)
+    for s in ax.spines.values():
+        s.set_visible(False)
 
 
 def placement_figure(graph: KernelGraph, assignment: tuple[int, ...] | list[int], device_names: list[str], *,
                      title: str | None = None) -> plt.Figure:
     """Each cell is one (kernel kind, layer); it is cut top-to-bottom into stripes in program order, a
-    stripe's height the share of that cell's kernels on one device, coloured by device."""
+    stripe's height the share of that cell's kernels on one device, coloured by device. Models with more
+    than PANEL_COLUMNS layers wrap onto stacked panels."""
     grid = placement_grid(graph, assignment)
     n_dev = len(device_names)
     if max(assignment, default=0) >= n_dev:
         raise UserError(f"placement uses device {max(assignment)} but only {n_dev} device names were given")
     colours = device_colours(n_dev)
-    fig, ax = plt.subplots(figsize=placement_figsize(grid), dpi=DPI)
-    patches, faces = [], []
-    for r, row in enumerate(grid.cells):
-        for c, devs in enumerate(row):
-            y = r - 0.45  # the y axis points down (ylim inverted): the first stripe is the cell's top
-            for d, count in _runs(devs):
-                h = 0.9 * count / len(devs)
-                patches.append(Rectangle((c - 0.45, y), 0.9, h))
-                faces.append(colours[d])
-                y += h
-    ax.add_collection(PatchCollection(patches, facecolors=faces, edgecolors="none"))
-    for r, row in enumerate(grid.cells):  # thin outline marks cells that exist but mix devices
-        for c, devs in enumerate(row):
-            if len(set(devs)) > 1:
-                ax.add_patch(Rectangle((c - 0.45, r - 0.45), 0.9, 0.9, fill=False, ec="black",
-                                       lw=0.6 if len(grid.columns) <= 40 else 0.3))
-    ax.set_xlim(-0.6, len(grid.columns) - 0.4)
-    ax.set_ylim(len(grid.kinds) - 0.4, -0.6)
-    step = max(1, len(grid.columns) // 40)  # at most ~40 tick labels
-    ticks = [i for i, c in enumerate(grid.columns) if i % step == 0 or not c.isdigit()]
-    ax.set_xticks(ticks, [grid.columns[i] for i in ticks], fontsize=7, rotation=90 if step > 1 else 0)
-    ax.set_yticks(range(len(grid.kinds)), [k.value for k in grid.kinds], fontsize=8)
-    ax.set_xlabel("layer (pro = before the first layer, epi = after the last)")
-    ax.set_ylabel("kernel kind")
-    ax.tick_params(length=0)
-    for s in ax.spines.values():
-        s.set_visible(False)
+    panels = _panels(grid)
+    fig, axes = plt.subplots(len(panels), 1, figsize=placement_figsize(grid), dpi=DPI, squeeze=False)
+    for ax, cols in zip(axes[:, 0], panels, strict=True):
+        _draw_panel(ax, grid, cols, colours)
+        ax.set_ylabel("kernel kind", fontsize=8)
+    axes[-1, 0].set_xlabel("layer (pro = before the first layer, epi = after the last)", fontsize=9)
     counts = grid.kernels_per_device(n_dev)
     handles = [Patch(color=colours[i], label=f"d{i} {name} ({counts[i]} kernels)")
                for i, name in enumerate(device_names)]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.22 if step > 1 else -0.16),
-              ncol=min(4, n_dev), fontsize=8, frameon=False)
-    ax.set_title(title or f"Placement of {graph.model} {graph.phase}: device of each kernel "
-                          f"({len(graph.kernels)} kernels)", fontsize=10)
-    fig.tight_layout()
+    fig.legend(handles=handles, loc="lower center", ncol=min(4, n_dev), fontsize=8, frameon=False)
+    fig.suptitle(title or f"Placement of {graph.model} {graph.phase}: device of each kernel "
+                          f"({len(graph.kernels)} kernels; cells split by share of kernels)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.45 / placement_figsize(grid)[1], 1, 1))
     return fig
 
 

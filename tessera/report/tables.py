@@ -131,10 +131,15 @@ SIM_HEADER = ["plan", "completed / requests", "lost", "tok/s", "TTFT p50/p99 ms"
               "E2E p50/p99 s", "SLO met", "$/Mtok"]
 
 
+def _ms(v_s: float) -> str:
+    """Seconds shown in ms with the digits that matter: 0.01234 -> 12.34, 10.93 -> 10,930."""
+    ms = v_s * 1e3
+    return f"{ms:,.0f}" if ms >= 1000 else (f"{ms:.1f}" if ms >= 100 else f"{ms:.2f}")
+
+
 def sim_rows(sims: tuple[SimResult, ...] | list[SimResult]) -> list[list[str]]:
     return [[s.label, f"{s.completed} / {s.requests}", str(s.lost), f"{s.throughput_tokens_per_s:,.0f}",
-             f"{s.ttft_s.p50 * 1e3:.1f} / {s.ttft_s.p99 * 1e3:.1f}",
-             f"{s.tpot_s.p50 * 1e3:.2f} / {s.tpot_s.p99 * 1e3:.2f}",
+             f"{_ms(s.ttft_s.p50)} / {_ms(s.ttft_s.p99)}", f"{_ms(s.tpot_s.p50)} / {_ms(s.tpot_s.p99)}",
              f"{s.e2e_s.p50:.2f} / {s.e2e_s.p99:.2f}",
              "—" if s.slo_attainment is None else f"{100 * s.slo_attainment:.1f}%",
              "—" if s.usd_per_million_tokens is None else f"{s.usd_per_million_tokens:.3g}"] for s in sims]

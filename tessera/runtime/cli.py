@@ -1,9 +1,95 @@
-"""CLI verbs of this stage; registered by tessera.cli."""
+"""`tessera run`: execute a plan (or a simple placement of a model) on worker processes."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import typer
+
+from tessera.runtime.placements import PLACEMENTS, placement
+
+MILP = "plan"  # --placement value: the MILP's plan from tessera.plan
+
+
+def _assignments(model: str, graphs: dict[str, object], how: str, devices: int, gpus: str | None
+                 ) -> dict[str, tuple[int, ...]]:
+    if how != MILP:
+        return {ph: placement(how, g, devices) for ph, g in graphs.items()}  # type: ignore[arg-type]
+    import tessera.plan as plan_mod
+
+    plan_model = getattr(plan_mod, "plan_model", None)
+    if plan_model is None:
+        raise ValueError(f"--placement {MILP} needs tessera.plan.plan_model, which this install lacks; "
+                         f"valid now: {', '.join(PLACEMENTS)}")
+    plan = plan_model(model, gpus=(gpus or "cpu,cpu").split(","))
+    return {ph: tuple(p.assignment) for ph, p in plan.phases.items()}
 
 
 def register(app: typer.Typer) -> None:
-    """Add this stage's verbs to the `tessera` app (none yet)."""
+    @app.command("run")
+    def run_cmd(
+        target: str = typer.Argument(..., help="PLAN.json, or a tiny model name / config.json"),
+        devices: str = typer.Option("cpu,cpu", help="one worker per entry: cpu or cuda:N"),
+        gpus: str | None = typer.Option(None, help="GPU types for the MILP plan of MODEL (with --placement plan)"),
+        placement_name: str = typer.Option("layer_split", "--placement",
+                                           help=f"for MODEL: {', '.join([*PLACEMENTS, MILP])}"),
+        microbatches: int = typer.Option(2, help="micro-batches in flight (throughput mode)"),
+        requests: int = typer.Option(2, help="requests to serve (one micro-batch each)"),
+        batch: int = typer.Option(1, help="sequences per micro-batch"),
+        seq: int = typer.Option(8, help="prompt (or image) tokens"),
+        new_tokens: int = typer.Option(4, help="greedy tokens per sequence"),
+        verify: bool = typer.Option(False, help="fail unless outputs equal single-process execution"),
+        as_json: bool = typer.Option(False, "--json", help="print the JSON result"),
+        trace: Path | None = typer.Option(None, help="write a Perfetto/Chrome trace of the run here"),
+        weights: Path | None = typer.Option(None, help="directory of safetensors weights to load"),
+    ) -> None:
+        """Run a plan for real on worker processes and compare with single-process execution."""
+        from tessera.runtime.api import RunSpec, run
+        from tessera.runtime.cluster import WorkerFailure
+        from tessera.runtime.steps import Job, capture_steps
+
+        devs = tuple(d.strip() for d in devices.split(",") if d.strip())
+        if target.endswith(".json") and Path(target).exists() and "phases" in json.loads(Path(target).read_text()):
+            from tessera.plan.types import Plan
+
+            plan = Plan.load(target)
+            model = plan.model
+            by_phase = {ph: tuple(p.assignment) for ph, p in plan.phases.items()}
+            if len(plan.devices) != len(devs):
+                raise ValueError(f"plan {target} has {len(plan.devices)} devices but --devices names {len(devs)}")
+        else:
+            model, by_phase = target, {}
+        job = Job(model=model, batch=batch, seq=seq, new_tokens=new_tokens)
+        programs = capture_steps(job)
+        if not by_phase:
+            graphs = {}
+            for key, p in programs.items():
+                graphs.setdefault(key.split("@")[0], p.graph)
+            by_phase = _assignments(model, graphs, placement_name, len(devs), gpus)
+        spec = RunSpec(job=job, devices=devs, plans={"latency": by_phase, "throughput": by_phase},
+                       microbatches=microbatches, requests=requests, weights_dir=str(weights) if weights else None,
+                       trace=str(trace) if trace else None)
+        try:
+            out = run(spec, programs)
+        except WorkerFailure as e:
+            typer.echo(f"error: {e}", err=True)
+            sys.exit(1)
+        if as_json:
+            keys = ("devices", "microbatches", "verified", "max_abs_diff", "tokens_identical", "measured_step_s",
+                    "predicted_step_s", "throughput_tokens_per_s", "link_bytes")
+            typer.echo(json.dumps({**{k: out[k] for k in keys}, "extra": {k: v for k, v in out.items()
+                                                                         if k not in keys}}))
+        else:
+            typer.echo(f"{out['model']} on {','.join(devs)}: {out['steps']} steps, verified={out['verified']} "
+                       f"(max |diff| {out['max_abs_diff']:.3g}, tokens identical {out['tokens_identical']})")
+            typer.echo(f"step {out['measured_step_s'] * 1e3:.2f} ms measured, {out['predicted_step_s'] * 1e3:.2f} ms "
+                       f"predicted; {out['throughput_tokens_per_s']:.0f} tokens/s; {out['link_bytes']} link bytes; "
+                       f"overlap {out['overlap']:.0%}")
+            for s in out["switches"]:
+                typer.echo(f"switch: {s}")
+        if verify and not out["verified"]:
+            typer.echo(f"error: outputs differ from single-process execution (max |diff| {out['max_abs_diff']:.3g})",
+                       err=True)
+            sys.exit(1)

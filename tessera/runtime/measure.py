@@ -140,7 +140,7 @@ def chrome_trace(history: list[dict[str, Any]], partitions: dict[tuple[str, str]
         for w in h["workers"]:
             for idx, mb, t in w["recvs"]:
                 tr = part.transfers[idx]
-                tid = links.setdefault((tr.src, tr.dst), len(links))
+                tid = links.setdefault((tr.src, tr.dst), tr.src * devices + tr.dst)  # stable per link
                 a = posted.get((idx, mb), t)
                 ev.append({"ph": "X", "pid": 2, "tid": tid, "ts": us(a), "dur": max(0.0, us(t) - us(a)),
                            "name": f"buffer {tr.buffer}", "args": {"bytes": tr.nbytes, "microbatch": mb, "step": s}})

@@ -47,11 +47,19 @@ def layer_split(graph: KernelGraph, devices: int = 2) -> tuple[int, ...]:
     return tuple(out)
 
 
+def interleave(graph: KernelGraph, devices: int = 2) -> tuple[int, ...]:
+    """Layer l on device l mod D (prologue on 0, epilogue with the last layer): a transfer per layer."""
+    out: list[int] = []
+    for k in graph.kernels:
+        out.append(k.layer % devices if k.layer is not None else (out[-1] if out else 0))
+    return tuple(out)
+
+
 def all_on(graph: KernelGraph, device: int = 0) -> tuple[int, ...]:
     return tuple(device for _ in graph.kernels)
 
 
-PLACEMENTS = {"attention_gemm": attention_gemm, "layer_split": layer_split}
+PLACEMENTS = {"attention_gemm": attention_gemm, "layer_split": layer_split, "interleave": interleave}
 
 
 def placement(name: str, graph: KernelGraph, devices: int) -> tuple[int, ...]:

@@ -60,7 +60,8 @@ class Worker:
         self.spec, self.results, self.rank = spec, results, spec.rank
         self.weights: dict[str, torch.UntypedStorage] = self._load_weights()
         self.state: list[dict[str, torch.UntypedStorage]] = [{} for _ in range(spec.max_microbatches)]
-        self.state_buf: dict[str, Any] = {}  # name -> Buffer it was last shaped as (for carrying)
+        # per micro-batch: name -> the Buffer its storage was last shaped as (for carrying)
+        self.state_buf: list[dict[str, Buffer]] = [{} for _ in range(spec.max_microbatches)]
 
     def _needed_weights(self) -> dict[str, Buffer]:
         out: dict[str, Buffer] = {}
@@ -94,9 +95,9 @@ class Worker:
             st = self.state[mb]
             if cmd.reset or buf.name not in st:
                 st[buf.name] = prog.initial[b].untyped_storage().clone()
-            elif self.state_buf[buf.name].shape != buf.shape:
-                st[buf.name] = carry(st[buf.name], self.state_buf[buf.name], buf)
-            self.state_buf[buf.name] = buf
+            elif self.state_buf[mb][buf.name].shape != buf.shape:
+                st[buf.name] = carry(st[buf.name], self.state_buf[mb][buf.name], buf)
+            self.state_buf[mb][buf.name] = buf
             store[b] = st[buf.name]
         for b in part.inputs[self.rank]:
             given = cmd.inputs[mb].get(b)

@@ -98,7 +98,7 @@ def test_tables_render_with_reasons_and_gains() -> None:
     assert "1.20× vs attention_ffn" in out and "1.15× images per $" in out
     assert "3,000 tok/s" in out and "1.5 img/s" in out
     assert "42.5 / 48.0 (89%)" in out and "plan/bound 0.980" in out
-    assert "100.0 / 400.0" in out  # TTFT p50/p99 in ms
+    assert "100.0 / 400.0" in out and "10.00 / 40.00" in out  # TTFT, TPOT p50/p99 in ms
 
 
 def load_sim_dict(scale: float):

@@ -11,7 +11,14 @@ from tessera.errors import UserError
 from tessera.graph import KernelKind
 from tessera.report import plots
 from tessera.report.data import FrontierPoint, parse_cell, parse_sim
-from tessera.report.placement import device_colours, placement_figure, placement_grid
+from tessera.report.placement import (
+    PlacementGrid,
+    _panels,
+    device_colours,
+    placement_figsize,
+    placement_figure,
+    placement_grid,
+)
 
 
 def test_placement_grid_worked_by_hand(graph) -> None:
@@ -94,3 +101,14 @@ def test_frontier_from_cells_skips_unscored() -> None:
     # 5 strategies in the first cell, 4 in the second (prefill_decode is infeasible there)
     assert len(pts) == 9
     assert {x.label for x in pts if x.group == "prefill_decode"} == {"prefill_decode H100-SXM+L40S"}
+
+
+def test_many_layers_wrap_onto_balanced_panels() -> None:
+    def grid(n_cols: int) -> PlacementGrid:
+        return PlacementGrid(columns=tuple(map(str, range(n_cols))), kinds=tuple(KernelKind)[:6],
+                             cells=tuple(tuple(() for _ in range(n_cols)) for _ in range(6)))
+    assert _panels(grid(42)) == [range(0, 42)]
+    # 80 layers + prologue + epilogue = 82 columns: two panels of 41
+    assert _panels(grid(82)) == [range(0, 41), range(41, 82)]
+    # width 3 + 0.22·41 in, height 1.2 + 2·(1.2 + 0.42·6) in
+    assert placement_figsize(grid(82)) == pytest.approx((12.02, 8.64))

@@ -1,0 +1,109 @@
+"""`tessera run` as a function: capture, partition, serve on workers, verify, measure, predict."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from tessera.errors import UserError
+from tessera.graph import Role
+from tessera.runtime.cluster import Cluster, ClusterConfig
+from tessera.runtime.measure import LinkModel, chrome_trace, measure, predict_step_s, write_trace
+from tessera.runtime.program import Program
+from tessera.runtime.runner import ClusterExecutor, SwitchPolicy, build_partitions, compare, phase_of, serve
+from tessera.runtime.state import load_weights
+from tessera.runtime.steps import Job, LocalExecutor, capture_steps
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    job: Job
+    devices: tuple[str, ...]
+    plans: dict[str, dict[str, tuple[int, ...]]] = field(hash=False)  # "latency"/"throughput" -> phase -> assign
+    microbatches: int = 2  # throughput mode; latency mode runs one
+    requests: int = 2
+    threads: int = 1
+    weights_dir: str | None = None
+    trace: str | None = None
+    recv_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.microbatches < 1 or self.requests < 1:
+            raise UserError(f"--microbatches={self.microbatches} and --requests={self.requests} must be >= 1")
+        if set(self.plans) != {"latency", "throughput"}:
+            raise UserError(f"plans must be named latency and throughput, got {sorted(self.plans)}")
+
+
+def with_weights(programs: dict[str, Program], directory: str) -> dict[str, Program]:
+    """The programs with their weights replaced by a checkpoint's (for the single-process reference)."""
+    out = {}
+    for key, p in programs.items():
+        wanted = {p.name(b): p.graph.buffers[b] for b in p.initial if p.role(b) is Role.WEIGHT}
+        got = load_weights(directory, wanted)
+        init = {b: (torch.empty(0, dtype=torch.uint8).set_(got[p.name(b)]) if p.role(b) is Role.WEIGHT else t)
+                for b, t in p.initial.items()}
+        out[key] = replace(p, initial=init)
+    return out
+
+
+def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, Any]:
+    job = spec.job
+    programs = programs or capture_steps(job)
+    for mode, by_phase in spec.plans.items():
+        for key, prog in programs.items():
+            a = by_phase.get(phase_of(key))
+            if a is None or len(a) != len(prog.ops):
+                raise UserError(f"{mode} plan has no assignment of {len(prog.ops)} kernels for phase "
+                                f"{phase_of(key)}; the plan must come from a capture of {job.model}")
+    parts = build_partitions(programs, spec.plans, len(spec.devices))
+    policy = SwitchPolicy(throughput_microbatches=spec.microbatches, threshold=spec.microbatches)
+    cfg = ClusterConfig(devices=spec.devices, threads=spec.threads, weights_dir=spec.weights_dir,
+                        max_microbatches=spec.microbatches, recv_timeout_s=spec.recv_timeout_s)
+    with Cluster(programs, parts, cfg) as cluster:
+        rounds, switches = serve(ClusterExecutor(cluster), job, programs, spec.requests, policy)
+        history, resident, link = cluster.history, cluster.resident, cluster.link
+    ref_programs = with_weights(programs, spec.weights_dir) if spec.weights_dir else programs
+    local = LocalExecutor(ref_programs)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(spec.threads)  # exactness needs the workers' thread count
+    try:
+        ref_rounds, _ = serve(local, job, ref_programs, spec.requests, policy)
+    finally:
+        torch.set_num_threads(threads)
+    same, diff, tokens = compare(rounds, ref_rounds)
+    meas = measure(history, parts)
+    link_model = LinkModel(latency_s=link[0], bytes_per_s=link[1]) if link else LinkModel(latency_s=0.0,
+                                                                                           bytes_per_s=1e12)
+    kernel_s = {k: [statistics.median(v) if v else 0.0 for v in ks] for k, ks in local.kernel_s.items()}
+    pred = [predict_step_s(parts[(h["key"], h["plan"])], kernel_s[h["key"]], link_model, h["m"]) for h in history]
+    skip = 1 if len(history) > 1 else 0  # the first step pays one-off warm-up (allocator, first dispatch)
+    if spec.trace:
+        names = {k: [o.func for o in p.ops] for k, p in programs.items()}
+        write_trace(spec.trace, chrome_trace(history, parts, names))
+    tokens_total = sum(r.processed_tokens for r in rounds)
+    return {
+        "devices": list(spec.devices),
+        "microbatches": spec.microbatches,
+        "verified": bool(same and tokens is not False),
+        "max_abs_diff": diff,
+        "tokens_identical": tokens,
+        "measured_step_s": statistics.mean(meas.step_s[skip:]),
+        "predicted_step_s": statistics.mean(pred[skip:]),
+        "throughput_tokens_per_s": tokens_total / sum(meas.step_s),
+        "link_bytes": sum(meas.link_bytes.values()),
+        # beyond the contract
+        "model": job.model,
+        "steps": len(history),
+        "switches": switches,
+        "overlap": meas.overlap,
+        "wait_s": meas.wait_s,
+        "busy_s": meas.busy_s,
+        "link_bytes_by_link": {f"{a}->{b}": n for (a, b), n in sorted(meas.link_bytes.items())},
+        "link_model": {"latency_s": link_model.latency_s, "bytes_per_s": link_model.bytes_per_s},
+        "resident_weight_bytes": [sum(r.values()) for r in resident],
+        "tokens": [t.tolist() for r in rounds for t in r.tokens],
+        "prediction_source": "single-process kernel times (1 thread) + measured gloo link model",
+    }
