@@ -104,6 +104,7 @@ def build_from_log(log_path: str | Path, alloc_path: str | Path, *, indirect_sco
     log_path = Path(log_path)
     modules: dict[Path, dict[str, EntryAccess]] = {}
     kernels: list[Kernel] = []
+    unresolved_all: list[str] = []  # "kernel id:name:params" whose accessed pointers hit no allocation
     for lineno, raw in enumerate(log_path.read_text().splitlines(), 1):
         if not raw.strip():
             continue
@@ -142,9 +143,14 @@ def build_from_log(log_path: str | Path, alloc_path: str | Path, *, indirect_sco
         if entry.indirect and indirect_scope == "all":
             for b in range(len(allocs)):
                 reads[b] = writes[b] = None
+        if unresolved:
+            unresolved_all.append(f"{len(kernels)}:{entry.name}:{','.join(unresolved)}")
+        kind = str(rec.get("kind", "other"))
+        if kind not in [k.value for k in KernelKind]:
+            raise choices_error(f"{where}: kernel kind", kind, [k.value for k in KernelKind])
         grid, block = rec.get("grid", [1, 1, 1]), rec.get("block", [1, 1, 1])
         kernels.append(Kernel(
-            id=len(kernels), name=entry.name, kind=KernelKind(rec.get("kind", "other")),
+            id=len(kernels), name=entry.name, kind=KernelKind(kind),
             flops=int(rec.get("flops", 0)),
             bytes_read=sum(allocs[b].bytes for b in reads), bytes_written=sum(allocs[b].bytes for b in writes),
             reads=tuple(reads), writes=tuple(writes), layer=rec.get("layer"), module=str(rec["module"]),
@@ -153,7 +159,8 @@ def build_from_log(log_path: str | Path, alloc_path: str | Path, *, indirect_sco
         ))
     buffers = [Buffer(id=i, name=a.name, bytes=a.bytes, role=a.role, dtype=a.dtype) for i, a in enumerate(allocs)]
     return build_graph(model=model, phase="ptx", shape={}, kernels=kernels, buffers=buffers,
-                       meta={"source": str(log_path), "indirect_scope": indirect_scope})
+                       meta={"source": str(log_path), "indirect_scope": indirect_scope,
+                             "unresolved": unresolved_all})
 
 
 def _prod(xs: Any) -> int:
