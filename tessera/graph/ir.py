@@ -258,6 +258,8 @@ class KernelGraph:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> KernelGraph:
+        if not isinstance(d, dict):
+            raise ValueError(f"kernel graph must be a JSON object, got {type(d).__name__}")
         if d.get("ir_version") != IR_VERSION:
             raise ValueError(f"kernel graph ir_version {d.get('ir_version')!r} is not {IR_VERSION}")
         bufs = tuple(
@@ -294,7 +296,7 @@ class KernelGraph:
         try:
             text = Path(path).read_text()
             return cls.from_json(text)
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:
             raise ValueError(f"cannot read kernel graph {path}: {e}") from None
 
 

@@ -86,6 +86,8 @@ class Plan:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:
+        if not isinstance(d, dict):
+            raise ValueError(f"plan must be a JSON object, got {type(d).__name__}")
         if d.get("version") != PLAN_VERSION:
             raise ValueError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}")
         phases = {
@@ -113,5 +115,5 @@ class Plan:
     def load(cls, path: str | Path) -> Plan:
         try:
             return cls.from_dict(json.loads(Path(path).read_text()))
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:
             raise ValueError(f"cannot read plan {path}: {e}") from None

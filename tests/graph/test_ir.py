@@ -66,3 +66,10 @@ def test_load_bad_file_is_value_error(tmp_path) -> None:
     p.write_text("{not json")
     with pytest.raises(ValueError, match="cannot read kernel graph"):
         KernelGraph.load(p)
+
+
+def test_load_non_object_is_value_error(tmp_path) -> None:
+    p = tmp_path / "list.json"
+    p.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        KernelGraph.load(p)
