@@ -126,7 +126,8 @@ def plan_graphs(model: str, phases: list[str], source: GraphSource, pool: Pool, 
                 ) -> PlanResult:
     if mode not in ("throughput", "latency"):
         raise UserError(f"unknown mode {mode!r}; valid: latency, throughput")
-    w = workload or Workload()
+    w1 = workload or Workload()
+    w = replace(w1, batch=w1.batch * pool.n)  # a cell of n GPUs serves n times the per-GPU batch
     cost = cost or default_cost()
     order = sorted(phases, key=lambda p: 0 if p == "decode" else 1) if "decode" in phases else list(phases)
     _check_pool_fits(model, order[0], source, pool, w)
@@ -142,7 +143,7 @@ def plan_graphs(model: str, phases: list[str], source: GraphSource, pool: Pool, 
             return bounds[key]
         return f
 
-    base = _baselines(model, order, source, pool, w, cost, mode, bound_fn(w.batch), points=points)
+    base = _baselines(model, order, source, pool, w1, cost, mode, bound_fn(w.batch), points=points)
     starts: dict[str, list[tuple[int, ...]]] = {p: [] for p in order}
     for o in base.values():
         if o.plan is not None and o.name != "homogeneous":
@@ -159,23 +160,20 @@ def plan_graphs(model: str, phases: list[str], source: GraphSource, pool: Pool, 
             if batch == 1:
                 break
             batch = max(1, batch // 2)
-    cands: list[Scored | Plan] = [best] if best else []
     tess = best.plan if best else None
     for o in base.values():  # a baseline placement is a Tessera placement too: keep the best
         if o.feasible and o.plan and (tess is None or _thr(o.plan) > _thr(tess)):
             tess = replace(o.plan, strategy="tessera", notes=o.plan.notes + (f"chosen: the {o.name} placement",))
-    del cands
     if tess is not None:
         tess = replace(tess, solve_s=solve_total)
     outs = {"tessera": Outcome(name="tessera", applicable=True, plan=tess,
                                reason=None if tess else "no placement fits the pool's memory"), **base}
-    return PlanResult(model=model, gpus=tuple(pool.names), link=pool.link.name, mode=mode, workload=w,
+    return PlanResult(model=model, gpus=tuple(pool.names), link=pool.link.name, mode=mode, workload=w1,
                       strategies=outs, solve_s=solve_total if tess else time.perf_counter() - t0)
 
 
 def _thr(p: Plan) -> float:
-    return (p.throughput_tokens_per_s or p.throughput_images_per_s or 0.0) if p.bound_ratio is not None or \
-        p.throughput_tokens_per_s or p.throughput_images_per_s else 0.0
+    return p.throughput_tokens_per_s or p.throughput_images_per_s or 0.0
 
 
 def _check_pool_fits(model: str, phase: str, source: GraphSource, pool: Pool, w: Workload) -> None:

@@ -70,7 +70,8 @@ class Pool:
 
 @dataclass(frozen=True, kw_only=True)
 class Workload:
-    """What one cell serves: ``batch`` sequences (or images) per step, prompt and output lengths in tokens.
+    """The load: ``batch`` sequences (or images) in flight *per GPU* (a cell of n GPUs serves n·batch, an
+    independent replica serves batch), prompt and output lengths in tokens.
 
     ``steps`` is the number of denoising steps per image (diffusion only).
     """
