@@ -1,7 +1,8 @@
 """Capture time and peak memory of every zoo model and phase (target: <= 60 s, < 4 GB each).
 
 Each capture runs in a fresh process so its peak RSS is its own. Writes bench/results/capture.json and
-capture.md. Run: .venv/bin/python bench/bench_capture.py
+capture.md. Run: .venv/bin/python bench/bench_capture.py [MODEL ...]  (named models only: their rows are
+re-measured, the other rows of capture.json are kept)
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-# Serving-like shapes: prefill 8×512, decode 32 sequences at 2048 context, Flux 1024² image (4096 tokens).
+# Serving-like shapes: prefill 8×512, decode 32 sequences at 2048 context, Flux 1024² image (4096 tokens),
+# vision encode of 8 images of 448² (1024 patches each); a VL prefill prompt holds one such image.
 SHAPES = {"prefill": {"batch": 8, "seq": 512}, "decode": {"batch": 32, "context": 2048},
-          "denoise": {"batch": 1, "seq": 4096, "context": 512}}
+          "denoise": {"batch": 1, "seq": 4096, "context": 512}, "encode": {"batch": 8, "seq": 1024}}
 CHILD = """
 import json, resource, sys
 from tessera.capture import capture_model, summarize
@@ -44,9 +46,12 @@ def run_one(name: str, phase: str) -> dict[str, object]:
 def main() -> None:
     from tessera.capture import SPECS, model_phases
 
-    rows = [run_one(n, p) for n in SPECS for p in model_phases(n)]
+    only = sys.argv[1:]
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
+    kept = {(r["model"], r["phase"]): r for r in json.loads((out / "capture.json").read_text())} if only else {}
+    rows = [run_one(n, p) if not only or n in only else kept[(n, p)]
+            for n in SPECS for p in model_phases(n) if not only or n in only or (n, p) in kept]
     (out / "capture.json").write_text(json.dumps(rows, indent=1))
     lines = ["| model | phase | kernels | layers | TFLOP | weights GB | capture s | wall s | peak RSS GB |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]

@@ -33,8 +33,9 @@ def trace(
     model: Annotated[str, typer.Argument(help="zoo name (see `tessera models`) or path to a config.json")],
     phase: Annotated[str, typer.Option(help="prefill | decode | encode | denoise")],
     batch: Annotated[int, typer.Option(help="sequences / images in the step")] = 1,
-    seq: Annotated[int | None, typer.Option(help="prompt or image tokens")] = None,
-    context: Annotated[int | None, typer.Option(help="cached tokens (decode) or text tokens (denoise)")] = None,
+    seq: Annotated[int | None, typer.Option(help="prompt tokens, image tokens (denoise) or patches (encode)")] = None,
+    context: Annotated[int | None, typer.Option(
+        help="cached tokens (decode), text tokens (denoise) or image patches per prompt (VL prefill)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write the KernelGraph JSON here")] = None,
 ) -> None:

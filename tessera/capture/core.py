@@ -12,15 +12,15 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten
 
-from tessera.capture import steps
+from tessera.capture import steps, vlm
 from tessera.capture.program import Capture
 from tessera.capture.recorder import Recorder
 from tessera.capture.zoo import PHASES, ModelSpec, resolve
 from tessera.errors import UserError, choices_error
 from tessera.graph import KernelGraph, Role, build_graph
 
-# Step sizes used when the caller gives none.
-DEFAULT_SEQ = {"prefill": 512, "denoise": 4096, "decode": 1}
+# Step sizes used when the caller gives none (encode: image patches, 1024 = one 448×448 image).
+DEFAULT_SEQ = {"prefill": 512, "denoise": 4096, "decode": 1, "encode": vlm.DEFAULT_IMAGE_PATCHES}
 DEFAULT_CONTEXT = {"decode": 2048, "denoise": 512}
 
 
@@ -58,8 +58,12 @@ def _check_shape(spec: ModelSpec, phase: str, batch: int, seq: int | None, conte
 def _make_step(spec: ModelSpec, model: nn.Module, phase: str, batch: int, seq: int | None,
                context: int | None, real: bool) -> steps.Step:
     seq = seq or DEFAULT_SEQ[phase]
+    if spec.family == "vlm" and phase == "encode":
+        return vlm.encode_step(model, batch, seq)
+    if spec.family == "vlm" and phase == "prefill":  # context: image patches per prompt
+        return vlm.prefill_step(model, batch, seq, context or vlm.DEFAULT_IMAGE_PATCHES, real)
     context = context or DEFAULT_CONTEXT.get(phase, 0)
-    if spec.family in ("llm", "moe"):
+    if spec.family in ("llm", "moe", "vlm"):
         return steps.llm_step(model, phase, batch, seq, context, real)
     if spec.family == "ssm":
         return steps.ssm_step(model, phase, batch, seq, context, real)

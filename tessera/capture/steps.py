@@ -32,13 +32,14 @@ def build(spec: ModelSpec) -> nn.Module:
         from diffusers import FluxTransformer2DModel
 
         return FluxTransformer2DModel(**cfg).eval()
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     model_type = cfg.pop("model_type")
     conf = AutoConfig.for_model(model_type, **cfg)
     attn = "eager" if spec.family == "ssm" else "sdpa"  # Mamba has no attention to choose
     conf._attn_implementation = attn
-    model = AutoModelForCausalLM.from_config(conf, attn_implementation=attn)
+    auto = AutoModelForImageTextToText if spec.family == "vlm" else AutoModelForCausalLM
+    model = auto.from_config(conf, attn_implementation=attn)
     if spec.family == "moe":
         _split_experts(model)
     return model.eval()
@@ -89,18 +90,16 @@ def _balanced_experts_forward(self: Any, hidden: torch.Tensor, top_k_index: torc
 # ---- steps -----------------------------------------------------------------------------------------------------
 
 
-def llm_step(model: nn.Module, phase: str, batch: int, seq: int, context: int, real: bool) -> Step:
-    """prefill: ``seq`` prompt tokens into an empty static cache of ``seq`` slots; decode: one token
-    against ``context`` cached tokens (cache of context+1 slots, so the new token's K/V is written)."""
+def static_cache(model: nn.Module, step: Step, *, batch: int, past: int, length: int, real: bool) -> Any:
+    """A static KV cache of past+length slots holding ``past`` tokens (random K/V in real mode); its
+    K, V and length counters join ``step.buffers``."""
     from transformers import StaticCache
 
     cfg = model.config.get_text_config(decoder=True)
-    length, past = (seq, 0) if phase == "prefill" else (1, context)
     cache = StaticCache(config=cfg, max_cache_len=past + length)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     cache.early_initialization(batch_size=batch, num_heads=cfg.num_key_value_heads, head_dim=head_dim,
                                dtype=torch.get_default_dtype(), device=torch.device("cpu"))
-    step = Step(run=lambda: (), shape={"batch": batch, "seq": length, "context": past})
     for i, layer in enumerate(cache.layers):
         layer.cumulative_length.fill_(past)
         if real and past:
@@ -108,6 +107,17 @@ def llm_step(model: nn.Module, phase: str, batch: int, seq: int, context: int, r
             layer.values.normal_()
         step.buffers += [(layer.keys, Role.KV, f"kv.{i}.k"), (layer.values, Role.KV, f"kv.{i}.v"),
                          (layer.cumulative_length, Role.STATE, f"kv.{i}.length")]
+    return cache
+
+
+def llm_step(model: nn.Module, phase: str, batch: int, seq: int, context: int, real: bool) -> Step:
+    """prefill: ``seq`` prompt tokens into an empty static cache of ``seq`` slots; decode: one token
+    against ``context`` cached tokens (cache of context+1 slots, so the new token's K/V is written).
+    A Qwen2.5-VL decode token is text: its 2-D positions stand for all three mrope axes."""
+    cfg = model.config.get_text_config(decoder=True)
+    length, past = (seq, 0) if phase == "prefill" else (1, context)
+    step = Step(run=lambda: (), shape={"batch": batch, "seq": length, "context": past})
+    cache = static_cache(model, step, batch=batch, past=past, length=length, real=real)
     ids = torch.randint(0, cfg.vocab_size, (batch, length))
     pos = torch.arange(past, past + length).expand(batch, length)
     step.buffers += [(ids, Role.INPUT, "input_ids"), (pos, Role.INPUT, "position_ids")]

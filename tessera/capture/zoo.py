@@ -18,13 +18,14 @@ PHASES: dict[str, tuple[str, ...]] = {
     "moe": ("prefill", "decode"),
     "ssm": ("prefill", "decode"),
     "dit": ("denoise",),
+    "vlm": ("encode", "prefill", "decode"),
 }
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     name: str
-    family: str  # llm | moe | ssm | dit
+    family: str  # llm | moe | ssm | dit | vlm
     config: dict[str, Any] = field(hash=False)  # transformers config kwargs (model_type) or diffusers kwargs
     source: str  # where the numbers come from
     tiny: bool = False
@@ -57,19 +58,22 @@ _MAMBA2 = dict(  # state-spaces/mamba2-2.7b, config.json (mamba_ssm format: d_mo
     model_type="mamba2", hidden_size=2560, num_hidden_layers=64, vocab_size=50288, state_size=128, head_dim=64,
     expand=2, num_heads=80, n_groups=1, conv_kernel=4, chunk_size=256, tie_word_embeddings=True,
 )
-_QWEN25_VL = dict(  # Qwen/Qwen2.5-VL-7B-Instruct, config.json
+_QWEN25_VL = dict(  # Qwen/Qwen2.5-VL-7B-Instruct, config.json (its text fields are top-level there;
+    # transformers 5 keeps them in text_config; config.json's vision "in_chans" is transformers' in_channels)
     model_type="qwen2_5_vl",
     text_config=dict(
         hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
         num_key_value_heads=4, vocab_size=152064, max_position_embeddings=128000, rms_norm_eps=1e-6,
         rope_theta=1000000.0, rope_scaling={"type": "mrope", "mrope_section": [16, 24, 24]},
+        sliding_window=32768, use_sliding_window=False, max_window_layers=28, hidden_act="silu",
     ),
     vision_config=dict(
         depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=3584, patch_size=14,
         spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[7, 15, 23, 31],
-        in_chans=3, hidden_act="silu",
+        in_channels=3, hidden_act="silu", tokens_per_second=2,
     ),
-    image_token_id=151655, video_token_id=151656, vision_start_token_id=151652, tie_word_embeddings=False,
+    image_token_id=151655, video_token_id=151656, vision_start_token_id=151652, vision_end_token_id=151653,
+    tie_word_embeddings=False,
 )
 _FLUX_DEV = dict(  # black-forest-labs/FLUX.1-dev, transformer/config.json
     _class_name="FluxTransformer2DModel", attention_head_dim=128, guidance_embeds=True, in_channels=64,
@@ -80,6 +84,16 @@ _FLUX_DEV = dict(  # black-forest-labs/FLUX.1-dev, transformer/config.json
 _TINY_LLM = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=256, max_position_embeddings=4096)
 
+# 2 vision blocks (block 1 full attention, block 0 windowed) + 2 LM layers; head dim 16 for both, so the
+# mrope sections (pairs of rotary dims per t/h/w axis) sum to 8; special token ids moved into the vocab.
+_TINY_VL = dict(
+    text_config=dict(_TINY_LLM, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                     rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
+    vision_config=dict(_QWEN25_VL["vision_config"], depth=2, hidden_size=32, intermediate_size=64, num_heads=2,
+                       out_hidden_size=64, fullatt_block_indexes=[1]),
+    image_token_id=254, video_token_id=255, vision_start_token_id=252, vision_end_token_id=253,
+)
+
 SPECS: dict[str, ModelSpec] = {s.name: s for s in (
     ModelSpec(name="llama-3-8b", family="llm", config=_LLAMA3_8B, source="meta-llama/Meta-Llama-3-8B config.json"),
     ModelSpec(name="llama-3-70b", family="llm", config=_LLAMA3_70B,
@@ -87,6 +101,8 @@ SPECS: dict[str, ModelSpec] = {s.name: s for s in (
     ModelSpec(name="qwen2.5-7b", family="llm", config=_QWEN25_7B, source="Qwen/Qwen2.5-7B-Instruct config.json"),
     ModelSpec(name="mixtral-8x7b", family="moe", config=_MIXTRAL, source="mistralai/Mixtral-8x7B-v0.1 config.json"),
     ModelSpec(name="mamba2-2.7b", family="ssm", config=_MAMBA2, source="state-spaces/mamba2-2.7b config.json"),
+    ModelSpec(name="qwen2.5-vl-7b", family="vlm", config=_QWEN25_VL,
+              source="Qwen/Qwen2.5-VL-7B-Instruct config.json"),
     ModelSpec(name="flux-dev", family="dit", config=_FLUX_DEV,
               source="black-forest-labs/FLUX.1-dev transformer/config.json"),
     ModelSpec(name="llama-tiny", family="llm", tiny=True, source="llama-3 shape, shrunk",
@@ -98,19 +114,18 @@ SPECS: dict[str, ModelSpec] = {s.name: s for s in (
     ModelSpec(name="mamba2-tiny", family="ssm", tiny=True, source="mamba2 shape, shrunk",
               config=dict(_MAMBA2, hidden_size=64, num_hidden_layers=2, vocab_size=256, state_size=16,
                           head_dim=16, num_heads=8, chunk_size=8)),
+    ModelSpec(name="qwen-vl-tiny", family="vlm", tiny=True, source="qwen2.5-vl shape, shrunk",
+              config=dict(_QWEN25_VL, **_TINY_VL)),
     ModelSpec(name="dit-tiny", family="dit", tiny=True, source="flux shape, shrunk",
               config=dict(_FLUX_DEV, attention_head_dim=16, in_channels=16, joint_attention_dim=32,
                           num_attention_heads=2, num_layers=1, num_single_layers=1, pooled_projection_dim=16,
                           axes_dims_rope=[4, 6, 6])),
 )}
 
-# Qwen2.5-VL (_QWEN25_VL above) is not in the zoo yet: its vision tower reads grid metadata with
-# .tolist() inside attention, which fake tensors reject; see docs/capture.md.
-
 # HF model_type / diffusers class -> family, for a local config.json.
 _LOCAL_FAMILIES = {
     "llama": "llm", "qwen2": "llm", "qwen3": "llm", "mistral": "llm", "mixtral": "moe", "mamba2": "ssm",
-    "FluxTransformer2DModel": "dit",
+    "qwen2_5_vl": "vlm", "FluxTransformer2DModel": "dit",
 }
 
 

@@ -13,6 +13,8 @@ Rows:
   link[a,b]:      bg[a,b] + ω·(Σ_v s[v]·y[v,a,b] + Σ_h s[h]·x[src(h),a]) ≤ T   (h: handoffs into b)
   memory[d]:      Σ_w size[w]·z[w,d] ≤ capacity[d] − activations     (w already counted on d: coefficient 0)
 Objective: throughput  min T (+ ε·total work as a tie-break);
+           step        min (m−1)·T + Σ_d Σ_g t·x + Σ transfer s·y: an upper bound on the pipeline step
+                       max(m·T, latency + (m−1)·T), since the sequential sum bounds one micro-batch's latency;
            weighted    min Σ_d α_d·Σ_g t·x + β·Σ transfer s·y  (latency mode: α = β = 1, the sequential
                        critical path of a chain; pattern generation sweeps α, β).
 """
@@ -56,12 +58,13 @@ class _Index:
 
 def build_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: float = 1.0,
                background: Background | None = None, alpha: tuple[float, ...] | None = None,
-               beta: float = 1.0, memory: bool = True) -> tuple[Model, _Index]:
-    assert objective in ("throughput", "weighted")
+               beta: float = 1.0, memory: bool = True, micro: int = 1) -> tuple[Model, _Index]:
+    assert objective in ("throughput", "weighted", "step")
     D, G = prob.D, prob.G  # noqa: N806
     pairs = prob.pool.pairs()
     m = Model(f"place[{prob.graph.model}/{prob.graph.phase}]")
     thr = objective == "throughput"
+    rows_t = objective in ("throughput", "step")  # compute/link rows bound T
     alpha = alpha or tuple([1.0] * D)
     # ---- step 1: assignment variables x[g,d] and assign[g] ----
     x = np.zeros((G, D), dtype=int)
@@ -74,7 +77,7 @@ def build_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: floa
             c = TIE_BREAK * omega * float(prob.t[g, d]) if thr else alpha[d] * float(prob.t[g, d])
             x[g, d] = m.var(f"x[{g},{d}]", lb=lb, ub=ub, cost=c, integer=True)
         m.row(f"assign[{g}]", {int(x[g, d]): 1.0 for d in range(D)}, lb=1.0, ub=1.0)
-    T = m.var("T", cost=1.0) if thr else None  # noqa: N806
+    T = m.var("T", cost=1.0 if thr else float(micro - 1)) if rows_t else None  # noqa: N806
     # ---- step 2: crossing variables y[v,a,b] and cross rows ----
     y: dict[tuple[int, int, int], int] = {}
     for vi, v in enumerate(prob.values):
@@ -94,8 +97,8 @@ def build_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: floa
             z[wi, d] = col = m.var(f"z[{wi},{d}]", ub=1.0)
             for g in w.groups:
                 m.row(f"resident[{wi},{g},{d}]", {col: 1.0, int(x[g, d]): -1.0}, lb=0.0)
-    # ---- step 4: loads (throughput objective) ----
-    if thr:
+    # ---- step 4: loads (throughput and step objectives) ----
+    if rows_t:
         bg = background or Background(device_s=tuple([0.0] * D))
         for d in range(D):
             terms = {int(x[g, d]): omega * float(prob.t[g, d]) for g in range(G)}
@@ -117,7 +120,7 @@ def build_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: floa
                 if d in prob.preresident.get(w.name, frozenset()):
                     continue
                 terms[z[wi, d]] = terms.get(z[wi, d], 0.0) + float(w.bytes)
-            cap = float(prob.pool.gpus[d].mem_bytes - prob.act_bytes)
+            cap = prob.free_bytes(d)
             if terms:
                 m.row(f"memory[{d}]", terms, ub=cap)
             elif cap < 0:
@@ -157,21 +160,21 @@ def start_vector(prob: PhaseProblem, model: Model, idx: _Index, group_dev: list[
 def solve_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: float = 1.0,
                background: Background | None = None, alpha: tuple[float, ...] | None = None,
                beta: float = 1.0, starts: list[tuple[int, ...]] | None = None, mip_rel_gap: float = 0.0,
-               time_limit_s: float = 60.0) -> FlatResult:
+               time_limit_s: float = 60.0, m: int = 1) -> FlatResult:
     """Solve the flat MILP; ``starts`` are group assignments handed to HiGHS as MIP starts."""
     model, idx = build_flat(prob, objective=objective, omega=omega, background=background, alpha=alpha,
-                            beta=beta)
+                            beta=beta, micro=m)
     hints = [start_vector(prob, model, idx, s, omega=omega, background=background) for s in starts or []]
     sol = model.solve(mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s, starts=hints)
-    return _result(prob, idx, sol)
+    return _result(prob, idx, sol, objective)
 
 
-def _result(prob: PhaseProblem, idx: _Index, sol: Solution) -> FlatResult:
+def _result(prob: PhaseProblem, idx: _Index, sol: Solution, objective: str) -> FlatResult:
     if not sol.ok:
         return FlatResult(group_dev=(), objective=INF, status=sol.status, solve_s=sol.solve_s, mip_gap=INF)
     xs = sol.values[idx.x]
     gd = tuple(int(i) for i in np.argmax(xs, axis=1))
-    obj = float(sol.values[idx.T]) if idx.T is not None else sol.objective
+    obj = float(sol.values[idx.T]) if idx.T is not None and objective == "throughput" else sol.objective
     return FlatResult(group_dev=gd, objective=obj, status=sol.status, solve_s=sol.solve_s, mip_gap=sol.mip_gap)
 
 
@@ -213,3 +216,15 @@ def loads(prob: PhaseProblem, group_dev: list[int] | tuple[int, ...]) -> tuple[l
         if a != h.device:
             link[a, h.device] += prob.handoff_s(h)
     return dev, link
+
+
+def objective_value(prob: PhaseProblem, group_dev: list[int] | tuple[int, ...], objective: str, m: int = 1,
+                    background: Background | None = None) -> float:
+    """The MILP objective of a given placement (ε tie-break left out)."""
+    dev, lk = loads(prob, group_dev)
+    bg = background or Background(device_s=tuple([0.0] * prob.D))
+    t = max([bg.device_s[d] + dev[d] for d in range(prob.D)] + [bg.link_s.get(p, 0.0) + x for p, x in lk.items()])
+    if objective == "throughput":
+        return t
+    total = sum(dev) + sum(lk.values())
+    return total + (m - 1) * t if objective == "step" else total

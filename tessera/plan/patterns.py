@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tessera.plan.highs import Model
-from tessera.plan.milp import Background, build_flat, loads
+from tessera.plan.milp import Background, build_flat, loads, objective_value
 from tessera.plan.problem import Handoff, PhaseProblem, Resident, Value
 
 
@@ -36,16 +36,15 @@ class Segment:
     patterns: list[tuple[int, ...]] = field(default_factory=list)  # offset -> device
 
 
-def _layer_groups(prob: PhaseProblem) -> dict[int, list[int]] | None:
-    """layer -> its groups in program order; None when a group spans layers."""
+def _layer_groups(prob: PhaseProblem) -> dict[int, list[int]]:
+    """layer -> its groups in program order. A group also touching the prologue (e.g. a cache-length
+    state read there) belongs to its one layer, whose signature then differs from the others; a group
+    spanning two layers stays outside every segment (flat)."""
     out: dict[int, list[int]] = {}
     for g, ks in enumerate(prob.groups):
-        layers = {prob.graph.kernels[k].layer for k in ks}
-        if len(layers) != 1:
-            return None
-        (layer,) = layers
-        if layer is not None:
-            out.setdefault(layer, []).append(g)
+        layers = {prob.graph.kernels[k].layer for k in ks} - {None}
+        if len(layers) == 1:
+            out.setdefault(layers.pop(), []).append(g)
     return out
 
 
@@ -160,20 +159,21 @@ class PatternResult:
 
 def solve_patterns(prob: PhaseProblem, segs: list[Segment], *, objective: str = "throughput",
                    omega: float = 1.0, background: Background | None = None, mip_rel_gap: float = 1e-2,
-                   time_limit_s: float = 30.0) -> PatternResult:
+                   time_limit_s: float = 30.0, m_micro: int = 1) -> PatternResult:
     t0 = time.perf_counter()
     for s in segs:
         if not s.patterns:
             s.patterns = generate_patterns(prob, s)
     D, pairs = prob.D, prob.pool.pairs()  # noqa: N806
     thr = objective == "throughput"
+    rows_t = objective in ("throughput", "step")
     seg_of: dict[int, tuple[int, int, int]] = {}  # group -> (segment, layer index, offset)
     for si, s in enumerate(segs):
         for li, gs in enumerate(s.groups):
             for off, g in enumerate(gs):
                 seg_of[g] = (si, li, off)
     m = Model(f"patterns[{prob.graph.model}/{prob.graph.phase}]")
-    T = m.var("T", cost=1.0) if thr else None  # noqa: N806
+    T = m.var("T", cost=1.0 if thr else float(m_micro - 1)) if rows_t else None  # noqa: N806
     # ---- step 1: flat x[g,d] for groups outside segments ----
     x: dict[tuple[int, int], int] = {}
     for g in range(prob.G):
@@ -291,14 +291,14 @@ def solve_patterns(prob: PhaseProblem, segs: list[Segment], *, objective: str = 
                 m.row(f"resident[{wi},{g},{d}]", {col: 1.0, on(g, d, "g"): -1.0}, lb=0.0)
             mem[d][col] = float(w.bytes)
     # ---- step 6: load and memory rows ----
-    if thr:
+    if rows_t:
         bg = background or Background(device_s=tuple([0.0] * D))
         for d in range(D):
             m.row(f"compute[{d}]", {**comp[d], T: -1.0}, ub=-bg.device_s[d])
         for p in pairs:
             m.row(f"link[{p[0]},{p[1]}]", {**link[p], T: -1.0}, ub=-bg.link_s.get(p, 0.0))
     for d in range(D):
-        m.row(f"memory[{d}]", mem[d], ub=float(prob.pool.gpus[d].mem_bytes - prob.act_bytes))
+        m.row(f"memory[{d}]", mem[d], ub=prob.free_bytes(d))
     sol = m.solve(mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s)
     if not sol.ok:
         return PatternResult(group_dev=(), objective=float("inf"), status=sol.status,
@@ -308,8 +308,8 @@ def solve_patterns(prob: PhaseProblem, segs: list[Segment], *, objective: str = 
     for (g, d), col in x.items():
         if sol.values[col] > 0.5:
             base[g] = d
-    gd = _expand(prob, segs, counts, base, omega=omega, background=background, thr=thr)
-    obj = float(sol.values[T]) if T is not None else sol.objective
+    gd = _expand(prob, segs, counts, base, objective=objective, m=m_micro, background=background)
+    obj = float(sol.values[T]) if T is not None and thr else sol.objective
     return PatternResult(group_dev=gd, objective=obj, status=sol.status, solve_s=time.perf_counter() - t0,
                          counts=counts, n_patterns=sum(len(s.patterns) for s in segs))
 
@@ -331,7 +331,7 @@ def _private_bytes(prob: PhaseProblem, seg: Segment, pat: tuple[int, ...], d: in
 
 
 def _expand(prob: PhaseProblem, segs: list[Segment], counts: tuple[tuple[int, ...], ...], base: list[int],
-            *, omega: float, background: Background | None, thr: bool) -> tuple[int, ...]:
+            *, objective: str, m: int, background: Background | None) -> tuple[int, ...]:
     """Lay runs of patterns onto layers; try every order of the used patterns (few) and keep the best."""
     gd = list(base)
 
@@ -353,13 +353,7 @@ def _expand(prob: PhaseProblem, segs: list[Segment], counts: tuple[tuple[int, ..
         orders += [_greedy_walk(used, ends, d) for d in range(prob.D)]
         for order in orders:
             lay(s, order)
-            dev, lk = loads(prob, gd)
-            bg = background or Background(device_s=tuple([0.0] * prob.D))
-            if thr:
-                score = max([bg.device_s[d] + omega * dev[d] for d in range(prob.D)]
-                            + [bg.link_s.get(p, 0.0) + omega * s_ for p, s_ in lk.items()])
-            else:
-                score = sum(dev) + sum(lk.values())
+            score = objective_value(prob, gd, objective, m, background)
             if best is None or score < best[0]:
                 best = (score, list(gd))
         assert best is not None
@@ -392,7 +386,7 @@ __all__ = ["Handoff", "PatternResult", "Segment", "Value", "find_segments", "gen
 
 def polish(prob: PhaseProblem, segs: list[Segment], group_dev: tuple[int, ...], *, free_layers: int = 2,
            objective: str = "throughput", omega: float = 1.0, background: Background | None = None,
-           mip_rel_gap: float = 1e-2, time_limit_s: float = 10.0) -> tuple[int, ...]:
+           mip_rel_gap: float = 1e-2, time_limit_s: float = 10.0, m: int = 1) -> tuple[int, ...]:
     """Large-neighbourhood step: re-solve flat with every segment layer fixed except the layers around
     run changes (plus ``free_layers`` more per segment), from the pattern plan as MIP start."""
     from tessera.plan.milp import solve_flat
@@ -409,5 +403,5 @@ def polish(prob: PhaseProblem, segs: list[Segment], group_dev: tuple[int, ...], 
     pins = {g: group_dev[g] for g in in_seg if g not in free}
     sub = replace(prob, pinned={**prob.pinned, **pins})
     res = solve_flat(sub, objective=objective, omega=omega, background=background, starts=[group_dev],
-                     mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s)
+                     mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s, m=m)
     return res.group_dev if res.status in ("optimal", "feasible") else group_dev

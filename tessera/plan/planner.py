@@ -17,7 +17,6 @@ from typing import Any
 from tessera.cost import CostModel
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
-from tessera.plan import baselines as bl
 from tessera.plan.pool import Pool, Workload
 from tessera.plan.problem import default_cost
 from tessera.plan.score import GB, GraphSource, PhaseSpec, Scored, phase_shape, score
@@ -97,19 +96,21 @@ def _usd(gpus: tuple[str, ...]) -> float:
     return sum(resolve_gpu(g).usd_per_hour for g in gpus)
 
 
-def capture_source(model: str) -> GraphSource:
+@cache
+def _captured(model: str, phase: str, batch: int, seq: int, context: int) -> KernelGraph:
+    """Captures are GPU-independent: cached per process across pools (compare reuses them)."""
     from tessera.capture import capture_model
 
-    @cache
-    def src(phase: str, batch: int, seq: int, context: int) -> KernelGraph:
-        kw: dict[str, int] = {}
-        if phase in ("prefill",) and seq:
-            kw["seq"] = seq
-        if phase == "decode" and context:
-            kw["context"] = context
-        return capture_model(model, phase, batch=batch, **kw)
+    kw: dict[str, int] = {}
+    if phase == "prefill" and seq:
+        kw["seq"] = seq
+    if phase == "decode" and context:
+        kw["context"] = context
+    return capture_model(model, phase, batch=batch, **kw)
 
-    return src
+
+def capture_source(model: str) -> GraphSource:
+    return lambda phase, batch, seq, context: _captured(model, phase, batch, seq, context)
 
 
 def plan_model(model: str, gpus: list[str] | str, *, link: str = "pcie5", mode: str = "throughput",
@@ -194,6 +195,7 @@ def _tessera(model: str, order: list[str], source: GraphSource, pool: Pool, w: W
     chosen: list[PhaseSpec] = []
     kv_home: dict[str, int] = {}
     pre: dict[str, frozenset[int]] = {}
+    held = [0] * pool.n  # bytes of resident buffers earlier phases keep, per device
     acts = []
     for p in order:
         seq, ctx, _ = phase_shape(p, w)
@@ -205,8 +207,9 @@ def _tessera(model: str, order: list[str], source: GraphSource, pool: Pool, w: W
         best: tuple[float, PhaseSpec] | None = None
         for m in _ms(p, w, mode):
             g = source(p, max(1, w.batch // m), seq, ctx)
-            prob = prepare(g, pool, cost, m=m, act_bytes=act, kv_home=kv_home if i else None, preresident=pre)
-            sol = solve_phase(prob, mode=mode, starts=starts[p])
+            prob = prepare(g, pool, cost, m=m, act_bytes=act, kv_home=kv_home if i else None, preresident=pre,
+                           held_bytes=tuple(held))
+            sol = solve_phase(prob, mode=mode, starts=starts[p], m=m)
             solve_total += sol.solve_s
             if sol.assignment is None:
                 continue
@@ -228,7 +231,10 @@ def _tessera(model: str, order: list[str], source: GraphSource, pool: Pool, w: W
                 if buf.role in (Role.KV, Role.STATE):
                     kv_home.setdefault(buf.name, spec.assignment[k.id])
                 if buf.role in (Role.WEIGHT, Role.KV, Role.STATE):
-                    pre[buf.name] = pre.get(buf.name, frozenset()) | {spec.assignment[k.id]}
+                    d = spec.assignment[k.id]
+                    if d not in pre.get(buf.name, frozenset()):
+                        held[d] += buf.bytes * (spec.m if buf.role != Role.WEIGHT else 1)
+                    pre[buf.name] = pre.get(buf.name, frozenset()) | {d}
     sc = score(model=model, strategy="tessera", mode=mode, pool=pool, workload=w, phases=chosen, source=source,
                cost=cost, solve_s=solve_total, bound_s=bound_fn, points=points,
                notes=(f"micro-batches: {', '.join(f'{s.phase} {s.m}' for s in chosen)}",))

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from tessera.errors import UserError, choices_error
 from tessera.hardware import GpuSpec, LinkSpec, gpu, gpu_names, link, link_names
 
-
 # Short names people type, mapped to the catalog entry the paper's pairs mean (SXM parts, 80 GB A100).
 ALIASES = {"h100": "H100-SXM", "a100": "A100-80GB-SXM", "a100-80gb": "A100-80GB-SXM"}
 

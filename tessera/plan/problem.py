@@ -118,6 +118,12 @@ class PhaseProblem:
     handoffs: list[Handoff] = field(default_factory=list)
     # resident name -> devices where it is already counted (by another phase of the same plan)
     preresident: dict[str, frozenset[int]] = field(default_factory=dict)
+    held_bytes: tuple[int, ...] = ()  # [D] bytes earlier phases already keep on each device
+
+    def free_bytes(self, d: int) -> float:
+        """capacity[d] − activations − what earlier phases hold: the right side of memory[d]."""
+        held = self.held_bytes[d] if self.held_bytes else 0
+        return float(self.pool.gpus[d].mem_bytes - self.act_bytes - held)
 
     @property
     def G(self) -> int:  # noqa: N802 - the formulation's symbol

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from tessera.cost import CostModel
 from tessera.graph import KernelGraph, Role
-from tessera.plan.milp import Background, loads, lp_bound, solve_flat
+from tessera.plan.milp import Background, loads, lp_bound, objective_value, solve_flat
 from tessera.plan.patterns import find_segments, polish, solve_patterns
 from tessera.plan.pool import Pool
 from tessera.plan.problem import Handoff, PhaseProblem, build_problem
@@ -32,8 +32,8 @@ class PhaseSolution:
 
 
 def prepare(g: KernelGraph, pool: Pool, cost: CostModel, *, m: int, act_bytes: int | None = None,
-            kv_home: dict[str, int] | None = None, preresident: dict[str, frozenset[int]] | None = None
-            ) -> PhaseProblem:
+            kv_home: dict[str, int] | None = None, preresident: dict[str, frozenset[int]] | None = None,
+            held_bytes: tuple[int, ...] = ()) -> PhaseProblem:
     """PhaseProblem at the micro-batch shape; kv/state resident bytes × m (all micro-batches' caches),
     ``kv_home``: kv buffer name -> device that keeps it for the next phase (a handoff if placed elsewhere)."""
     p = build_problem(g, pool, cost)
@@ -43,14 +43,16 @@ def prepare(g: KernelGraph, pool: Pool, cost: CostModel, *, m: int, act_bytes: i
         if r.role in (Role.KV, Role.STATE) and kv_home and r.name in kv_home:
             hand.append(Handoff(name=r.name, src=r.groups[0], device=kv_home[r.name], bytes=r.bytes))
     return replace(p, residents=res, handoffs=hand, act_bytes=act_bytes if act_bytes is not None else p.act_bytes,
-                   preresident=preresident or {})
+                   preresident=preresident or {}, held_bytes=held_bytes)
 
 
 def solve_phase(prob: PhaseProblem, *, mode: str = "throughput", starts: list[tuple[int, ...]] = (),
-                mip_rel_gap: float = 1e-2, time_limit_s: float = 20.0,
+                mip_rel_gap: float = 1e-2, time_limit_s: float = 20.0, m: int = 1,
                 background: Background | None = None) -> PhaseSolution:
+    """throughput mode minimises the pipeline step bound (m−1)·T + Σ (objective "step"); latency mode the
+    sequential critical path Σ (objective "weighted", α = β = 1)."""
     t0 = time.perf_counter()
-    objective = "throughput" if mode == "throughput" else "weighted"
+    objective = "step" if mode == "throughput" else "weighted"
     group_starts = []
     for s in starts:
         try:
@@ -61,36 +63,28 @@ def solve_phase(prob: PhaseProblem, *, mode: str = "throughput", starts: list[tu
     method = "patterns" if segs else "flat"
     if segs:
         pr = solve_patterns(prob, segs, objective=objective, background=background, mip_rel_gap=mip_rel_gap,
-                            time_limit_s=time_limit_s)
+                            time_limit_s=time_limit_s, m_micro=m)
         gd, status = pr.group_dev, pr.status
         if gd:
             gd = polish(prob, segs, gd, objective=objective, background=background, mip_rel_gap=mip_rel_gap,
-                        time_limit_s=min(5.0, time_limit_s), free_layers=0)
+                        time_limit_s=min(5.0, time_limit_s), free_layers=0, m=m)
     else:
         fr = solve_flat(prob, objective=objective, background=background, starts=group_starts,
-                        mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s)
+                        mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s, m=m)
         gd, status = fr.group_dev, fr.status
     # keep the best of the solver's answer and the given starts (each a placement the MILP contains)
     cands = ([tuple(gd)] if gd else []) + [s for s in group_starts if _fits(prob, s)]
     if not cands:
         return PhaseSolution(assignment=None, objective=math.inf, solve_s=time.perf_counter() - t0,
                              method=method, status=status)
-    best = min(cands, key=lambda c: _objective(prob, c, objective, background))
-    return PhaseSolution(assignment=prob.kernel_assignment(best), objective=_objective(prob, best, objective,
-                         background), solve_s=time.perf_counter() - t0, method=method, status=status,
-                         handoffs=handoff_triples(prob, best))
+    best = min(cands, key=lambda c: objective_value(prob, c, objective, m, background))
+    return PhaseSolution(assignment=prob.kernel_assignment(best), objective=objective_value(
+                         prob, best, objective, m, background), solve_s=time.perf_counter() - t0, method=method,
+                         status=status, handoffs=handoff_triples(prob, best))
 
 
 def handoff_triples(prob: PhaseProblem, gd: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
     return tuple((h.bytes, gd[h.src], h.device) for h in prob.handoffs if gd[h.src] != h.device)
-
-
-def _objective(prob: PhaseProblem, gd: tuple[int, ...], objective: str, bg: Background | None) -> float:
-    dev, lk = loads(prob, gd)
-    if objective == "throughput":
-        b = bg or Background(device_s=tuple([0.0] * prob.D))
-        return max([b.device_s[d] + dev[d] for d in range(prob.D)] + [b.link_s.get(p, 0.0) + s for p, s in lk.items()])
-    return sum(dev) + sum(lk.values())
 
 
 def resident_bytes(prob: PhaseProblem, gd: tuple[int, ...]) -> list[int]:
@@ -104,7 +98,7 @@ def resident_bytes(prob: PhaseProblem, gd: tuple[int, ...]) -> list[int]:
 
 
 def _fits(prob: PhaseProblem, gd: tuple[int, ...]) -> bool:
-    return all(b + prob.act_bytes <= prob.pool.gpus[d].mem_bytes for d, b in enumerate(resident_bytes(prob, gd)))
+    return all(b <= prob.free_bytes(d) for d, b in enumerate(resident_bytes(prob, gd)))
 
 
 def check_agreement(prob: PhaseProblem, assignment: tuple[int, ...], cost: CostModel, m: int) -> None:

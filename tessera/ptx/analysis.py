@@ -21,20 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from tessera.ptx.compile import (
-    ACC_A,
-    ACC_R,
-    ACC_W,
-    CONST,
-    DATA,
-    GSYM0,
-    LOCAL,
-    TENSOR,
-    UNMOD,
-    WILD,
-    CompiledFunction,
-    compile_function,
-)
+from tessera.ptx.compile import ACC_A, ACC_R, ACC_W, TENSOR, compile_function
+from tessera.ptx.evaluate import CONST, DATA, GSYM0, LOCAL, UNMOD, WILD, CompiledFunction
+from tessera.ptx.lower import lower_body
 from tessera.ptx.parser import Function, Module, parse_ptx
 
 
@@ -148,15 +137,19 @@ def analyze_module(module: Module) -> dict[str, EntryAccess]:
     gindex = {name: i for i, name in enumerate(module.globals)}
     out: dict[str, EntryAccess] = {}
     p0 = GSYM0 + len(gindex)
-    compiled = {fn.name: compile_function(module, fn, gindex, p0, fn if fn.is_entry else None)
-                for fn in module.functions.values() if fn.body is not None}
+    compiled: dict[str, CompiledFunction] = {}
+    for fn in module.functions.values():
+        cf = fn.lowered if fn.lowered is not None else (
+            compile_function(module, fn) if fn.body is not None else None)
+        if cf is not None:
+            cf.prepare(module.globals)
+            compiled[fn.name] = cf
     for entry in module.entries:
-        if entry.body is None:
+        if entry.name not in compiled:
             continue
         ctx = _EntryContext(module, compiled, entry)
         cf = compiled[entry.name]
         init = tuple((1 << (p0 + i)) if p.may_hold_pointer else 0 for i, p in enumerate(entry.params))
-        cf.entry_init = init
         ctx.run(cf, init, 0)
         out[entry.name] = _summarise(module, entry, ctx, gindex, p0)
     return out
@@ -227,4 +220,4 @@ def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict
 
 def analyze_ptx(text: str, source: str = "<string>") -> dict[str, EntryAccess]:
     """Parse and analyse PTX text; raises PtxSyntaxError (a ValueError) on malformed input."""
-    return analyze_module(parse_ptx(text, source))
+    return analyze_module(parse_ptx(text, source, lower=lower_body))

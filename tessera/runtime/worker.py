@@ -9,6 +9,7 @@ has not arrived, so one micro-batch computes while another's activations travel.
 
 from __future__ import annotations
 
+import ctypes
 import datetime
 import os
 import threading
@@ -24,6 +25,9 @@ from tessera.graph import Buffer, Role
 from tessera.runtime.partition import STEP_START, Partition, Transfer
 from tessera.runtime.program import Program, Storages, as_bytes, run_op, view_of, zero_storage
 from tessera.runtime.state import carry, load_weights
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,7 +261,20 @@ def _watch(heartbeat: Any, rank: int, parent: int) -> None:
         time.sleep(0.1)
 
 
+def keep_freed_memory() -> None:
+    """Stop glibc handing freed step memory back to the OS: a worker frees a whole step's activations at
+    once, the heap top is trimmed, and the next step page-faults it all back (measured: 1 MB elementwise
+    kernels 4x slower than in one process). Fixed thresholds keep it in the heap, as a busy process does."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: nothing to tune
+        return
+    libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)  # the largest value glibc accepts on 64-bit
+    libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+
+
 def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, parent: int) -> None:
+    keep_freed_memory()
     threading.Thread(target=_watch, args=(heartbeat, spec.rank, parent), daemon=True).start()
     try:
         torch.set_num_threads(spec.threads)

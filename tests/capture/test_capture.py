@@ -87,7 +87,8 @@ def test_replay_is_bit_exact_and_matches_fake_structure(name: str, phase: str, k
 
 def test_zoo_lists_families() -> None:
     names = model_names()
-    for n in ("llama-3-8b", "llama-3-70b", "qwen2.5-7b", "mixtral-8x7b", "mamba2-2.7b", "flux-dev", *TINY):
+    for n in ("llama-3-8b", "llama-3-70b", "qwen2.5-7b", "mixtral-8x7b", "mamba2-2.7b", "qwen2.5-vl-7b", "flux-dev",
+              "qwen-vl-tiny", *TINY):
         assert n in names
     assert model_phases("flux-dev") == ["denoise"]
     assert model_phases("mamba2-2.7b") == ["prefill", "decode"]

@@ -1,0 +1,161 @@
+"""A lowered function (transfer functions + access sites) and its fixpoint evaluation.
+
+Values are bit sets (Python ints, layout in compile.py) keyed by register / symbol *name*: keying by
+the names the scanner already holds saves mapping every token to an integer id, which cost more than
+the whole fixpoint. Slots that are not names: "<mem>" (the shared/local memory summary), "=p" (the
+content of parameter p), "<local>" / "<wild>" (constant sources).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tessera.ptx.analysis import _EntryContext
+
+WILD, DATA, UNMOD, LOCAL, CONST = 1, 2, 4, 8, 16
+GSYM0 = 5
+MEM = "<mem>"
+
+# transfer codes; a transfer is (code, destination names, source names, *extra)
+COPY, SCALE, MAD, PACK, SHL_HI, UNK, LOAD, ATOM_DST, CALL = range(9)
+S_GLOBAL, S_LOCAL, S_PARAM, S_GENERIC = range(4)
+_SAFE_EXTERNS = frozenset({"vprintf", "__assertfail", "free"})
+_INIT_FLAGS = {"local": LOCAL, "const": CONST, "wild": WILD | DATA}
+
+
+@dataclass(kw_only=True)
+class CompiledFunction:
+    name: str
+    transfers: list[tuple]  # type: ignore[type-arg]
+    sites: list[tuple[int, int, str]]  # (access kind, line, opcode)
+    site_addrs: list[tuple[int, tuple[str, ...]]]  # (site index, address names)
+    params: tuple[str, ...]  # content slots of the parameters, in order
+    returns: tuple[str, ...]
+    locals: dict[str, str]  # body declarations: name -> state space
+    entry_params: dict[str, int]  # the function's own parameters by index when it is an entry, else {}
+    init: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> ("local"|"const"|"gsym"|"paddr", i)
+    _init_vals: dict[int, dict[str, int]] = field(default_factory=dict, repr=False)
+
+    def prepare(self, globals_: dict[str, tuple[str, int]]) -> None:
+        """Initial values of names that are addresses: own parameters (entry), module globals, locals.
+        Precedence as in a lookup: entry parameter, then module variable, then body declaration."""
+        init: dict[str, tuple[str, int]] = {}
+        for name, space in self.locals.items():
+            if space in (".shared", ".local"):
+                init[name] = ("local", 0)
+        for j, (name, (space, _)) in enumerate(globals_.items()):
+            init[name] = ("gsym", j) if space == ".global" else ("const" if space == ".const" else "local", 0)
+        for name, i in self.entry_params.items():
+            init[name] = ("paddr", i)
+        init["<local>"] = ("local", 0)
+        init["<wild>"] = ("wild", 0)
+        self.init = init
+        self._init_vals = {}
+
+    def _initial(self, a0: int) -> dict[str, int]:
+        hit = self._init_vals.get(a0)
+        if hit is None:
+            hit = self._init_vals[a0] = {
+                name: _INIT_FLAGS[kind] if kind in _INIT_FLAGS else 1 << ((GSYM0 if kind == "gsym" else a0) + i)
+                for name, (kind, i) in self.init.items()}
+        return hit
+
+    def evaluate(self, ctx: _EntryContext, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]:
+        n, p0 = ctx.n, ctx.p0
+        a0 = p0 + n
+        amask = ((1 << n) - 1) << a0
+        vals: defaultdict[str, int] = defaultdict(int, self._initial(a0))
+        for slot, v in zip(self.params, args, strict=False):
+            vals[slot] |= v
+        vals[MEM] |= mem
+        transfers = self.transfers
+        changed = True
+        while changed:
+            changed = False
+            for t in transfers:
+                code = t[0]
+                v = 0
+                for s in t[2]:
+                    v |= vals[s]
+                if code == COPY:
+                    if not v:
+                        continue
+                elif code == SCALE:
+                    v &= DATA
+                    if not v:
+                        continue
+                elif code == LOAD:
+                    v = _load(t, v, vals, amask, a0, p0)
+                elif code == MAD:  # a * b + c: the product is an offset, c may be a pointer
+                    v &= DATA
+                    for s in t[3]:
+                        v |= vals[s]
+                elif code == PACK:
+                    if v & DATA:
+                        v |= WILD
+                elif code == SHL_HI:
+                    v = (v & DATA) | (WILD if v & DATA else 0)
+                elif code == UNK:
+                    if v & ~DATA:
+                        v |= UNMOD
+                elif code == ATOM_DST:
+                    v = (vals[MEM] | DATA) if t[3] == S_LOCAL else (DATA | t[4])
+                elif code == CALL:
+                    if _call(ctx, t, vals):
+                        changed = True
+                    continue
+                for d in t[1]:
+                    old = vals[d]
+                    if old | v != old:
+                        vals[d] = old | v
+                        changed = True
+        sites = ctx.sites
+        name = self.name
+        for site, addr in self.site_addrs:
+            v = 0
+            for s in addr:
+                v |= vals[s]
+            key = (name, site)
+            sites[key] = sites.get(key, 0) | v
+        return tuple(vals[r] for r in self.returns), vals[MEM]
+
+
+def _load(t: tuple, v: int, vals: dict[str, int], amask: int, a0: int, p0: int) -> int:  # type: ignore[type-arg]
+    space, wide = t[3], t[4]
+    if space == S_GLOBAL:
+        return DATA | wide
+    if space == S_LOCAL:
+        return vals[MEM] | DATA
+    r = ((v & amask) >> a0) << p0  # a parameter's address read back: its value
+    if space == S_PARAM:
+        return r | ((WILD | DATA) if v & ~amask else 0)
+    if v & LOCAL:
+        r |= vals[MEM] | DATA
+    if v & ~(amask | LOCAL) or not v:
+        r |= DATA | wide
+    return r
+
+
+def _call(ctx: _EntryContext, t: tuple, vals: dict[str, int]) -> bool:  # type: ignore[type-arg]
+    _, rets, args, callee, line = t
+    fn = ctx.compiled.get(callee)
+    if fn is None:
+        if callee in _SAFE_EXTERNS:
+            ret, mem_out = tuple(DATA for _ in rets), 0
+        else:
+            ctx.unknown.append(f"line {line}: call to {callee}, which has no body here")
+            ret, mem_out = tuple(WILD | DATA for _ in rets), WILD | DATA
+    else:
+        ret, mem_out = ctx.run(fn, tuple(vals[a] for a in args), vals[MEM])
+    changed = False
+    for r, v in zip(rets, ret, strict=False):
+        if vals[r] | v != vals[r]:
+            vals[r] |= v
+            changed = True
+    if vals[MEM] | mem_out != vals[MEM]:
+        vals[MEM] |= mem_out
+        changed = True
+    return changed

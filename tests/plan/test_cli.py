@@ -1,0 +1,42 @@
+"""`tessera plan`: one table / the JSON contract; user mistakes are one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+TESSERA = [sys.executable, "-m", "tessera"]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TESSERA, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_unknown_gpu_is_one_line_exit_2() -> None:
+    r = _run("plan", "llama-tiny", "--gpus", "H100,NOPE")
+    assert r.returncode == 2
+    assert "unknown GPU 'NOPE'" in r.stderr and "H100-SXM" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_infeasible_pool_exit_2_says_how_many_gb() -> None:
+    r = _run("plan", "llama-3-70b", "--gpus", "L40S,L40S")
+    assert r.returncode == 2 and "GB short" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_plan_json_contract_on_tiny_capture(tmp_path) -> None:
+    r = _run("plan", "llama-tiny", "--gpus", "h100,L40S", "--batch", "2", "--prompt", "16", "--output", "8",
+             "--json", "-o", str(tmp_path / "p.json"))
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["model"] == "llama-tiny" and j["gpus"] == ["H100-SXM", "L40S"]
+    assert set(j["strategies"]) == {"tessera", "homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline"}
+    t = j["strategies"]["tessera"]["throughput_tokens_per_s"]
+    for name, s in j["strategies"].items():
+        if s["applicable"] and s["feasible"]:
+            assert t >= s["throughput_tokens_per_s"] * (1 - 1e-9), name
+    assert (tmp_path / "p.json").exists()

@@ -1,0 +1,67 @@
+"""The flat MILP and LP bound on a 3-kernel, 2-device chain worked by hand (see helpers.TIMES)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.plan.milp import loads, lp_bound, solve_flat
+from tessera.plan.problem import build_problem
+from tessera.plan.solve import check_agreement
+from tessera.plan.verify import evaluate
+
+from .helpers import COST, POOL, chain3
+
+GB = 1_000_000_000
+
+
+def test_throughput_optimum_by_hand() -> None:
+    # all on H100: 9 s; all on L40S: 9 s; {a,b}|{c}: max(5, 2, 0.5) = 5; {a}|{b,c}: max(2, 5, 0.5) = 5;
+    # {a,c}|{b}: max(6, 3) = 6. Optimum T = 5.
+    p = build_problem(chain3(), POOL, COST)
+    r = solve_flat(p, mip_rel_gap=0.0)
+    assert r.status == "optimal"
+    assert r.objective == pytest.approx(5.0, rel=1e-3)
+    dev, link = loads(p, r.group_dev)
+    assert max(dev + list(link.values())) == pytest.approx(5.0)
+    assert sum(link.values()) == pytest.approx(0.5)  # exactly one cut of one 0.5 GB value
+
+
+def test_lp_bound_by_hand() -> None:
+    # relaxed: a -> H100 (2), c -> L40S (2), b split half/half (1.5 + 1.5): T = 3.5
+    p = build_problem(chain3(), POOL, COST)
+    assert lp_bound([(p.t, 1.0)], 2) == pytest.approx(3.5)
+
+
+def test_latency_objective_by_hand() -> None:
+    # sequential sum: all H100 9; a,b on H100 + c on L40S: 2 + 3 + 0.5 + 2 = 7.5 (best)
+    p = build_problem(chain3(), POOL, COST)
+    r = solve_flat(p, objective="weighted", mip_rel_gap=0.0)
+    assert r.objective == pytest.approx(7.5)
+    ev = evaluate(p.graph, p.kernel_assignment(r.group_dev), POOL.gpus, POOL.link, COST)
+    assert ev.latency_s == pytest.approx(7.5)  # list schedule agrees on a chain
+
+
+def test_memory_aware_plan_fits_where_replication_does_not() -> None:
+    # three 30 GB weights = 90 GB: no single GPU holds it (80 GB, 48 GB), full replication needs 90 GB on each;
+    # the memory-aware optimum keeps T = 5 with {a,b} on H100 (60 GB) and c on L40S (30 GB).
+    p = build_problem(chain3(weight_bytes=30 * GB), POOL, COST)
+    r = solve_flat(p, mip_rel_gap=0.0)
+    assert r.objective == pytest.approx(5.0, rel=1e-3)
+    ev = evaluate(p.graph, p.kernel_assignment(r.group_dev), POOL.gpus, POOL.link, COST)
+    assert [m["weight"] for m in ev.memory_bytes] == [60 * GB, 30 * GB]
+    check_agreement(p, p.kernel_assignment(r.group_dev), COST, m=1)
+
+
+def test_memory_forces_a_worse_split_or_infeasible() -> None:
+    # 45 GB weights: H100 holds one... only one per GPU fits with 80/48 -> at most one on each: infeasible
+    p = build_problem(chain3(weight_bytes=45 * GB), POOL, COST)
+    assert solve_flat(p, mip_rel_gap=0.0).status == "infeasible"
+
+
+def test_shared_weight_is_replicated_and_counted_twice() -> None:
+    # a and c share a 30 GB weight; with {a,b}|{c} it lives on both GPUs
+    p = build_problem(chain3(weight_bytes=30 * GB, shared=True), POOL, COST)
+    assign = (0, 0, 1)
+    ev = evaluate(p.graph, assign, POOL.gpus, POOL.link, COST)
+    assert [m["weight"] for m in ev.memory_bytes] == [60 * GB, 30 * GB]
+    check_agreement(p, assign, COST, m=1)
