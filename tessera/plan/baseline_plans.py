@@ -44,16 +44,12 @@ def build_baselines(model: str, order: list[str], source: GraphSource, pool: Poo
                                reason=last.reason if last else "nothing to score")
             b //= 2
 
-    def n_kernels(phase: str) -> int:
-        seq, ctx, _ = phase_shape(phase, w)
-        return len(source(phase, 1, seq, ctx).kernels)
-
     # ---- homogeneous: every GPU its own replica (one GPU per replica; TP not modelled) ----
     singles = []
     for d, gp in enumerate(pool.gpus):
         one = Pool(gpus=(gp,), link=pool.link)
-        o = with_batch("homogeneous", lambda wl, one=one: [(one, [PhaseSpec(phase=p, assignment=(0,) * n_kernels(p),
-                                                                              m=1) for p in order], 1)], w1.batch)
+        o = with_batch("homogeneous", lambda wl, one=one: [(one, [PhaseSpec(phase=p, assignment=(), uniform=0, m=1)
+                                                             for p in order], 1)], w1.batch)
         singles.append((d, o))
     fits = [(d, o) for d, o in singles if o.feasible]
     if fits:
@@ -88,7 +84,7 @@ def build_baselines(model: str, order: list[str], source: GraphSource, pool: Poo
                 seq, _, _ = phase_shape("prefill", wl)
                 gp = source("prefill", wl.batch, seq, 0)
                 kv = sum(x.bytes for x in gp.buffers if x.role in (Role.KV, Role.STATE))
-                specs = [PhaseSpec(phase=p, assignment=((a,) if p != "decode" else (b,)) * n_kernels(p), m=1,
+                specs = [PhaseSpec(phase=p, assignment=(), uniform=a if p != "decode" else b, m=1,
                                    handoffs=((kv, a, b),) if p == "prefill" else ()) for p in order]
                 tries.append((pool, specs, 1))
             return tries

@@ -10,7 +10,7 @@ throughput = B·O / cycle_s output tokens per second (diffusion: B / (steps·ste
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tessera.cost import CostModel
 from tessera.graph import KernelGraph, Role
@@ -44,6 +44,12 @@ class PhaseSpec:
     assignment: tuple[int, ...]
     m: int
     handoffs: tuple[tuple[int, int, int], ...] = ()  # (bytes per micro-batch, src dev, dst dev)
+    uniform: int | None = None  # every kernel on this device, whatever the graph's length (assignment ignored)
+
+    def fit(self, g: KernelGraph) -> PhaseSpec:
+        if self.uniform is not None:
+            return replace(self, assignment=(self.uniform,) * len(g.kernels))
+        return self
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +81,7 @@ def score(*, model: str, strategy: str, mode: str, pool: Pool, workload: Workloa
         seq, ctx, _ = phase_shape(ps.phase, w)
         mb = max(1, w.batch // ps.m)
         g = source(ps.phase, mb, seq, ctx)
+        ps = ps.fit(g)
         ev = evaluate(g, ps.assignment, pool.gpus, pool.link, cost, handoffs=ps.handoffs)
         evals[ps.phase] = ev
         step[ps.phase] = step_time_s(ps.m, ev.bottleneck_s, ev.latency_s)
@@ -161,6 +168,9 @@ def _points(ps: PhaseSpec, g0: KernelGraph, ev0: Evaluation, pool: Pool, w: Work
                 continue
             m = min(ps.m, b)
             g = source(ps.phase, max(1, b // m), seq, c)
+            if ps.uniform is None and len(g.kernels) != len(ps.assignment):
+                continue  # the kernel sequence changed with the shape (MoE routing at tiny batches)
+            ps = ps.fit(g)
             ev = evaluate(g, ps.assignment, pool.gpus, pool.link, cost, handoffs=ps.handoffs)
             out.append(_point(PhaseSpec(phase=ps.phase, assignment=ps.assignment, m=m), g, ev, b))
     return tuple(sorted(out, key=lambda p: (p.batch, p.context)))

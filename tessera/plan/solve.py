@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from tessera.cost import CostModel
 from tessera.graph import KernelGraph, Role
-from tessera.plan.milp import Background, loads, lp_bound, objective_value, solve_flat
+from tessera.plan.milp import Background, loads, lp_bound_memory, objective_value, solve_flat
 from tessera.plan.patterns import find_segments, polish, solve_patterns
 from tessera.plan.pool import Pool
 from tessera.plan.problem import Handoff, PhaseProblem, build_problem
@@ -55,6 +55,8 @@ def solve_phase(prob: PhaseProblem, *, mode: str = "throughput", starts: list[tu
     objective = "step" if mode == "throughput" else "weighted"
     group_starts = []
     for s in starts:
+        if len(s) != len(prob.graph.kernels):
+            continue  # captured at a shape whose kernel sequence differs (MoE routing)
         try:
             group_starts.append(tuple(prob.group_assignment(s)))
         except AssertionError:  # a start that splits a kv group is not a valid placement here
@@ -118,5 +120,5 @@ def check_agreement(prob: PhaseProblem, assignment: tuple[int, ...], cost: CostM
 
 
 def bound_s(prob: PhaseProblem) -> float:
-    """LP bound on this phase's T (free transfers, no memory)."""
-    return lp_bound([(prob.t, 1.0)], prob.D)
+    """LP bound on this phase's T: x relaxed, transfers free, memory rows kept (z relaxed)."""
+    return lp_bound_memory(prob)

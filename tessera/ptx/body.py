@@ -126,6 +126,8 @@ def parse_body(src: str, text: str, start: int, end: int, first_line: int
                     scopes.pop()
                     rename = {a: b for sc in scopes for a, b in sc.items()}
                 elif stmt:
+                    if stmt == s:  # would split to itself forever (a ";" inside braces, "{%f1;, %f2}")
+                        raise _error_line(src, lineno, s, "cannot parse statement (';' inside braces?)")
                     sub = parse_body(src, "{" + stmt + "}", 0, len(stmt) + 2, lineno)
                     _merge_sub(sub, body, decls, scopes, rename)
                     if scopes and sub[1]:

@@ -18,7 +18,6 @@ from tessera.ptx.evaluate import (
     ATOM_DST,
     CALL,
     COPY,
-    DATA,
     LOAD,
     MAD,
     MEM,

@@ -8,8 +8,12 @@ of MB/s; operands stay raw text until the analysis asks for them (``split_operan
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tessera.ptx.evaluate import CompiledFunction
 
 from tessera.ptx.body import (  # noqa: F401  (PtxSyntaxError, Instruction: public API)
     _DECL_NAME,
@@ -19,7 +23,6 @@ from tessera.ptx.body import (  # noqa: F401  (PtxSyntaxError, Instruction: publ
     _error_line,
     parse_body,
 )
-
 
 # Comments go first; strings are kept so that "//" inside a .file path survives. Block comments are
 # replaced by their newlines so line numbers stay those of the original text.
@@ -84,6 +87,13 @@ class Function:
     locals: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     line: int = 0  # line of the .entry/.func keyword
     body_offset: int = 0  # character offset of the body's "{" in the comment-stripped text
+    # set instead of `body` when parse_ptx was given a `lower` that handled this body (analysis fast path)
+    lowered: CompiledFunction | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def defined(self) -> bool:
+        """Has a body (parsed or lowered); False for a declaration (.extern .func)."""
+        return self.body is not None or self.lowered is not None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -174,8 +184,18 @@ def _parse_params(src: str, text: str, pos: int, plist: str | None) -> tuple[Par
     return tuple(out)
 
 
-def parse_ptx(text: str, source: str = "<string>") -> Module:
-    """Parse a PTX module; raises PtxSyntaxError (a ValueError) with line number and text."""
+# (source, text, "{" offset, offset past "}", line of "{", name, params, returns, is_entry) ->
+#     (lowered function, body declarations), or None to fall back to parse_body
+Lowering = Callable[[str, str, int, int, int, str, tuple[Param, ...], tuple[Param, ...], bool],
+                    "tuple[CompiledFunction, dict[str, str]] | None"]
+
+
+def parse_ptx(text: str, source: str = "<string>", lower: Lowering | None = None) -> Module:
+    """Parse a PTX module; raises PtxSyntaxError (a ValueError) with line number and text.
+
+    With ``lower`` (the analysis passes lower.lower_body) each body is first offered to it; bodies it
+    handles get ``lowered`` instead of ``body``. It must return None for anything it does not fully
+    cover, so that errors are the scanner's, in module order."""
     text = strip_comments(text, source)
     version = target = ""
     address_size = 64
@@ -207,11 +227,11 @@ def parse_ptx(text: str, source: str = "<string>") -> Module:
                 raise _error(source, text, m.start(kind), "unclosed section")
             pos = close
         elif kind == "func":
-            fn, pos = _parse_function(source, text, m.start(kind), pos, m.group(kind))
+            fn, pos = _parse_function(source, text, m.start(kind), pos, m.group(kind), lower)
             old = functions.get(fn.name)
-            if old is not None and old.body is not None and fn.body is not None:
+            if old is not None and old.defined and fn.defined:
                 raise _error(source, text, m.start(kind), f"function {fn.name} defined twice")
-            if old is None or fn.body is not None:
+            if old is None or fn.defined:
                 functions[fn.name] = fn
         elif kind == "decl":
             _module_decl(m.group(kind), gvars)
@@ -238,7 +258,8 @@ def _module_decl(decl: str, gvars: dict[str, tuple[str, int]]) -> None:
     gvars[name_m.group(1)] = (space, elem * (int(count) if count else 1))
 
 
-def _parse_function(src: str, text: str, kw_pos: int, pos: int, keyword: str) -> tuple[Function, int]:
+def _parse_function(src: str, text: str, kw_pos: int, pos: int, keyword: str, lower: Lowering | None
+                    ) -> tuple[Function, int]:
     is_entry = keyword.rstrip().endswith(".entry")
     h = _HEADER.match(text, pos)
     if h is None or (is_entry and h["ret"] is not None):
@@ -253,6 +274,12 @@ def _parse_function(src: str, text: str, kw_pos: int, pos: int, keyword: str) ->
     if close < 0:
         raise _error(src, text, kw_pos, f"body of {h['name']} never closes (truncated file?)")
     body_line = text.count("\n", 0, open_pos) + 1
+    done = (lower(src, text, open_pos, close, body_line, h["name"], params, rets, is_entry)
+            if lower is not None else None)
+    if done is not None:
+        fn = Function(name=h["name"], is_entry=is_entry, params=params, returns=rets, lowered=done[0],
+                      locals=done[1], line=line, body_offset=open_pos)
+        return fn, close
     body, decls = parse_body(src, text, open_pos, close, body_line)
     fn = Function(name=h["name"], is_entry=is_entry, params=params, returns=rets, body=body, locals=decls,
                   line=line, body_offset=open_pos)

@@ -11,7 +11,15 @@ import torch
 from tessera.errors import UserError
 from tessera.graph import Role
 from tessera.runtime.cluster import Cluster, ClusterConfig
-from tessera.runtime.measure import LinkModel, chrome_trace, measure, predict_step_s, write_trace
+from tessera.runtime.measure import (
+    LinkModel,
+    charged_kernel_s,
+    chrome_trace,
+    measure,
+    plan_step_s,
+    predict_step_s,
+    write_trace,
+)
 from tessera.runtime.program import Program
 from tessera.runtime.runner import ClusterExecutor, SwitchPolicy, build_partitions, compare, phase_of, serve
 from tessera.runtime.state import load_weights
@@ -75,10 +83,18 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
         torch.set_num_threads(threads)
     same, diff, tokens = compare(rounds, ref_rounds)
     meas = measure(history, parts)
-    link_model = LinkModel(latency_s=link[0], bytes_per_s=link[1]) if link else LinkModel(latency_s=0.0,
-                                                                                           bytes_per_s=1e12)
-    kernel_s = {k: [statistics.median(v) if v else 0.0 for v in ks] for k, ks in local.kernel_s.items()}
-    pred = [predict_step_s(parts[(h["key"], h["plan"])], kernel_s[h["key"]], link_model, h["m"]) for h in history]
+    link_model = LinkModel(latency_s=0.0, bytes_per_s=1e12)  # one device: nothing travels
+    if link:
+        link_model = LinkModel(latency_s=link[0], bytes_per_s=link[1], cpu_s=link[2], cpu_s_per_byte=link[3])
+    med = statistics.median
+    kernel_s = {k: [med(v) if v else 0.0 for v in ks] for k, ks in local.kernel_s.items()}
+    overhead_s = {k: med(v) if v else 0.0 for k, v in local.overhead_s.items()}
+    plan_pred, event_pred = [], []
+    for h in history:
+        part, m = parts[(h["key"], h["plan"])], h["m"]
+        ks = charged_kernel_s(part, kernel_s[h["key"]], link_model, m * overhead_s[h["key"]])
+        plan_pred.append(plan_step_s(programs[h["key"]].graph, part, ks, link_model, m))
+        event_pred.append(predict_step_s(part, ks, link_model, m))
     skip = 1 if len(history) > 1 else 0  # the first step pays one-off warm-up (allocator, first dispatch)
     if spec.trace:
         names = {k: [o.func for o in p.ops] for k, p in programs.items()}
@@ -91,7 +107,7 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
         "max_abs_diff": diff,
         "tokens_identical": tokens,
         "measured_step_s": statistics.mean(meas.step_s[skip:]),
-        "predicted_step_s": statistics.mean(pred[skip:]),
+        "predicted_step_s": statistics.mean(plan_pred[skip:]),
         "throughput_tokens_per_s": tokens_total / sum(meas.step_s),
         "link_bytes": sum(meas.link_bytes.values()),
         # beyond the contract
@@ -102,8 +118,16 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
         "wait_s": meas.wait_s,
         "busy_s": meas.busy_s,
         "link_bytes_by_link": {f"{a}->{b}": n for (a, b), n in sorted(meas.link_bytes.items())},
-        "link_model": {"latency_s": link_model.latency_s, "bytes_per_s": link_model.bytes_per_s},
+        "predicted_event_step_s": statistics.mean(event_pred[skip:]),
+        "measured_steps_s": meas.step_s,
+        "predicted_steps_s": plan_pred,
+        "link_model": {"latency_s": link_model.latency_s, "bytes_per_s": link_model.bytes_per_s,
+                       "cpu_s": link_model.cpu_s, "cpu_s_per_byte": link_model.cpu_s_per_byte},
+        "dispatch_s_per_op": {k: med(v) for k, v in local.dispatch_s.items() if v},
+        "step_overhead_s": overhead_s,
         "resident_weight_bytes": [sum(r.values()) for r in resident],
         "tokens": [t.tolist() for r in rounds for t in r.tokens],
-        "prediction_source": "single-process kernel times (1 thread) + measured gloo link model",
+        "prediction_source": ("tessera.plan evaluation + StepPoint formula max(m*T, latency + (m-1)*T) over "
+                              "CPU-profile kernel times (single process, 1 thread, the runtime's dispatch path) "
+                              "and the gloo link measured at start-up (latency, bandwidth, CPU per message)"),
     }

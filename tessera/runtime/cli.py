@@ -8,23 +8,7 @@ from pathlib import Path
 
 import typer
 
-from tessera.runtime.placements import PLACEMENTS, placement
-
-MILP = "plan"  # --placement value: the MILP's plan from tessera.plan
-
-
-def _assignments(model: str, graphs: dict[str, object], how: str, devices: int, gpus: str | None
-                 ) -> dict[str, tuple[int, ...]]:
-    if how != MILP:
-        return {ph: placement(how, g, devices) for ph, g in graphs.items()}  # type: ignore[arg-type]
-    import tessera.plan as plan_mod
-
-    plan_model = getattr(plan_mod, "plan_model", None)
-    if plan_model is None:
-        raise ValueError(f"--placement {MILP} needs tessera.plan.plan_model, which this install lacks; "
-                         f"valid now: {', '.join(PLACEMENTS)}")
-    plan = plan_model(model, gpus=(gpus or "cpu,cpu").split(","))
-    return {ph: tuple(p.assignment) for ph, p in plan.phases.items()}
+from tessera.runtime.placements import MILP, PLACEMENTS, placements
 
 
 def register(app: typer.Typer) -> None:
@@ -32,7 +16,6 @@ def register(app: typer.Typer) -> None:
     def run_cmd(
         target: str = typer.Argument(..., help="PLAN.json, or a tiny model name / config.json"),
         devices: str = typer.Option("cpu,cpu", help="one worker per entry: cpu or cuda:N"),
-        gpus: str | None = typer.Option(None, help="GPU types for the MILP plan of MODEL (with --placement plan)"),
         placement_name: str = typer.Option("layer_split", "--placement",
                                            help=f"for MODEL: {', '.join([*PLACEMENTS, MILP])}"),
         microbatches: int = typer.Option(2, help="micro-batches in flight (throughput mode)"),
@@ -67,7 +50,7 @@ def register(app: typer.Typer) -> None:
             graphs = {}
             for key, p in programs.items():
                 graphs.setdefault(key.split("@")[0], p.graph)
-            by_phase = _assignments(model, graphs, placement_name, len(devs), gpus)
+            by_phase = placements(placement_name, graphs, len(devs), microbatches)
         spec = RunSpec(job=job, devices=devs, plans={"latency": by_phase, "throughput": by_phase},
                        microbatches=microbatches, requests=requests, weights_dir=str(weights) if weights else None,
                        trace=str(trace) if trace else None)

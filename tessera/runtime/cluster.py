@@ -21,7 +21,7 @@ import torch.multiprocessing as mp
 from tessera.errors import UserError
 from tessera.graph import Role
 from tessera.runtime.partition import Partition
-from tessera.runtime.program import Program
+from tessera.runtime.program import Program, from_wire, to_wire
 from tessera.runtime.worker import StepCmd, WorkerSpec, worker_main
 
 
@@ -142,12 +142,15 @@ class Cluster:
     def step(self, key: str, plan: str, inputs: list[dict[int, torch.Tensor]], *, reset: bool) -> list[dict]:
         """Run one step of ``len(inputs)`` micro-batches; returns each worker's outputs and events."""
         assert len(inputs) <= self.config.max_microbatches, "more micro-batches than the workers hold state for"
-        cmd = StepCmd(step_id=self._next_step, key=key, plan=plan, inputs=tuple(inputs), reset=reset)
+        wire = tuple({b: to_wire(t) for b, t in feed.items()} for feed in inputs)
+        cmd = StepCmd(step_id=self._next_step, key=key, plan=plan, inputs=wire, reset=reset)
         self._next_step += 1
         for q in self.commands:
             q.put(cmd)
         got = self._collect("done", self.config.step_timeout_s, beats=True)
         per_worker = [got[r] for r in range(len(self.procs))]
+        for w in per_worker:
+            w["outputs"] = {k: from_wire(v) for k, v in w["outputs"].items()}
         self.history.append(dict(key=key, plan=plan, m=len(inputs), workers=per_worker))
         return per_worker
 

@@ -13,18 +13,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tessera.graph import KernelGraph
+from tessera.hardware import GpuSpec, LinkSpec, gpu
 from tessera.runtime.partition import STEP_START, Partition
 
 
 @dataclass(frozen=True, kw_only=True)
 class LinkModel:
-    """time(bytes) = latency_s + bytes / bytes_per_s, fitted from two ping-pong sizes between workers."""
+    """time(bytes) = latency_s + bytes / bytes_per_s, fitted from two ping-pong sizes between workers, through
+    the runtime's own receive path (irecv, a waiting thread, a condition). cpu_*: process CPU time one
+    message costs each end (gloo's threads copy the bytes; on 2 cores that time is taken from compute)."""
 
     latency_s: float
     bytes_per_s: float
+    cpu_s: float = 0.0  # per message
+    cpu_s_per_byte: float = 0.0
 
     def time_s(self, nbytes: int) -> float:
         return self.latency_s + nbytes / self.bytes_per_s
+
+    def cpu_time_s(self, nbytes: int) -> float:
+        return self.cpu_s + nbytes * self.cpu_s_per_byte
+
+    def spec(self) -> LinkSpec:
+        """As a catalog link, for tessera.plan's evaluation."""
+        return LinkSpec(name="gloo-local", bytes_per_s=self.bytes_per_s, latency_s=self.latency_s,
+                        source="measured between the run's workers 0 and 1 at start-up")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +126,49 @@ def predict_step_s(part: Partition, kernel_s: list[float], link: LinkModel, m: i
         end = max(end, now[d])
     finals = [arrive.get((tr.index, mb), 0.0) for tr in part.transfers if tr.before == n for mb in range(m)]
     return max([end, *finals])
+
+
+def charged_kernel_s(part: Partition, kernel_s: list[float], link: LinkModel, per_step_s: float) -> list[float]:
+    """Kernel times as a worker sees them: each transfer's CPU cost charged to the kernel that posts it
+    (sender) and to the kernel that awaits it (receiver); the per-step fixed cost (storage set-up, output
+    copy) to each device's first kernel."""
+    out = list(kernel_s)
+    n = len(kernel_s)
+    for t in part.transfers:
+        c = link.cpu_time_s(t.nbytes)
+        if t.after != STEP_START:
+            out[t.after] += c
+        if t.before < n:
+            out[t.before] += c
+    for ks in part.kernels:
+        if ks:
+            out[ks[0]] += per_step_s
+    return out
+
+
+class ProfileCost:
+    """tessera.cost's CostModel interface over measured per-kernel times of one graph (CPU profiles)."""
+
+    def __init__(self, kernel_s: list[float], link: LinkModel) -> None:
+        self.kernel_s, self.link = kernel_s, link
+
+    def kernel_time_s(self, kernel: object, _gpu: GpuSpec) -> float:
+        return self.kernel_s[kernel.id]  # type: ignore[attr-defined]
+
+    def transfer_time_s(self, nbytes: int, _link: LinkSpec) -> float:
+        return self.link.time_s(nbytes)
+
+
+def plan_step_s(graph: KernelGraph, part: Partition, kernel_s: list[float], link: LinkModel, m: int) -> float:
+    """The step time a Plan would carry for this placement (tessera.plan's evaluation and StepPoint formula
+    step_s = max(m·T, latency + (m−1)·T)), fed with CPU-profile kernel times and the measured link: what
+    tessera.sim times an iteration of this plan with."""
+    from tessera.plan.score import step_time_s
+    from tessera.plan.verify import evaluate
+
+    cpus = tuple(gpu("cpu") for _ in range(part.devices))
+    ev = evaluate(graph, part.assignment, cpus, link.spec(), ProfileCost(kernel_s, link))  # type: ignore[arg-type]
+    return step_time_s(m, ev.bottleneck_s, ev.latency_s)
 
 
 def chrome_trace(history: list[dict[str, Any]], partitions: dict[tuple[str, str], Partition],

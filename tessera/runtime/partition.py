@@ -64,7 +64,11 @@ class Partition:
         return out
 
 
-def partition(program: Program, assignment: tuple[int, ...], devices: int) -> Partition:
+def partition(program: Program, assignment: tuple[int, ...], devices: int,
+              holders: dict[str, frozenset[int]] | None = None) -> Partition:
+    """``holders``: KV/state buffer name -> devices that touch it in *other* steps or plans of the run
+    (e.g. decode placed apart from prefill, or the other plan of an online switch). They keep it
+    resident and receive its current version at the end of every step that writes it (the handoff)."""
     n = len(program.ops)
     if len(assignment) != n:
         raise ValueError(f"assignment has {len(assignment)} entries but the program has {n} kernels")
@@ -77,6 +81,10 @@ def partition(program: Program, assignment: tuple[int, ...], devices: int) -> Pa
     for k in range(n):
         for b in needs[k] | writes[k]:
             touching.setdefault(b, set()).add(assignment[k])
+    keepers = {b: set(touching.get(b, ())) for b in program.initial}  # devices holding b between steps
+    for b in program.initial:
+        if program.role(b) in RESIDENT_ROLES and program.role(b) is not Role.WEIGHT and holders:
+            keepers[b] |= holders.get(program.name(b), frozenset())
     given = set(program.initial)
     zeroed = program.zeroed()  # each device allocates its own zeros until the first write
     valid: dict[int, set[int]] = {b: set(touching.get(b, ())) for b in given | zeroed}
@@ -106,14 +114,14 @@ def partition(program: Program, assignment: tuple[int, ...], devices: int) -> Pa
             last_write[b] = (d, k)
     for b in sorted(last_write):  # end-of-step sync of resident state touched on several devices
         if b in given and program.role(b) in RESIDENT_ROLES:
-            for d in sorted(touching[b] - valid[b]):
+            for d in sorted(keepers[b] - valid[b]):
                 bring(b, d, n)
     out_dev = []
     for r in program.outputs:
         assert r.buffer in last_write, f"step output buffer {r.buffer} is never written"
         out_dev.append(last_write[r.buffer][0])
     resident = tuple(
-        frozenset(b for b in given if d in touching.get(b, ()) and program.role(b) in RESIDENT_ROLES)
+        frozenset(b for b in given if d in keepers[b] and program.role(b) in RESIDENT_ROLES)
         for d in range(devices))
     inputs = tuple(
         frozenset(b for b in given if d in touching.get(b, ()) and program.role(b) not in RESIDENT_ROLES)

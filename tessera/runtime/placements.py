@@ -1,13 +1,14 @@
-"""Simple placements over two or more devices, for tests, benchmarks and `tessera run MODEL`.
-
-The MILP's placements come from tessera.plan; these are the hand-made splits the issue compares:
-attention-type kernels on one device and GEMMs on the other, and a contiguous layer split.
+"""Placements over two or more devices, for tests, benchmarks and `tessera run MODEL`: the hand-made splits
+the issue compares (attention-type kernels on one device and GEMMs on the other, a contiguous layer split)
+and the MILP's plan of the very graphs the runtime captured (tessera.plan's solver, CPU cost profile).
 """
 
 from __future__ import annotations
 
-from tessera.errors import choices_error
+from tessera.cost import CostModel
+from tessera.errors import UserError, choices_error
 from tessera.graph import KernelGraph, KernelKind, Role
+from tessera.hardware import LinkSpec
 
 ATTENTION_KINDS = frozenset({KernelKind.ATTENTION, KernelKind.ATTENTION_DECODE, KernelKind.SCAN, KernelKind.CONV})
 
@@ -60,9 +61,41 @@ def all_on(graph: KernelGraph, device: int = 0) -> tuple[int, ...]:
 
 
 PLACEMENTS = {"attention_gemm": attention_gemm, "layer_split": layer_split, "interleave": interleave}
+MILP = "plan"
+
+# Two local processes over gloo, as DESIGN.md's field notes measured here: 65-130 µs for 4 KB, 3-5 GB/s for
+# 8 MB. Only steers the MILP's cut; predictions use the link each run measures.
+GLOO_LOCAL = LinkSpec(name="gloo-local", bytes_per_s=3e9, latency_s=1e-4,
+                      source="DESIGN.md field notes: gloo between two local processes on this machine")
 
 
-def placement(name: str, graph: KernelGraph, devices: int) -> tuple[int, ...]:
+def milp(graphs: dict[str, KernelGraph], devices: int, *, microbatches: int = 2, link: LinkSpec = GLOO_LOCAL,
+         cost: CostModel | None = None) -> dict[str, tuple[int, ...]]:
+    """The MILP's throughput-mode placement of each phase's graph over ``devices`` CPUs (catalog entry "cpu",
+    kernel times from tessera.cost's CPU profile). Phases are solved independently; the runtime hands KV and
+    state over between them (runner.build_partitions)."""
+    from tessera.cost.calibrate import default_cost_model
+    from tessera.hardware import gpu
+    from tessera.plan.pool import Pool
+    from tessera.plan.solve import prepare, solve_phase
+
+    pool = Pool(gpus=tuple(gpu("cpu") for _ in range(devices)), link=link)
+    cost = cost or default_cost_model()
+    out = {}
+    for phase, g in graphs.items():
+        sol = solve_phase(prepare(g, pool, cost, m=microbatches), mode="throughput", m=microbatches)
+        if sol.assignment is None:
+            raise UserError(f"the MILP found no placement of {g.model} {phase} on {devices} cpu devices "
+                            f"({sol.status})")
+        out[phase] = tuple(sol.assignment)
+    return out
+
+
+def placements(name: str, graphs: dict[str, KernelGraph], devices: int, microbatches: int = 2
+               ) -> dict[str, tuple[int, ...]]:
+    """phase -> assignment for a placement named on the command line."""
+    if name == MILP:
+        return milp(graphs, devices, microbatches=microbatches)
     if name not in PLACEMENTS:
-        raise choices_error("placement", name, list(PLACEMENTS))
-    return PLACEMENTS[name](graph, devices)
+        raise choices_error("placement", name, [*PLACEMENTS, MILP])
+    return {ph: PLACEMENTS[name](g, devices) for ph, g in graphs.items()}

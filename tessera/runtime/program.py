@@ -83,6 +83,22 @@ def as_bytes(st: torch.UntypedStorage) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8).set_(st)
 
 
+Wire = tuple[str, tuple[int, ...], Any]  # (dtype name, shape, numpy uint8 array)
+
+
+def to_wire(t: torch.Tensor) -> Wire:
+    """A tensor as plain bytes for the control queues. Tensors pickled by torch.multiprocessing go through
+    shared-memory files and an fd-passing thread; those stalled the next step by ~5 ms (a GIL switch
+    interval) after every large output, measured in the worker traces."""
+    flat = t.detach().contiguous().reshape(-1)
+    return str(flat.dtype).removeprefix("torch."), tuple(t.shape), flat.view(torch.uint8).numpy()
+
+
+def from_wire(w: Wire) -> torch.Tensor:
+    dtype, shape, data = w
+    return torch.from_numpy(data).view(getattr(torch, dtype)).reshape(shape)
+
+
 def zero_storage(nbytes: int) -> torch.UntypedStorage:
     return torch.zeros(nbytes, dtype=torch.uint8).untyped_storage()
 
@@ -96,4 +112,5 @@ def replay_step(program: Program, storages: Storages) -> list[torch.Tensor]:
     return [view_of(storages, r).clone() for r in program.outputs]
 
 
-__all__ = ["Program", "Storages", "as_bytes", "iter_refs", "replay_step", "run_op", "view_of", "zero_storage"]
+__all__ = ["Program", "Storages", "Wire", "as_bytes", "from_wire", "iter_refs", "replay_step", "run_op", "to_wire", "view_of",
+           "zero_storage"]

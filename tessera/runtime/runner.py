@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tessera.capture.zoo import resolve
-from tessera.graph import KernelGraph
+from tessera.graph import KernelGraph, Role
 from tessera.runtime.cluster import Cluster
 from tessera.runtime.partition import Partition, partition
 from tessera.runtime.program import Program
@@ -27,12 +27,21 @@ def phase_of(key: str) -> str:
 
 def build_partitions(programs: dict[str, Program], plans: dict[str, dict[str, tuple[int, ...]]],
                      devices: int) -> dict[tuple[str, str], Partition]:
-    """plans: plan name -> phase -> assignment (per kernel of that phase's program)."""
-    out = {}
-    for name, by_phase in plans.items():
+    """plans: plan name -> phase -> assignment (per kernel of that phase's program).
+
+    KV and state carry between steps by name, so every device that touches a cache in any step of any
+    plan holds it and gets its current version after each step that writes it elsewhere."""
+    holders: dict[str, set[int]] = {}
+    for by_phase in plans.values():
         for key, prog in programs.items():
-            out[(key, name)] = partition(prog, by_phase[phase_of(key)], devices)
-    return out
+            a = by_phase[phase_of(key)]
+            for k in range(len(prog.ops)):
+                for b in prog.needs(k) | prog.writes(k):
+                    if prog.role(b) in (Role.KV, Role.STATE):
+                        holders.setdefault(prog.name(b), set()).add(a[k])
+    frozen = {n: frozenset(d) for n, d in holders.items()}
+    return {(key, name): partition(prog, by_phase[phase_of(key)], devices, frozen)
+            for name, by_phase in plans.items() for key, prog in programs.items()}
 
 
 class ClusterExecutor:

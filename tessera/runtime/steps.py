@@ -18,7 +18,8 @@ from tessera.capture.program import Capture
 from tessera.capture.zoo import resolve
 from tessera.errors import UserError
 from tessera.graph import Role
-from tessera.runtime.program import Program, Storages, replay_step, run_op, view_of, zero_storage
+from tessera.runtime.compiled import bind_weights, call, compile_program
+from tessera.runtime.program import Program, Storages, replay_step, view_of
 from tessera.runtime.state import carry
 
 
@@ -102,12 +103,21 @@ class LocalExecutor:
         self.programs = programs
         self.state: dict[int, dict[str, tuple[torch.UntypedStorage, object]]] = {}
         self.kernel_s: dict[str, list[list[float]]] = {k: [[] for _ in p.ops] for k, p in programs.items()}
+        # per step key: seconds of each op loop outside the ops themselves / number of ops (dispatch cost)
+        self.dispatch_s: dict[str, list[float]] = {k: [] for k in programs}
+        # per step key: seconds of one micro-batch's step outside the op loop (storage set-up, outputs)
+        self.overhead_s: dict[str, list[float]] = {k: [] for k in programs}
+        self.compiled = {k: bind_weights(compile_program(p, range(len(p.ops))),
+                                         {b: t.untyped_storage() for b, t in p.initial.items()
+                                          if p.role(b) is Role.WEIGHT})
+                         for k, p in programs.items()}
 
     def step(self, key: str, plan: str, inputs: list[dict[int, torch.Tensor]], *, reset: bool
              ) -> list[list[torch.Tensor]]:
         prog = self.programs[key]
         outs = []
         for mb, given in enumerate(inputs):
+            step0 = time.perf_counter()
             st = self.state.setdefault(mb, {})
             store: Storages = {}
             for b, t in prog.initial.items():
@@ -119,17 +129,21 @@ class LocalExecutor:
                     store[b] = given[b].untyped_storage()
                 else:
                     store[b] = t.untyped_storage() if buf.role is Role.WEIGHT else t.untyped_storage().clone()
-            for b in prog.zeroed():
-                store[b] = zero_storage(prog.nbytes(b))
-            for k, op in enumerate(prog.ops):
-                t0 = time.perf_counter()
-                run_op(store, op)
-                self.kernel_s[key][k].append(time.perf_counter() - t0)
+            times = self.kernel_s[key]
+            clock = time.perf_counter
+            loop0 = clock()
+            for c in self.compiled[key]:  # the workers' dispatch path (zeroed buffers made on first use)
+                t0 = clock()
+                call(store, c)
+                times[c.kernel].append(clock() - t0)
+            loop_s = clock() - loop0
+            self.dispatch_s[key].append((loop_s - sum(t[-1] for t in times)) / max(1, len(times)))
             for b in prog.initial:
                 buf = prog.graph.buffers[b]
                 if buf.role in (Role.KV, Role.STATE):
                     st[buf.name] = (store[b], buf)
             outs.append([view_of(store, r).clone() for r in prog.outputs])
+            self.overhead_s[key].append(time.perf_counter() - step0 - loop_s)
         return outs
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import datetime
 import os
+import sys
 import threading
 import time
 import traceback
@@ -22,12 +23,13 @@ import torch
 import torch.distributed as dist
 
 from tessera.graph import Buffer, Role
+from tessera.runtime.compiled import CompiledOp, bind_weights, call, compile_program
 from tessera.runtime.partition import STEP_START, Partition, Transfer
-from tessera.runtime.program import Program, Storages, as_bytes, run_op, view_of, zero_storage
+from tessera.runtime.program import Program, Storages, Wire, as_bytes, from_wire, to_wire, view_of
 from tessera.runtime.state import carry, load_weights
 
-
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
+GIL_SWITCH_S = 2e-4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,8 +52,20 @@ class StepCmd:
     step_id: int
     key: str  # which program
     plan: str
-    inputs: tuple[dict[int, torch.Tensor], ...]  # per micro-batch: input buffer -> uint8 bytes
+    inputs: tuple[dict[int, Wire], ...]  # per micro-batch: input buffer -> its bytes
     reset: bool  # start the micro-batches' KV/state from the program's initial contents (new requests)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalPlan:
+    """One partition as this worker runs it; entry i of recvs/sends belongs to ops[i]."""
+
+    ops: tuple[CompiledOp, ...]
+    recvs: tuple[tuple[Transfer, ...], ...]  # awaited before ops[i]
+    sends: tuple[tuple[Transfer, ...], ...]  # posted after ops[i]
+    start_sends: tuple[Transfer, ...]
+    end_recvs: tuple[Transfer, ...]  # end-of-step KV/state syncs
+    order: tuple[Transfer, ...]  # every receive, in the order this worker needs them
 
 
 def _tag(step_id: int, t: Transfer, mb: int) -> int:
@@ -66,6 +80,18 @@ class Worker:
         self.state: list[dict[str, torch.UntypedStorage]] = [{} for _ in range(spec.max_microbatches)]
         # per micro-batch: name -> the Buffer its storage was last shaped as (for carrying)
         self.state_buf: list[dict[str, Buffer]] = [{} for _ in range(spec.max_microbatches)]
+        self.local = {pk: self._compile(pk) for pk in spec.partitions}
+
+    def _compile(self, pk: tuple[str, str]) -> LocalPlan:
+        """This worker's share of one partition as flat lists indexed by position in its kernel order."""
+        prog, part, me = self.spec.programs[pk[0]], self.spec.partitions[pk], self.rank
+        weights = {b: self.weights[prog.name(b)] for b in part.resident[me] if prog.role(b) is Role.WEIGHT}
+        ops = bind_weights(compile_program(prog, part.kernels[me]), weights)
+        sends, recvs = part.sends_after(me), part.recvs_before(me)
+        return LocalPlan(ops=tuple(ops), recvs=tuple(tuple(recvs.get(c.kernel, ())) for c in ops),
+                         sends=tuple(tuple(sends.get(c.kernel, ())) for c in ops),
+                         start_sends=tuple(sends.get(STEP_START, ())), end_recvs=tuple(recvs.get(len(prog.ops), ())),
+                         order=tuple(sorted((t for ts in recvs.values() for t in ts), key=lambda t: (t.before, t.index))))
 
     def _needed_weights(self) -> dict[str, Buffer]:
         out: dict[str, Buffer] = {}
@@ -105,27 +131,25 @@ class Worker:
             store[b] = st[buf.name]
         for b in part.inputs[self.rank]:
             given = cmd.inputs[mb].get(b)
-            store[b] = (given if given is not None else prog.initial[b]).untyped_storage()
+            store[b] = (from_wire(given) if given is not None else prog.initial[b]).untyped_storage()
         return store
 
     def run_step(self, cmd: StepCmd) -> dict[str, Any]:
         prog, part = self.spec.programs[cmd.key], self.spec.partitions[(cmd.key, cmd.plan)]
-        m, me, n = len(cmd.inputs), self.rank, len(prog.ops)
-        zeroed = prog.zeroed()
+        lp = self.local[(cmd.key, cmd.plan)]
+        m, me = len(cmd.inputs), self.rank
         t_start = time.perf_counter()
         stores = [self._store(prog, part, mb, cmd) for mb in range(m)]
-        sends, recvs = part.sends_after(me), part.recvs_before(me)
         # gloo's point-to-point Work never reports completion to is_completed() before wait(), so one
         # thread per micro-batch waits on its receives in the order that micro-batch needs them.
         pending: dict[tuple[int, int], torch.Tensor] = {}
         done: dict[tuple[int, int], float] = {}
         errors: list[str] = []
         cond = threading.Condition()
-        order = sorted((t for ts in recvs.values() for t in ts), key=lambda t: (t.before, t.index))
         timeout = datetime.timedelta(seconds=self.spec.recv_timeout_s)
 
-        def receive(mb: int, works: list[tuple[Transfer, Any]]) -> None:
-            for t, work in works:
+        def receive(works: list[tuple[Transfer, int, Any]]) -> None:
+            for t, mb, work in works:
                 try:
                     work.wait(timeout)
                 except Exception as e:  # noqa: BLE001 - the transport's error text is the diagnosis
@@ -141,12 +165,12 @@ class Worker:
         threads = []
         for mb in range(m):
             works = []
-            for t in order:
+            for t in lp.order:
                 buf = torch.empty(t.nbytes, dtype=torch.uint8)
                 pending[(t.index, mb)] = buf
-                works.append((t, dist.irecv(buf, src=t.src, tag=_tag(cmd.step_id, t, mb))))
+                works.append((t, mb, dist.irecv(buf, src=t.src, tag=_tag(cmd.step_id, t, mb))))
             if works:
-                threads.append(threading.Thread(target=receive, args=(mb, works), daemon=True))
+                threads.append(threading.Thread(target=receive, args=(works,), daemon=True))
                 threads[-1].start()
         sent: list[Any] = []
         ev_kernels: list[tuple[int, int, float, float]] = []
@@ -154,10 +178,10 @@ class Worker:
         ev_recvs: list[tuple[int, int, float]] = []  # (transfer, mb, arrival noticed at)
         ev_waits: list[tuple[float, float]] = []  # intervals with every micro-batch blocked on a transfer
 
-        def post_sends(after: int, mb: int) -> None:
-            for t in sends.get(after, ()):
+        def post_sends(ts: tuple[Transfer, ...], mb: int) -> None:
+            for t in ts:
                 st = stores[mb][t.buffer]
-                data = as_bytes(st).clone() if t.snapshot else as_bytes(st)
+                data = as_bytes(st).clone() if t.snapshot else as_bytes(st)  # copy only if mutated later
                 ev_sends.append((t.index, mb, time.perf_counter()))
                 sent.append((dist.isend(data, dst=t.dst, tag=_tag(cmd.step_id, t, mb)), data))
 
@@ -185,34 +209,34 @@ class Worker:
                 raise TimeoutError(f"worker {me}: {what} timed out after {self.spec.recv_timeout_s:g} s")
 
         for mb in range(m):
-            post_sends(STEP_START, mb)
-        mine = part.kernels[me]
+            post_sends(lp.start_sends, mb)
+        ops, need, after, n_ops = lp.ops, lp.recvs, lp.sends, len(lp.ops)
+        clock, record = time.perf_counter, ev_kernels.append
         cursor = [0] * m
-        while any(c < len(mine) for c in cursor):
+        while any(c < n_ops for c in cursor):
             progressed = False
             for mb in range(m):
-                while cursor[mb] < len(mine):
-                    k = mine[cursor[mb]]
-                    if not all([arrived(t, mb) for t in recvs.get(k, ())]):
+                store, i = stores[mb], cursor[mb]
+                while i < n_ops:
+                    if need[i] and not all([arrived(t, mb) for t in need[i]]):
                         break
-                    store = stores[mb]
-                    for b in prog.needs(k) & zeroed:
-                        if b not in store:
-                            store[b] = zero_storage(prog.nbytes(b))
-                    t0 = time.perf_counter()
-                    run_op(store, prog.ops[k])
-                    ev_kernels.append((k, mb, t0, time.perf_counter()))
-                    post_sends(k, mb)
-                    cursor[mb] += 1
-                    progressed = True
+                    c = ops[i]
+                    t0 = clock()
+                    call(store, c)
+                    record((c.kernel, mb, t0, clock()))
+                    if after[i]:
+                        post_sends(after[i], mb)
+                    i += 1
+                progressed |= i > cursor[mb]
+                cursor[mb] = i
             if not progressed:
-                blocking = [(t.index, mb) for mb in range(m) if cursor[mb] < len(mine)
-                            for t in recvs.get(mine[cursor[mb]], ()) if (t.index, mb) in pending]
+                blocking = [(t.index, mb) for mb in range(m) if cursor[mb] < n_ops
+                            for t in need[cursor[mb]] if (t.index, mb) in pending]
                 assert blocking, "every micro-batch blocked but no receive pending"
-                t = next(t for t in order if t.index == blocking[0][0])
+                t = next(t for t in lp.order if t.index == blocking[0][0])
                 wait_until(blocking, f"receive of buffer {t.buffer} from worker {t.src}")
         for mb in range(m):  # end-of-step state syncs
-            for t in recvs.get(n, ()):
+            for t in lp.end_recvs:
                 while not arrived(t, mb):
                     wait_until([(t.index, mb)], f"receive of buffer {t.buffer} from worker {t.src}")
         for work, _ in sent:
@@ -223,33 +247,55 @@ class Worker:
             for b in part.resident[me]:
                 if prog.role(b) is not Role.WEIGHT:
                     self.state[mb][prog.name(b)] = stores[mb][b]
-        outputs = {(mb, i): view_of(stores[mb], r).clone() for mb in range(m)
+        outputs = {(mb, i): to_wire(view_of(stores[mb], r)) for mb in range(m)
                    for i, r in enumerate(prog.outputs) if part.output_device[i] == me}
         return dict(step_id=cmd.step_id, outputs=outputs, kernels=ev_kernels, sends=ev_sends, recvs=ev_recvs,
-                    waits=ev_waits,
-                    start_s=t_start, end_s=time.perf_counter())
+                    waits=ev_waits, start_s=t_start, end_s=time.perf_counter())
 
 
-def probe_link(rank: int, world: int, reps: int = 5) -> tuple[float, float] | None:
-    """Rank 0 ping-pongs 4 KiB and 4 MiB with rank 1: (latency_s, bytes_per_s) of one direction."""
+def _recv_like_a_step(buf: torch.Tensor, src: int) -> None:
+    """Receive as run_step does: irecv, a thread blocked in wait(), the main thread woken by a condition."""
+    work, cond, done = dist.irecv(buf, src=src), threading.Condition(), []
+
+    def waiter() -> None:
+        work.wait()
+        with cond:
+            done.append(True)
+            cond.notify_all()
+
+    threading.Thread(target=waiter, daemon=True).start()
+    with cond:
+        cond.wait_for(lambda: bool(done))
+
+
+def probe_link(rank: int, world: int, reps: int = 7) -> tuple[float, float, float, float] | None:
+    """Rank 0 ping-pongs 4 KiB and 4 MiB with rank 1 through the step's send/receive path. Returns one
+    direction's (latency_s, bytes_per_s) and the process CPU time a message costs one end (cpu_s per
+    message, cpu_s per byte), from medians; None on workers that do not take part."""
     if world < 2 or rank > 1:
         return None
-    one_way = []
-    for nbytes in (4096, 4 << 20):
+    peer = 1 - rank
+    wall, cpu = [], []
+    sizes = (4096, 4 << 20)
+    for nbytes in sizes:
         buf = torch.zeros(nbytes, dtype=torch.uint8)
-        times = []
+        ts, cs = [], []
         for _ in range(reps):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             if rank == 0:
-                dist.send(buf, 1)
-                dist.recv(buf, 1)
+                dist.isend(buf, peer).wait()
+                _recv_like_a_step(buf, peer)
             else:
-                dist.recv(buf, 0)
-                dist.send(buf, 0)
-            times.append((time.perf_counter() - t0) / 2)
-        one_way.append(sorted(times)[reps // 2])
-    bw = ((4 << 20) - 4096) / max(one_way[1] - one_way[0], 1e-9)
-    return max(0.0, one_way[0] - 4096 / bw), bw
+                _recv_like_a_step(buf, peer)
+                dist.isend(buf, peer).wait()
+            ts.append((time.perf_counter() - t0) / 2)
+            cs.append((time.process_time() - c0) / 2)  # a send and a receive per round trip at each end
+        wall.append(sorted(ts)[reps // 2])
+        cpu.append(sorted(cs)[reps // 2])
+    span = sizes[1] - sizes[0]
+    bw = span / max(wall[1] - wall[0], 1e-9)
+    cpu_per_byte = max(0.0, cpu[1] - cpu[0]) / span
+    return (max(0.0, wall[0] - sizes[0] / bw), bw, max(0.0, cpu[0] - sizes[0] * cpu_per_byte), cpu_per_byte)
 
 
 def _watch(heartbeat: Any, rank: int, parent: int) -> None:
@@ -275,6 +321,9 @@ def keep_freed_memory() -> None:
 
 def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, parent: int) -> None:
     keep_freed_memory()
+    # A receive thread that has its data must get the GIL back from the compute loop quickly; at the
+    # default 5 ms switch interval a handoff cost up to a whole interval (seen as 1-5 ms waits in traces).
+    sys.setswitchinterval(GIL_SWITCH_S)
     threading.Thread(target=_watch, args=(heartbeat, spec.rank, parent), daemon=True).start()
     try:
         torch.set_num_threads(spec.threads)

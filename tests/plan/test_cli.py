@@ -22,6 +22,7 @@ def test_unknown_gpu_is_one_line_exit_2() -> None:
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_infeasible_pool_exit_2_says_how_many_gb() -> None:
     r = _run("plan", "llama-3-70b", "--gpus", "L40S,L40S")
     assert r.returncode == 2 and "GB short" in r.stderr and "Traceback" not in r.stderr

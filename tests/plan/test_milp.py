@@ -65,3 +65,18 @@ def test_shared_weight_is_replicated_and_counted_twice() -> None:
     ev = evaluate(p.graph, assign, POOL.gpus, POOL.link, COST)
     assert [m["weight"] for m in ev.memory_bytes] == [60 * GB, 30 * GB]
     check_agreement(p, assign, COST, m=1)
+
+
+def test_memory_aware_bound_by_hand() -> None:
+    # 30 GB weights, no transfers: memory allows at most 2 kernels' weights on H100 (80) and 1 on L40S (48);
+    # the relaxation still reaches T = 3.5 (b split), so both bounds agree here; with 45 GB weights the
+    # relaxed memory rows (z = x fractional) allow 80/45 of a kernel on H100 and 48/45 on L40S.
+    from tessera.plan.milp import lp_bound_memory
+
+    p = build_problem(chain3(weight_bytes=30 * GB), POOL, COST)
+    assert lp_bound_memory(p) == pytest.approx(3.5)
+    # 40 GB weights on H100 only fit two: a + (b or c); L40S fits one. Fractional: H100 holds 2 kernels'
+    # worth, L40S 1.2: put a, 0.5 of b on H100 ... the LP optimum stays 3.5 (a=H100, c=L40S, b half/half:
+    # H100 holds 1.5 x 40 = 60 <= 80, L40S 1.5 x 40 = 60 > 48 -> b at most 0.2 on L40S): T = max(2 + 2.4, 2 + 0.6)
+    p = build_problem(chain3(weight_bytes=40 * GB), POOL, COST)
+    assert lp_bound_memory(p) == pytest.approx(4.4)

@@ -119,6 +119,7 @@ def test_split_operands() -> None:
     (kernel("ld.global.f32 %f1, [%rd1;"), 10, "malformed operands"),
     (kernel("st.global.f32 %rd1, %f1;"), 10, "address operand"),
     (kernel("@ bra L;"), 10, "predicate guard"),
+    (kernel("st.global.v2.f32 [%rd1], {%f1;, %f2};"), 10, "inside braces"),  # once infinite recursion
     (kernel("}"), 11, "top-level"),  # the stray brace closes the body early
     (HEAD + ".visible .entry k(.param .u64 k_param_0)\n{\nret;\n", 4, "never closes"),
     (HEAD + ".visible .entry k(.param .u64 k_param_0\n{\nret;\n}\n", 4, "header"),

@@ -16,26 +16,24 @@ from safetensors.torch import save_file
 from tessera.capture.zoo import SPECS
 from tessera.graph import Role
 from tessera.runtime.cluster import Cluster, ClusterConfig, WorkerFailure
-from tessera.runtime.placements import attention_gemm, interleave, layer_split
+from tessera.runtime.placements import attention_gemm, layer_split, milp
 from tessera.runtime.runner import ClusterExecutor, SwitchPolicy, build_partitions, compare, run_round, serve
 from tessera.runtime.steps import Job, LocalExecutor, capture_steps
 
 pytestmark = pytest.mark.slow
 
 
-def milp_or_interleave(graph):  # the MILP's placement once tessera.plan.plan_model exists
-    return interleave(graph, 2)
-
-
-PLACEMENTS = {"attention_gemm": lambda g: attention_gemm(g, 2), "milp": milp_or_interleave,
-              "layer_split": lambda g: layer_split(g, 2)}
-
-
 def plans_for(programs):
     graphs = {}
     for key, p in programs.items():
         graphs.setdefault(key.split("@")[0], p.graph)
-    return {name: {ph: f(g) for ph, g in graphs.items()} for name, f in PLACEMENTS.items()}
+    simple = {"attention_gemm": lambda g: attention_gemm(g, 2), "layer_split": lambda g: layer_split(g, 2)}
+    plans = {name: {ph: f(g) for ph, g in graphs.items()} for name, f in simple.items()}
+    plans["milp"] = milp(graphs, 2)
+    for ph, a in plans["milp"].items():  # a real cut: both devices used, and not one of the hand-made splits
+        assert set(a) == {0, 1}, f"MILP put all of {ph} on one device"
+        assert a not in (plans["attention_gemm"][ph], plans["layer_split"][ph])
+    return plans
 
 
 def check_three_placements(job: Job, programs, weights_dir: str | None = None) -> None:
