@@ -121,7 +121,6 @@ def build_baselines(model: str, order: list[str], source: GraphSource, pool: Poo
         def lp(wl: Workload) -> list[tuple[Pool, list[PhaseSpec], int]]:
             tries = []
             for perm in itertools.permutations(range(pool.n)):
-                counts = bl.layer_ranges(g0.layers, [speeds[d] for d in perm])
                 for m in (1, 2, 4):
                     if m > wl.batch:
                         continue
@@ -129,6 +128,7 @@ def build_baselines(model: str, order: list[str], source: GraphSource, pool: Poo
                     for p in order:
                         seq, ctx, _ = phase_shape(p, wl)
                         g = source(p, max(1, wl.batch // m), seq, ctx)
+                        counts = bl.layer_ranges(g.layers, [speeds[d] for d in perm])  # this phase's layers
                         specs.append(PhaseSpec(phase=p, assignment=bl.layer_pipeline(g, list(perm), counts), m=m))
                     tries.append((pool, specs, 1))
             return tries

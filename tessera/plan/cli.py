@@ -13,7 +13,7 @@ from tessera.errors import UserError
 from tessera.plan.planner import STRATEGIES, PlanResult, plan_model
 from tessera.plan.pool import Workload
 
-out = Console()
+out = Console(width=None if Console().is_terminal else 140)
 
 
 def result_table(r: PlanResult) -> Table:
@@ -21,7 +21,7 @@ def result_table(r: PlanResult) -> Table:
     t = Table(title=f"{r.model} on {' + '.join(r.gpus)} ({r.link}, {r.mode}), solve {r.solve_s:.2f} s")
     for c in ("strategy", "images/s" if img else "tokens/s", "$/h", "$/1M tok" if not img else "$/1k img",
               "latency s", "memory GB per GPU", "bound", "note"):
-        t.add_column(c, justify="right" if c not in ("strategy", "note") else "left")
+        t.add_column(c, justify="right" if c not in ("strategy", "note") else "left", no_wrap=c == "strategy")
     for name in STRATEGIES:
         o = r.strategies[name]
         p = o.plan
@@ -32,7 +32,8 @@ def result_table(r: PlanResult) -> Table:
         thr = o.throughput
         usd = (f"{p.usd_per_million_tokens:.3f}" if not img else f"{p.usd_per_hour / 3.6 / thr:.3f}")
         mem = " / ".join(f"{sum(m.values()) / 1e9:.1f}" for m in p.memory_bytes)
-        note = next((n for n in p.notes if n.startswith("chosen") or n.startswith("micro")), "")
+        note = next((n.replace("chosen: the ", "= ").replace(" placement", "") for n in p.notes
+                     if n.startswith("chosen") or n.startswith("micro")), "")
         t.add_row(name, f"{thr:,.1f}", f"{p.usd_per_hour:.2f}", usd, f"{p.latency_s:.3f}", mem,
                   f"{p.bound_ratio:.3f}" if p.bound_ratio else "", note)
     return t

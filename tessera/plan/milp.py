@@ -58,7 +58,8 @@ class _Index:
 
 def build_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: float = 1.0,
                background: Background | None = None, alpha: tuple[float, ...] | None = None,
-               beta: float = 1.0, memory: bool = True, micro: int = 1) -> tuple[Model, _Index]:
+               beta: float = 1.0, memory: bool = True, micro: int = 1,
+               mem_price: tuple[float, ...] | None = None) -> tuple[Model, _Index]:
     assert objective in ("throughput", "weighted", "step")
     D, G = prob.D, prob.G  # noqa: N806
     pairs = prob.pool.pairs()
@@ -97,6 +98,10 @@ def build_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: floa
             z[wi, d] = col = m.var(f"z[{wi},{d}]", ub=1.0)
             for g in w.groups:
                 m.row(f"resident[{wi},{g},{d}]", {col: 1.0, int(x[g, d]): -1.0}, lb=0.0)
+    # weighted objective may price residency: + Σ_w,d γ_d·size[w]·z[w,d] (memory-aware pattern sweep)
+    if mem_price is not None and not thr:
+        for (wi, d), col in z.items():
+            m.col_cost[col] += mem_price[d] * float(prob.residents[wi].bytes)
     # ---- step 4: loads (throughput and step objectives) ----
     if rows_t:
         bg = background or Background(device_s=tuple([0.0] * D))

@@ -104,8 +104,10 @@ def _layer_problem(prob: PhaseProblem, seg: Segment, *, walk: bool = False) -> P
             values.append(replace(v, src=pos[v.src], dst=tuple(dst)))
             xfer.append(prob.xfer_s[vi])
     hand = [replace(h, src=pos[h.src]) for h in prob.handoffs if h.src in pos]
+    own = [replace(w, groups=tuple(pos[g] for g in w.groups)) for w in prob.residents
+           if all(g in pos for g in w.groups)]  # the layer's private weights / kv (for the memory sweep)
     return replace(prob, groups=[prob.groups[g] for g in gs], group_of=[], t=prob.t[gs], values=values,
-                   xfer_s=np.array(xfer), residents=[], handoffs=hand, preresident={},
+                   xfer_s=np.array(xfer), residents=own, handoffs=hand, preresident={},
                    pinned={pos[g]: d for g, d in prob.pinned.items() if g in pos})
 
 
@@ -136,13 +138,20 @@ def generate_patterns(prob: PhaseProblem, seg: Segment) -> list[tuple[int, ...]]
     ratios = [2.0 ** (k / 2) for k in range(-12, 13)]
     grid = ([(1.0, r) for r in ratios] if D == 2 else
             [tuple(w) for w in itertools.product([1.0, 2.0, 4.0, 8.0], repeat=D)])
-    for alpha in grid:
-        for beta in (0.0, 0.05, 0.25, 1.0):
-            a = tuple(x / max(alpha) for x in alpha)
-            model, idx = build_flat(sub, objective="weighted", alpha=a, beta=beta * min(a), memory=False)
-            sol = model.solve(time_limit_s=5.0)
-            if sol.ok:
-                found[tuple(int(i) for i in np.argmax(sol.values[idx.x], axis=1))] = None
+    # memory prices γ_d (seconds per byte, scaled to the layer's time per byte): patterns that keep bytes
+    # off a device at some cost in time, for pools where weights barely fit
+    scale = float(sub.t.mean()) * sub.G / max(1.0, float(sum(w.bytes for w in sub.residents)))
+    gammas: list[tuple[float, ...] | None] = [None] + [
+        tuple(k * scale if d == e else 0.0 for d in range(D)) for e in range(D) for k in (0.25, 0.5, 1.0, 2.0)]
+    for gamma in gammas:
+        for alpha in (grid if gamma is None else grid[::3]):
+            for beta in ((0.0, 0.05, 0.25, 1.0) if gamma is None else (0.05,)):
+                a = tuple(x / max(alpha) for x in alpha)
+                model, idx = build_flat(sub, objective="weighted", alpha=a, beta=beta * min(a), memory=False,
+                                        mem_price=gamma)
+                sol = model.solve(time_limit_s=5.0)
+                if sol.ok:
+                    found[tuple(int(i) for i in np.argmax(sol.values[idx.x], axis=1))] = None
     assert free is not None
     return list(found)
 

@@ -149,14 +149,15 @@ def analyze_module(module: Module) -> dict[str, EntryAccess]:
             continue
         ctx = _EntryContext(module, compiled, entry)
         cf = compiled[entry.name]
-        init = tuple((1 << (p0 + i)) if p.may_hold_pointer else 0 for i, p in enumerate(entry.params))
+        ptrs = [p.may_hold_pointer for p in entry.params]
+        init = tuple((1 << (p0 + i)) if ptr else 0 for i, ptr in enumerate(ptrs))
         ctx.run(cf, init, 0)
-        out[entry.name] = _summarise(module, entry, ctx, gindex, p0)
+        out[entry.name] = _summarise(module, entry, ctx, gindex, p0, ptrs)
     return out
 
 
-def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict[str, int], p0: int
-               ) -> EntryAccess:
+def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict[str, int], p0: int,
+               ptrs: list[bool]) -> EntryAccess:
     n = len(entry.params)
     flags = [0] * n
     counts = [[0, 0, 0, 0] for _ in range(n)]  # reads, writes, atomics, conservative
@@ -204,8 +205,8 @@ def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict
             bits >>= 1
             i += 1
     if wild_any:
-        for i, p in enumerate(entry.params):
-            if p.may_hold_pointer:
+        for i, ptr in enumerate(ptrs):
+            if ptr:
                 flags[i] |= ACC_R | ACC_W
                 counts[i][3] += 1
     params = tuple(

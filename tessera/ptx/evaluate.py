@@ -19,8 +19,10 @@ WILD, DATA, UNMOD, LOCAL, CONST = 1, 2, 4, 8, 16
 GSYM0 = 5
 MEM = "<mem>"
 
-# transfer codes; a transfer is (code, destination names, source names, *extra)
-COPY, SCALE, MAD, PACK, SHL_HI, UNK, LOAD, ATOM_DST, CALL = range(9)
+# transfer codes; a transfer is (code, destination names, source names, *extra), except COPY1 / SCALE1:
+# (code, [destination, sources...]) for register arithmetic with one destination, the form the fast
+# lowering gets from one split; reading the destination's own value as a source changes nothing there
+COPY, SCALE, MAD, PACK, SHL_HI, UNK, LOAD, ATOM_DST, CALL, COPY1, SCALE1 = range(11)
 S_GLOBAL, S_LOCAL, S_PARAM, S_GENERIC = range(4)
 _SAFE_EXTERNS = frozenset({"vprintf", "__assertfail", "free"})
 _INIT_FLAGS = {"local": LOCAL, "const": CONST, "wild": WILD | DATA}
@@ -77,7 +79,25 @@ class CompiledFunction:
             changed = False
             for t in transfers:
                 code = t[0]
+                if code == COPY1:  # the result includes the destination's value: it changed iff it differs
+                    v = 0
+                    for s in t[1]:
+                        v |= vals[s]
+                    if v and vals[t[1][0]] != v:
+                        vals[t[1][0]] = v
+                        changed = True
+                    continue
                 v = 0
+                if code == SCALE1:
+                    for s in t[1]:
+                        v |= vals[s]
+                    v &= DATA
+                    if v:
+                        d = t[1][0]
+                        if vals[d] | v != vals[d]:
+                            vals[d] |= v
+                            changed = True
+                    continue
                 for s in t[2]:
                     v |= vals[s]
                 if code == COPY:

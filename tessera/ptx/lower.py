@@ -2,30 +2,35 @@
 
 The analysis must sustain >= 20 MB/s of PTX in pure Python, so the common body (one statement per
 line, as nvcc and Triton write it, no nested `{ }` scopes and no calls) is lowered in a single pass
-without building `Instruction`s: one strip, a split and one dict lookup on the opcode per line, and
-for register arithmetic the operand tokens straight into a transfer. Memory instructions reuse the
-reference lowering (compile.lower_instruction). Anything else — a brace scope, a call, an unknown
-directive, a malformed line or operand — returns None, and the parser redoes the body with the
-reference scanner (body.py) and the analysis lowers it with compile.py: errors, their line numbers
-and their order stay exactly those of the reference path.
+without building `Instruction`s: one strip, a split and one dict lookup on the opcode per line; the
+opcode's fast kind (computed once per distinct opcode) picks a handler for the operand shapes nvcc
+and Triton emit (register arithmetic, `ld`/`st` through "[name+imm]", `mad`, `shfl` with a predicate
+destination, `cvta`, `cp.async` bookkeeping). A shape a handler does not recognise goes to the
+reference lowering (compile.lower_instruction) for that one instruction. Anything else — a brace
+scope, a call, an unknown directive, a malformed line or operand — returns None, and the parser
+redoes the body with the reference scanner (body.py) and the analysis lowers it with compile.py:
+errors, their line numbers and their order stay exactly those of the reference path.
 """
 
 from __future__ import annotations
 
 import re
 
-from tessera.ptx.body import _GUARD, _IGNORED_DIRECTIVES, _OPCODE, _SPACES, declare
+from tessera.ptx.body import _GUARD, _IGNORED_DIRECTIVES, _OPCODE, _SPACES, _apply_renames, declare
 from tessera.ptx.compile import (
     _C_CALL,
     _C_COPY,
+    _C_CP,
     _C_CVTA,
     _C_IGNORE,
     _C_LD,
+    _C_MAD,
     _C_SCALE,
-    _CATEGORY,
+    _C_ST,
     _TOK,
     _WIDE,
     ACC_R,
+    ACC_W,
     _Builder,
     _category,
     _shift_ge_32,
@@ -34,24 +39,74 @@ from tessera.ptx.compile import (
 )
 from tessera.ptx.evaluate import (
     COPY,
+    COPY1,
     LOAD,
+    MAD,
+    MEM,
     S_GENERIC,
     S_GLOBAL,
     S_LOCAL,
     S_PARAM,
-    SCALE,
+    SCALE1,
     SHL_HI,
     WILD,
-    CompiledFunction,
 )
-from tessera.ptx.parser import Param, split_operands
+from tessera.ptx.parser import Param
 
+_N = r"[A-Za-z_$%][\w$@]*"  # a name, as compile._TOK reads it
+_V = rf"(?:{_N}|-?\d\w*)"  # a name or a number
 _LABEL = re.compile(r"[A-Za-z_$%][\w$]*:\Z")
 # register arithmetic whose operands are all plain names or numbers: "%rd6, %rd4, 16"
-_PLAIN = re.compile(r"[A-Za-z_$%][\w$@]*(?:\s*,\s*(?:[A-Za-z_$%][\w$@]*|-?\d[\w]*))*\s*\Z")
+_PLAIN = re.compile(rf"{_N}(?:\s*,\s*{_V})*\s*\Z")
 # "dst, [base]" / "{d0, d1}, [base+16]": a load whose address is one name plus an optional offset
-_LD_PLAIN = re.compile(r"([A-Za-z_$%][\w$@]*|\{[\w$@%,\s]*\})\s*,\s*\[\s*([A-Za-z_$%][\w$@]*)\s*(?:\+\s*-?\d+\s*)?\]\s*\Z")
+_LD_PLAIN = re.compile(rf"({_N}|\{{[\w$@%,\s]*\}})\s*,\s*\[\s*({_N})\s*(?:\+\s*-?\d+\s*)?\]\s*\Z")
+# "[base+16], %f1" / "[base], {%f1, %f2}": a store through one name plus an optional offset
+_ST_PLAIN = re.compile(rf"\[\s*({_N})\s*(?:\+\s*-?\d+\s*)?\]\s*,\s*([^,\[\]{{}}()|]+|\{{[^{{}}\[\]()]*\}})\s*\Z")
+# register arithmetic on names and numbers written "a, b, c" (as nvcc and Triton do): each
+# ", "-separated piece is one whole name for _TOK, or a number, which has no name in it
+_ARITH = re.compile(rf"{_N}(?:, (?:{_N}|-?\d\w*))*\Z")
+# "%r3, %ctaid.x": a special register's component; _TOK reads "%ctaid"
+_SPECIAL_RE = re.compile(rf"({_N}), ({_N})\.\w+\Z")
+_MAD_PLAIN = re.compile(rf"({_N})\s*,\s*({_V})\s*,\s*({_V})\s*,\s*({_V})\s*\Z")
+# shfl's "%r9|%p1, %r8, 16, 31, -1": two destinations, plain sources
+_PIPE_PLAIN = re.compile(rf"({_N}\s*\|\s*{_N})\s*,\s*({_V}(?:\s*,\s*{_V})*)\s*\Z")
 _NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_$%")
+
+# fast kinds of an opcode; _KINDS: opcode -> (kind, detail, category, opcode parts)
+K_IGNORE, K_COPY, K_SCALE, K_SHL, K_MAD, K_LD, K_ST, K_CVTA, K_CP_NOP, K_CALL, K_OTHER = range(11)
+_KINDS: dict[str, tuple[int, object, int, list[str]]] = {}
+
+
+def _kind(op: str) -> tuple[int, object, int, list[str]]:
+    cat, parts = _category(op)
+    detail: object = None
+    if cat == _C_IGNORE:
+        kind = K_IGNORE
+    elif cat == _C_COPY:
+        kind = K_COPY
+    elif cat == _C_SCALE:
+        kind = K_SHL if parts[0] == "shl" else K_SCALE
+    elif cat == _C_MAD:
+        kind = K_MAD
+    elif cat == _C_LD:
+        kind = K_LD
+        space = S_LOCAL if parts[0] == "ldmatrix" else _space(parts)
+        detail = (space, WILD if any(p in _WIDE for p in parts) else 0,
+                  space in (S_GLOBAL, S_GENERIC) and "const" not in parts)
+    elif cat == _C_ST:
+        kind = K_ST
+        detail = S_LOCAL if parts[0] == "stmatrix" or "async" in parts else _space(parts)
+    elif cat == _C_CVTA:
+        kind = K_CVTA
+        detail = "to" not in parts and any(p.split("::")[0] in ("shared", "local") for p in parts)
+    elif cat == _C_CP and any(p in ("commit_group", "wait_group", "wait_all") for p in parts[1:4]):
+        kind = K_CP_NOP  # bookkeeping: no memory effect (compile._copy_async)
+    elif cat == _C_CALL:
+        kind = K_CALL
+    else:
+        kind = K_OTHER
+    hit = _KINDS[op] = (kind, detail, cat, parts)
+    return hit
 
 
 class _Bail(Exception):
@@ -63,35 +118,62 @@ def _bail(line: int, what: str) -> Exception:
 
 
 def lower_body(src: str, text: str, start: int, end: int, first_line: int, name: str,
-               params: tuple[Param, ...], returns: tuple[Param, ...], is_entry: bool) -> tuple[CompiledFunction, dict[str, str]] | None:
+               params: tuple[Param, ...], returns: tuple[Param, ...], is_entry: bool
+               ) -> tuple[object, dict[str, str]] | None:
     """(lowered function, declarations) of the body between ``start`` ("{") and ``end`` (past "}"),
     or None when the body needs the reference scanner."""
     decls: dict[str, str] = {}
-    b = _Builder(_bail, tuple(p.name for p in params), tuple(p.name for p in returns),
-                 {p.name: i for i, p in enumerate(params)} if is_entry else {}, decls)
-    tr = b.transfers
-    cats = _CATEGORY
-    plain = _PLAIN.match
-    ld_plain = _LD_PLAIN.match
+    entry_params = {p.name: i for i, p in enumerate(params)} if is_entry else {}
+    b = _Builder(_bail, tuple(p.name for p in params), tuple(p.name for p in returns), entry_params, decls)
+    append = b.transfers.append
+    sites, site_addrs = b.sites, b.site_addrs
+    fparams = b.fparams
+    kinds = _KINDS.get
+    findall = _TOK.findall
+    arith = _ARITH.match
+    _SPECIAL = _SPECIAL_RE.match
     name_start = _NAME_START
-    lineno = first_line - 1
+    scopes: list[dict[str, str]] = []  # brace scopes (call sequences), renamed as body.parse_body does
+    rename: dict[str, str] = {}
+    n_scopes = 0
+    pending = ""  # a call whose operand lists continue on the next lines
+    pending_k = 0
     try:
-        for raw in text[start + 1 : end - 1].split("\n"):
-            lineno += 1
+        for k, raw in enumerate(text[start + 1 : end - 1].split("\n")):
             s = raw.strip()
             if not s:
                 continue
+            if pending:
+                pending += "\n" + s
+                if s[-1] != ";":
+                    continue
+                s, pending, k = pending, "", pending_k
             c = s[0]
             if s[-1] != ";" or s.find(";") != len(s) - 1 or c == "{" or c == "}":
-                if c == "." and s.split(None, 1)[0] in _IGNORED_DIRECTIVES or _LABEL.match(s):
-                    continue
-                return None  # braces, calls spanning lines, several statements, malformed lines
+                if s == "{":
+                    n_scopes += 1
+                    scopes.append({})
+                elif s == "}":
+                    if not scopes:
+                        return None
+                    scopes.pop()
+                    rename = {a: b for sc in scopes for a, b in sc.items()}
+                elif c == "." and s.split(None, 1)[0] in _IGNORED_DIRECTIVES or _LABEL.match(s):
+                    pass
+                elif (c == "c" or c == "@") and s.startswith(("call", "@")) and "{" not in s and "}" not in s \
+                        and ";" not in s:
+                    pending, pending_k = s, k
+                else:
+                    return None  # several statements on a line, braces around a statement, malformed
+                continue
             if c == ".":
-                if s.startswith(".reg"):
+                if s.startswith(".reg") and not scopes:
                     continue
                 space = s.split(None, 1)[0]
-                if space in _SPACES and space != ".param":  # a body .param only comes with calls
-                    declare(s, space, [], decls, 0)
+                if space in _SPACES:
+                    n_scopes = declare(s, space, scopes, decls, n_scopes)
+                    if scopes:
+                        rename = {a: b for sc in scopes for a, b in sc.items()}
                     continue
                 if space in _IGNORED_DIRECTIVES:
                     continue
@@ -105,65 +187,86 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
             if not parts:
                 return None
             op = parts[0]
-            hit = cats.get(op)
-            if hit is None:
+            h = kinds(op)
+            if h is None:
                 if _OPCODE.match(op) is None:
                     return None
-                hit = _category(op)
-            cat = hit[0]
-            if cat == _C_IGNORE:
+                h = _kind(op)
+            kind = h[0]
+            if kind == K_IGNORE:
                 continue
-            if cat == _C_CALL:
-                return None
             args = parts[1] if len(parts) > 1 else ""
-            if (cat == _C_COPY or cat == _C_SCALE) and args and args[0] in name_start and plain(args) is not None:
-                # plain register arithmetic: the first operand is the destination; numbers in the
-                # source list are harmless (no name ever writes them)
-                ops = args.replace(",", " ").split()
-                if cat == _C_COPY:
-                    tr.append((COPY, (ops[0],), ops[1:]))
-                elif hit[1][0] == "shl" and _shift_ge_32(ops[-1]):
-                    tr.append((SHL_HI, (ops[0],), tuple(o for o in ops[1:] if o[0] in name_start)))
-                else:
-                    tr.append((SCALE, (ops[0],), ops[1:]))
-                continue
-            if cat == _C_LD and args:
-                m = ld_plain(args)
-                if m is not None and _lower_load(b, op, hit[1], m.group(1), m.group(2), lineno):
+            if rename:
+                args = _apply_renames(args, rename)
+            if kind <= K_SHL:  # K_COPY, K_SCALE, K_SHL
+                if "." not in args and arith(args) is not None:  # "%rd6, %rd4, 16": as _TOK reads it
+                    ops = args.split(", ")  # numbers among the sources never hold a value
+                    if kind == K_COPY:
+                        append((COPY1, ops))
+                    elif kind == K_SHL and _shift_ge_32(ops[-1]):
+                        append((SHL_HI, ops[:1], ops[1:]))
+                    else:
+                        append((SCALE1, ops))
                     continue
-            elif cat == _C_CVTA and args and args[0] in name_start and plain(args) is not None:
-                ops = args.replace(",", " ").split()
-                tr.append((COPY, (ops[0],), ("<local>",) if _to_generic(hit[1]) else ops[1:]))
-                continue
-            lower_instruction(b, op, args, lineno, cat, hit[1])
+                m = _SPECIAL(args)
+                if m is not None:  # "%r3, %ctaid.x"
+                    append((COPY1 if kind == K_COPY else SCALE1, m.groups()))
+                    continue
+                if kind == K_COPY and "|" in args:
+                    m = _PIPE_PLAIN.match(args)
+                    if m is not None:
+                        append((COPY, findall(m.group(1)), findall(m.group(2))))
+                        continue
+            elif kind == K_LD:
+                m = _LD_PLAIN.match(args)
+                if m is not None:
+                    dst_text, base = m.groups()
+                    dst = (dst_text,) if dst_text[0] != "{" else tuple(findall(dst_text))
+                    space, wide, is_site = h[1]  # type: ignore[misc]
+                    if space == S_PARAM and (base in entry_params or base in fparams
+                                             or decls.get(base) == ".param"):
+                        append((COPY, dst, ("=" + base,)))
+                        continue
+                    addr = (base,)
+                    append((LOAD, dst, addr, space, wide))
+                    if is_site:
+                        site_addrs.append((len(sites), addr))
+                        sites.append((ACC_R, first_line + k, op))
+                    continue
+            elif kind == K_ST:
+                m = _ST_PLAIN.match(args)
+                if m is not None:
+                    base, srcs_text = m.groups()
+                    space = h[1]
+                    srcs = findall(srcs_text)
+                    if space == S_PARAM:
+                        if base in entry_params or base in fparams or decls.get(base) == ".param":
+                            append((COPY, ("=" + base,), srcs))
+                        continue
+                    if space != S_GLOBAL:
+                        append((COPY, (MEM,), srcs))
+                    if space == S_GLOBAL or space == S_GENERIC:
+                        site_addrs.append((len(sites), (base,)))
+                        sites.append((ACC_W, first_line + k, op))
+                    continue
+            elif kind == K_CVTA:
+                if args and args[0] in name_start and _PLAIN.match(args) is not None:
+                    ops = args.replace(",", " ").split()
+                    append((COPY, (ops[0],), ("<local>",) if h[1] else ops[1:]))
+                    continue
+            elif kind == K_MAD:
+                m = _MAD_PLAIN.match(args)
+                if m is not None:
+                    d, x, y, z = m.groups()
+                    append((MAD, (d,), findall(x + "," + y), findall(z)))
+                    continue
+            elif kind == K_CP_NOP:
+                if not args or ("," not in args and "[" not in args and "{" not in args and "(" not in args
+                                and "]" not in args and "}" not in args and ")" not in args):
+                    continue
+            lower_instruction(b, op, args, first_line + k, h[2], h[3])  # type: ignore[arg-type]
+        if pending or scopes:
+            return None
     except Exception:  # _Bail, PtxSyntaxError, or anything else: the reference path reproduces it in order
         return None
     return b.finish(name), decls
-
-
-def _to_generic(parts: list[str]) -> bool:
-    return "to" not in parts and any(p.split("::")[0] in ("shared", "local") for p in parts)
-
-
-_LD_INFO: dict[str, tuple[int, int, bool]] = {}  # opcode -> (state space, WILD if 64-bit, is an access site)
-
-
-def _lower_load(b: _Builder, op: str, parts: list[str], dst_text: str, base: str, line: int) -> bool:
-    """compile._load for a plain "dst, [base(+imm)]" operand pair; False when it must take that path."""
-    info = _LD_INFO.get(op)
-    if info is None:
-        space = S_LOCAL if parts[0] == "ldmatrix" else _space(parts)
-        info = _LD_INFO[op] = (space, WILD if any(p in _WIDE for p in parts) else 0,
-                               space in (S_GLOBAL, S_GENERIC) and "const" not in parts)
-    dst = (dst_text,) if dst_text[0] != "{" else tuple(_TOK.findall(dst_text))
-    if dst_text[0] == "{" and split_operands(dst_text[1:-1]) is None:
-        return False
-    space = info[0]
-    addr = (base,)
-    if space == S_PARAM and (base in b.entry_params or base in b.fparams or b.locals.get(base) == ".param"):
-        b.transfers.append((COPY, dst, ("=" + base,)))
-        return True
-    b.transfers.append((LOAD, dst, addr, space, info[1]))
-    if info[2]:
-        b.site(ACC_R, line, op, addr)
-    return True

@@ -165,17 +165,28 @@ def _body_end(text: str, open_pos: int) -> int:
                 return pos
 
 
+# the common parameter ".param .u64 name" (a type without modifiers, a plain name): no regex needed
+_PLAIN_TYPES = frozenset({".u8", ".u16", ".u32", ".u64", ".s8", ".s16", ".s32", ".s64", ".b8", ".b16", ".b32",
+                          ".b64", ".f16", ".f32", ".f64", ".pred"})
+_ALIGN = re.compile(r"\.align\s+(\d+)")
+_PTR = re.compile(r"\.ptr\s+\.(\w+)")
+
+
 def _parse_params(src: str, text: str, pos: int, plist: str | None) -> tuple[Param, ...]:
     if plist is None or not plist.strip():
         return ()
     out = []
     for raw in plist.split(","):
+        w = raw.split()
+        if len(w) == 3 and w[0] == ".param" and w[1] in _PLAIN_TYPES and w[2].isascii() and w[2].isidentifier():
+            out.append(Param(name=w[2], type=w[1]))
+            continue
         m = _PARAM.match(raw)
         if m is None:
             raise _error(src, text, pos, f"bad parameter declaration {raw.strip()!r}")
         mods = (m["mods"] or "") + " " + (m["mods2"] or "")
-        align = re.search(r"\.align\s+(\d+)", mods)
-        ptr = re.search(r"\.ptr\s+\.(\w+)", mods)
+        align = _ALIGN.search(mods)
+        ptr = _PTR.search(mods)
         count = m["count"]
         out.append(Param(
             name=m["name"], type=m["type"], count=int(count) if count else (0 if count == "" else None),
@@ -202,6 +213,7 @@ def parse_ptx(text: str, source: str = "<string>", lower: Lowering | None = None
     functions: dict[str, Function] = {}
     gvars: dict[str, tuple[str, int]] = {}
     pos, n = 0, len(text)
+    lines_at = [0, 1]  # (offset, its 1-based line): line numbers are counted incrementally
     while pos < n:
         m = _TOP.match(text, pos)
         if m is None:  # only trailing whitespace remains
@@ -227,7 +239,7 @@ def parse_ptx(text: str, source: str = "<string>", lower: Lowering | None = None
                 raise _error(source, text, m.start(kind), "unclosed section")
             pos = close
         elif kind == "func":
-            fn, pos = _parse_function(source, text, m.start(kind), pos, m.group(kind), lower)
+            fn, pos = _parse_function(source, text, m.start(kind), pos, m.group(kind), lower, lines_at)
             old = functions.get(fn.name)
             if old is not None and old.defined and fn.defined:
                 raise _error(source, text, m.start(kind), f"function {fn.name} defined twice")
@@ -258,22 +270,29 @@ def _module_decl(decl: str, gvars: dict[str, tuple[str, int]]) -> None:
     gvars[name_m.group(1)] = (space, elem * (int(count) if count else 1))
 
 
-def _parse_function(src: str, text: str, kw_pos: int, pos: int, keyword: str, lower: Lowering | None
-                    ) -> tuple[Function, int]:
+def _line_at(text: str, pos: int, lines_at: list[int]) -> int:
+    """1-based line of ``pos``, counting on from the last position asked (positions only grow)."""
+    line = lines_at[1] + text.count("\n", lines_at[0], pos)
+    lines_at[0], lines_at[1] = pos, line
+    return line
+
+
+def _parse_function(src: str, text: str, kw_pos: int, pos: int, keyword: str, lower: Lowering | None,
+                    lines_at: list[int]) -> tuple[Function, int]:
     is_entry = keyword.rstrip().endswith(".entry")
     h = _HEADER.match(text, pos)
     if h is None or (is_entry and h["ret"] is not None):
         raise _error(src, text, kw_pos, "malformed .entry/.func header")
     params = _parse_params(src, text, kw_pos, h["params"])
     rets = _parse_params(src, text, kw_pos, h["ret"])
-    line = text.count("\n", 0, kw_pos) + 1
+    line = _line_at(text, kw_pos, lines_at)
     if h["end"] == ";":
         return Function(name=h["name"], is_entry=is_entry, params=params, returns=rets, line=line), h.end()
     open_pos = h.end() - 1
     close = _body_end(text, open_pos)
     if close < 0:
         raise _error(src, text, kw_pos, f"body of {h['name']} never closes (truncated file?)")
-    body_line = text.count("\n", 0, open_pos) + 1
+    body_line = _line_at(text, open_pos, lines_at)
     done = (lower(src, text, open_pos, close, body_line, h["name"], params, rets, is_entry)
             if lower is not None else None)
     if done is not None:

@@ -10,7 +10,7 @@ import torch
 
 from tessera.errors import UserError
 from tessera.graph import Role
-from tessera.runtime.cluster import Cluster, ClusterConfig
+from tessera.runtime.cluster import ClusterConfig
 from tessera.runtime.measure import (
     LinkModel,
     charged_kernel_s,
@@ -21,7 +21,8 @@ from tessera.runtime.measure import (
     write_trace,
 )
 from tessera.runtime.program import Program
-from tessera.runtime.runner import ClusterExecutor, SwitchPolicy, build_partitions, compare, phase_of, serve
+from tessera.runtime.recovery import RecoveringExecutor, replan_with
+from tessera.runtime.runner import SwitchPolicy, compare, phase_of, serve
 from tessera.runtime.state import load_weights
 from tessera.runtime.steps import Job, LocalExecutor, capture_steps
 
@@ -37,6 +38,8 @@ class RunSpec:
     weights_dir: str | None = None
     trace: str | None = None
     recv_timeout_s: float = 5.0
+    recover: bool = False  # a lost worker: re-plan onto the survivors and finish the requests (else fail)
+    replan: str = "layer_split"  # placement for the survivors (PLACEMENTS name or "plan")
 
     def __post_init__(self) -> None:
         if self.microbatches < 1 or self.requests < 1:
@@ -66,13 +69,14 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
             if a is None or len(a) != len(prog.ops):
                 raise UserError(f"{mode} plan has no assignment of {len(prog.ops)} kernels for phase "
                                 f"{phase_of(key)}; the plan must come from a capture of {job.model}")
-    parts = build_partitions(programs, spec.plans, len(spec.devices))
     policy = SwitchPolicy(throughput_microbatches=spec.microbatches, threshold=spec.microbatches)
     cfg = ClusterConfig(devices=spec.devices, threads=spec.threads, weights_dir=spec.weights_dir,
                         max_microbatches=spec.microbatches, recv_timeout_s=spec.recv_timeout_s)
-    with Cluster(programs, parts, cfg) as cluster:
-        rounds, switches = serve(ClusterExecutor(cluster), job, programs, spec.requests, policy)
-        history, resident, link = cluster.history, cluster.resident, cluster.link
+    with RecoveringExecutor(programs, spec.plans, cfg, replan_with(spec.replan, spec.microbatches)) as rex:
+        rounds, switches = serve(rex, job, programs, spec.requests, policy,
+                                 recover=rex.recover if spec.recover else None)
+        resident, link = rex.cluster.resident, rex.cluster.link
+    history, parts, final = rex.runs[-1]  # measured and predicted: the run's last cluster (after recovery)
     ref_programs = with_weights(programs, spec.weights_dir) if spec.weights_dir else programs
     local = LocalExecutor(ref_programs)
     threads = torch.get_num_threads()
@@ -101,7 +105,7 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
         write_trace(spec.trace, chrome_trace(history, parts, names))
     tokens_total = sum(r.processed_tokens for r in rounds)
     return {
-        "devices": list(spec.devices),
+        "devices": list(final.devices),
         "microbatches": spec.microbatches,
         "verified": bool(same and tokens is not False),
         "max_abs_diff": diff,
@@ -114,6 +118,7 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
         "model": job.model,
         "steps": len(history),
         "switches": switches,
+        "recoveries": rex.events,
         "overlap": meas.overlap,
         "wait_s": meas.wait_s,
         "busy_s": meas.busy_s,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from tessera.runtime.placements import MILP, PLACEMENTS, placements
+from tessera.runtime.placements import MILP, PLACEMENTS, carry_over, placements
 
 
 def register(app: typer.Typer) -> None:
@@ -27,6 +27,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the JSON result"),
         trace: Path | None = typer.Option(None, help="write a Perfetto/Chrome trace of the run here"),
         weights: Path | None = typer.Option(None, help="directory of safetensors weights to load"),
+        recover: bool = typer.Option(False, help="on a lost worker, re-plan onto the survivors and finish"),
+        replan: str = typer.Option("layer_split", help=f"placement after a loss: {', '.join([*PLACEMENTS, MILP])}"),
     ) -> None:
         """Run a plan for real on worker processes and compare with single-process execution."""
         from tessera.runtime.api import RunSpec, run
@@ -46,14 +48,23 @@ def register(app: typer.Typer) -> None:
             model, by_phase = target, {}
         job = Job(model=model, batch=batch, seq=seq, new_tokens=new_tokens)
         programs = capture_steps(job)
-        if not by_phase:
+        if by_phase:  # a Plan file: its graphs were captured by the planner (bf16, fake): align kernel by kernel
+            from tessera.capture import capture_model
+
+            for key, prog in programs.items():
+                ph = key.split("@")[0]
+                pp = plan.phases.get(ph)
+                if pp is not None and len(by_phase[ph]) != len(prog.ops):
+                    shape = {k: v for k, v in pp.graph_shape.items() if k in ("batch", "seq", "context") and v}
+                    by_phase[ph] = carry_over(capture_model(model, ph, **shape), tuple(pp.assignment), prog.graph)
+        else:
             graphs = {}
             for key, p in programs.items():
                 graphs.setdefault(key.split("@")[0], p.graph)
             by_phase = placements(placement_name, graphs, len(devs), microbatches)
         spec = RunSpec(job=job, devices=devs, plans={"latency": by_phase, "throughput": by_phase},
                        microbatches=microbatches, requests=requests, weights_dir=str(weights) if weights else None,
-                       trace=str(trace) if trace else None)
+                       trace=str(trace) if trace else None, recover=recover, replan=replan)
         try:
             out = run(spec, programs)
         except WorkerFailure as e:
@@ -65,7 +76,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps({**{k: out[k] for k in keys}, "extra": {k: v for k, v in out.items()
                                                                          if k not in keys}}))
         else:
-            typer.echo(f"{out['model']} on {','.join(devs)}: {out['steps']} steps, verified={out['verified']} "
+            typer.echo(f"{out['model']} on {','.join(out['devices'])}: {out['steps']} steps, verified={out['verified']} "
                        f"(max |diff| {out['max_abs_diff']:.3g}, tokens identical {out['tokens_identical']})")
             typer.echo(f"step {out['measured_step_s'] * 1e3:.2f} ms measured, {out['predicted_step_s'] * 1e3:.2f} ms "
                        f"predicted; {out['throughput_tokens_per_s']:.0f} tokens/s; {out['link_bytes']} link bytes; "

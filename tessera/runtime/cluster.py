@@ -29,6 +29,7 @@ class WorkerFailure(RuntimeError):
     """A worker died, hung or failed; the message names it and the reason."""
 
     detail: str = ""
+    rank: int = -1  # the worker at fault (its index in ClusterConfig.devices)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +201,7 @@ class Cluster:
         err = WorkerFailure(f"worker {rank} ({self.config.devices[rank]}, pid {pid}) {reason}; "
                             f"stopped {others} other worker(s)")
         err.detail = detail  # the worker's traceback, for --verbose / debugging
+        err.rank = rank
         raise err
 
     def abort(self) -> None:

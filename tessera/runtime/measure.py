@@ -163,11 +163,18 @@ def plan_step_s(graph: KernelGraph, part: Partition, kernel_s: list[float], link
     """The step time a Plan would carry for this placement (tessera.plan's evaluation and StepPoint formula
     step_s = max(m·T, latency + (m−1)·T)), fed with CPU-profile kernel times and the measured link: what
     tessera.sim times an iteration of this plan with."""
+    return cost_step_s(graph, part.assignment, part.devices, ProfileCost(kernel_s, link), link, m)
+
+
+def cost_step_s(graph: KernelGraph, assignment: tuple[int, ...], devices: int, cost: object, link: LinkModel,
+                m: int) -> float:
+    """StepPoint step time of ``assignment`` on ``devices`` catalog "cpu" devices under any cost model
+    (tessera.cost's CostModel, or ProfileCost)."""
     from tessera.plan.score import step_time_s
     from tessera.plan.verify import evaluate
 
-    cpus = tuple(gpu("cpu") for _ in range(part.devices))
-    ev = evaluate(graph, part.assignment, cpus, link.spec(), ProfileCost(kernel_s, link))  # type: ignore[arg-type]
+    cpus = tuple(gpu("cpu") for _ in range(devices))
+    ev = evaluate(graph, assignment, cpus, link.spec(), cost)  # type: ignore[arg-type]
     return step_time_s(m, ev.bottleneck_s, ev.latency_s)
 
 

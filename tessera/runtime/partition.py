@@ -92,8 +92,8 @@ def partition(program: Program, assignment: tuple[int, ...], devices: int,
     transfers: list[Transfer] = []
 
     def snapshot(b: int, src: int, after: int) -> bool:
-        if program.role(b) in RESIDENT_ROLES:
-            return True
+        # a copy only if src writes b in place later in this step; sends complete before the step ends,
+        # so the next step's in-place writes (KV appends) cannot race a send
         return any(assignment[k] == src and b in writes[k] and b in needs[k] for k in range(after + 1, n))
 
     def bring(b: int, d: int, before: int) -> None:

@@ -5,6 +5,9 @@ and the MILP's plan of the very graphs the runtime captured (tessera.plan's solv
 
 from __future__ import annotations
 
+import difflib
+import itertools
+
 from tessera.cost import CostModel
 from tessera.errors import UserError, choices_error
 from tessera.graph import KernelGraph, KernelKind, Role
@@ -72,8 +75,9 @@ GLOO_LOCAL = LinkSpec(name="gloo-local", bytes_per_s=3e9, latency_s=1e-4,
 def milp(graphs: dict[str, KernelGraph], devices: int, *, microbatches: int = 2, link: LinkSpec = GLOO_LOCAL,
          cost: CostModel | None = None) -> dict[str, tuple[int, ...]]:
     """The MILP's throughput-mode placement of each phase's graph over ``devices`` CPUs (catalog entry "cpu",
-    kernel times from tessera.cost's CPU profile). Phases are solved independently; the runtime hands KV and
-    state over between them (runner.build_partitions)."""
+    kernel times from tessera.cost's CPU profile). As tessera.plan.plan_model does: the KV-owning phase
+    (decode) first, then the others with its placement as background facts (weights already resident, KV
+    home); any KV placed elsewhere is handed over by the runtime (runner.build_partitions)."""
     from tessera.cost.calibrate import default_cost_model
     from tessera.hardware import gpu
     from tessera.plan.pool import Pool
@@ -82,13 +86,62 @@ def milp(graphs: dict[str, KernelGraph], devices: int, *, microbatches: int = 2,
     pool = Pool(gpus=tuple(gpu("cpu") for _ in range(devices)), link=link)
     cost = cost or default_cost_model()
     out = {}
-    for phase, g in graphs.items():
-        sol = solve_phase(prepare(g, pool, cost, m=microbatches), mode="throughput", m=microbatches)
+    pre: dict[str, frozenset[int]] = {}
+    kv_home: dict[str, int] = {}
+    for phase in sorted(graphs, key=lambda p: p != "decode"):
+        g = graphs[phase]
+        prob = prepare(g, pool, cost, m=microbatches, kv_home=kv_home or None, preresident=pre)
+        sol = solve_phase(prob, mode="throughput", m=microbatches)
         if sol.assignment is None:
             raise UserError(f"the MILP found no placement of {g.model} {phase} on {devices} cpu devices "
                             f"({sol.status})")
-        out[phase] = tuple(sol.assignment)
-    return out
+        out[phase] = _align(tuple(sol.assignment), g, pre, devices)
+        for k in g.kernels:
+            for b in (*k.reads, *k.writes):
+                buf, d = g.buffers[b], out[phase][k.id]
+                if buf.role in (Role.WEIGHT, Role.KV, Role.STATE):
+                    pre[buf.name] = pre.get(buf.name, frozenset()) | {d}
+                if buf.role in (Role.KV, Role.STATE):
+                    kv_home.setdefault(buf.name, d)
+    return {p: out[p] for p in graphs}
+
+
+def _align(assignment: tuple[int, ...], g: KernelGraph, pre: dict[str, frozenset[int]], devices: int
+           ) -> tuple[int, ...]:
+    """Relabel identical devices so this phase reuses the weights earlier phases placed: the solver sees
+    every device permutation as equally good and may mirror the previous phase's split."""
+    if not pre or devices > 5:
+        return assignment
+    touch: dict[int, set[int]] = {}  # weight buffer -> devices this phase puts it on
+    for k in g.kernels:
+        for b in (*k.reads, *k.writes):
+            if g.buffers[b].role is Role.WEIGHT:
+                touch.setdefault(b, set()).add(assignment[k.id])
+
+    def reused(perm: tuple[int, ...]) -> int:
+        return sum(g.buffers[b].bytes for b, ds in touch.items() for d in ds
+                   if perm[d] in pre.get(g.buffers[b].name, frozenset()))
+
+    best = max(itertools.permutations(range(devices)), key=reused)
+    return tuple(best[d] for d in assignment)
+
+
+def carry_over(plan_graph: KernelGraph, assignment: tuple[int, ...], graph: KernelGraph) -> tuple[int, ...]:
+    """A plan's assignment of ``plan_graph`` carried onto ``graph``, the same step captured another way (the
+    planner's bf16 fake capture adds dtype casts the runtime's fp32 program lacks), by aligning the kernel
+    name sequences; a kernel without a counterpart runs where the kernel before it runs."""
+    names = [k.name for k in graph.kernels]
+    match = difflib.SequenceMatcher(None, [k.name for k in plan_graph.kernels], names, autojunk=False)
+    got: list[int | None] = [None] * len(names)
+    for tag, i1, i2, j1, j2 in match.get_opcodes():
+        if tag in ("equal", "replace"):
+            for j in range(j1, min(j2, j1 + i2 - i1)):
+                got[j] = assignment[i1 + j - j1]
+    first = next((d for d in got if d is not None), 0)
+    out: list[int] = []
+    for d in got:
+        out.append(d if d is not None else (out[-1] if out else first))
+    return tuple(out)
 
 
 def placements(name: str, graphs: dict[str, KernelGraph], devices: int, microbatches: int = 2

@@ -11,7 +11,7 @@ import torch
 
 from tessera.capture.zoo import resolve
 from tessera.graph import KernelGraph, Role
-from tessera.runtime.cluster import Cluster
+from tessera.runtime.cluster import Cluster, WorkerFailure
 from tessera.runtime.partition import Partition, partition
 from tessera.runtime.program import Program
 from tessera.runtime.steps import Executor, Job, as_input, input_buffer, step_keys
@@ -29,11 +29,14 @@ def build_partitions(programs: dict[str, Program], plans: dict[str, dict[str, tu
                      devices: int) -> dict[tuple[str, str], Partition]:
     """plans: plan name -> phase -> assignment (per kernel of that phase's program).
 
-    KV and state carry between steps by name, so every device that touches a cache in any step of any
-    plan holds it and gets its current version after each step that writes it elsewhere."""
+    KV and state carry between steps by name, so every device that touches a cache in a later step of any
+    plan holds it and gets its current version after each step that writes it elsewhere. Prefill starts a
+    request from the initial contents (run_round resets), so its devices need no later versions."""
     holders: dict[str, set[int]] = {}
     for by_phase in plans.values():
         for key, prog in programs.items():
+            if phase_of(key) == "prefill":
+                continue
             a = by_phase[phase_of(key)]
             for k in range(len(prog.ops)):
                 for b in prog.needs(k) | prog.writes(k):
@@ -121,10 +124,13 @@ class SwitchPolicy:
 
 
 def serve(ex: Executor, job: Job, programs: dict[str, Program], requests: int, policy: SwitchPolicy,
-          plan_names: dict[str, str] | None = None) -> tuple[list[RoundResult], list[str]]:
+          plan_names: dict[str, str] | None = None, recover: Callable[[WorkerFailure], None] | None = None
+          ) -> tuple[list[RoundResult], list[str]]:
     """Drain a queue of ``requests`` requests (one micro-batch each); log each plan switch with its cause.
 
     plan_names maps mode -> plan (both modes may share one placement and differ only in micro-batches).
+    recover: called with a lost worker's failure (it re-plans ``ex`` onto the survivors, or raises); the
+    interrupted round then runs again from its first step under the same index (same seeds).
     """
     names = plan_names or {"throughput": "throughput", "latency": "latency"}
     rounds: list[RoundResult] = []
@@ -138,7 +144,13 @@ def serve(ex: Executor, job: Job, programs: dict[str, Program], requests: int, p
             switches.append(msg)
             log.info("plan switch: %s", msg)
             mode = want
-        rounds.append(run_round(ex, job, programs, names[want], m, len(rounds)))
+        try:
+            rounds.append(run_round(ex, job, programs, names[want], m, len(rounds)))
+        except WorkerFailure as failure:
+            if recover is None:
+                raise
+            recover(failure)
+            continue
         queue_depth -= m
     return rounds, switches
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tessera.cost import CostModel
 from tessera.hardware import LinkSpec
 from tessera.plan.milp import loads, solve_flat
 from tessera.plan.patterns import find_segments, polish, solve_patterns
@@ -20,7 +21,7 @@ def _pool(gb_per_s: float) -> Pool:
 
 
 def test_segments_cover_every_layer() -> None:
-    p = build_problem(llama_like("decode", batch=8, context=1024, cfg=SMALL), _pool(50))
+    p = build_problem(llama_like("decode", batch=8, context=1024, cfg=SMALL), _pool(50), CostModel())
     segs = find_segments(p)
     assert [s.layers for s in segs] == [[0, 1, 2, 3]]
     assert all(len(gs) == len(segs[0].groups[0]) for gs in segs[0].groups)

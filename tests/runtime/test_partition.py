@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from tessera.capture.recorder import OpRecord, TensorRef
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
-from tessera.runtime.measure import LinkModel, chrome_trace, predict_step_s
+from tessera.runtime.compiled import bind_weights, call, compile_program
+from tessera.runtime.measure import LinkModel, charged_kernel_s, chrome_trace, plan_step_s, predict_step_s
 from tessera.runtime.partition import STEP_START, partition
-from tessera.runtime.program import Program, replay_step
+from tessera.runtime.placements import carry_over
+from tessera.runtime.program import Program, from_wire, replay_step, run_op, to_wire, view_of
 from tessera.runtime.state import carry
 
 F = torch.float32
@@ -70,8 +74,8 @@ def test_kv_written_on_two_devices_is_synced_at_step_end() -> None:
                   reads=(2,), writes=(5,))
     g = build_graph(model="toy", phase="prefill", shape={}, kernels=k, buffers=prog.graph.buffers)
     part = partition(Program(graph=g, ops=tuple(ops), initial=prog.initial, outputs=prog.outputs), (0, 1, 0), 2)
-    # kv: written on 1, read on 0 (snapshot: 1 mutates kv again next step); nothing more at step end
-    assert [(t.buffer, t.src, t.dst, t.snapshot) for t in part.transfers] == [(3, 0, 1, False), (2, 1, 0, True)]
+    # kv: written on 1, read on 0; no copy (1 writes kv no more this step, and sends finish with the step)
+    assert [(t.buffer, t.src, t.dst, t.snapshot) for t in part.transfers] == [(3, 0, 1, False), (2, 1, 0, False)]
     part = partition(Program(graph=g, ops=tuple(ops), initial=prog.initial, outputs=prog.outputs), (0, 1, 1), 2)
     # kv touched only on 1 now: its write needs no sync; a still goes 0 -> 1
     assert [(t.buffer, t.src, t.dst, t.after) for t in part.transfers] == [(3, 0, 1, 0)]
@@ -109,3 +113,41 @@ def test_chrome_trace_has_device_and_link_tracks() -> None:
         (1, 0, "mm"), (1, 0, "relu"), (1, 0, "wait"), (1, 1, "add"), (2, 1, "buffer 3"), (2, 2, "buffer 4")]
     link = next(e for e in xs if e["name"] == "buffer 3")
     assert link["ts"] == 1000.0 and abs(link["dur"] - 400.0) < 1e-6  # posted at 1 ms, arrived at 1.4 ms
+
+
+def test_plan_formula_prediction_and_charged_transfer_cpu() -> None:
+    """Placement (0,1,0), 1 s kernels, 0.5 s per hop: latency 1+.5+1+.5+1 = 4 s, T = busy of device 0 = 2 s.
+    StepPoint: m=1 -> max(2, 4) = 4 s; m=2 -> max(4, 4 + 2) = 6 s."""
+    part = partition(toy(), (0, 1, 0), 2)
+    hop = LinkModel(latency_s=0.5, bytes_per_s=1e30)
+    assert plan_step_s(toy().graph, part, [1.0, 1.0, 1.0], hop, 1) == 4.0
+    assert plan_step_s(toy().graph, part, [1.0, 1.0, 1.0], hop, 2) == 6.0
+    # each message costs 0.125 s CPU at both ends: a -> after k0 / before k1, c -> after k1 / before k2;
+    # 0.25 s per-step set-up on each device's first kernel (k0 on device 0, k1 on device 1)
+    cpu = LinkModel(latency_s=0.0, bytes_per_s=1e30, cpu_s=0.125)
+    assert charged_kernel_s(part, [1.0, 1.0, 1.0], cpu, 0.25) == [1.375, 1.5, 1.125]
+
+
+def test_compiled_ops_match_run_op_bit_for_bit_and_wire_round_trips() -> None:
+    prog = toy()
+    ops = bind_weights(compile_program(prog, range(3)), {0: prog.initial[0].untyped_storage()})
+    assert [c.arg_refs for c in ops][0] == ((0, prog.ops[0].args[0]),)  # the weight view is built in
+    st_a = {b: t.untyped_storage().clone() for b, t in prog.initial.items()}
+    st_a[0] = prog.initial[0].untyped_storage()
+    st_b = {b: t.untyped_storage().clone() for b, t in prog.initial.items()}
+    for c in ops:
+        call(st_a, c)
+    for op in prog.ops:
+        run_op(st_b, op)
+    assert torch.equal(view_of(st_a, prog.outputs[0]), view_of(st_b, prog.outputs[0]))
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)[:, 1:]  # a non-contiguous view
+    assert torch.equal(from_wire(to_wire(t)), t) and from_wire(to_wire(t)).dtype == torch.float32
+
+
+def test_plan_from_a_bf16_capture_carries_over_by_kernel_alignment() -> None:
+    """The planner's bf16 graph has casts the fp32 program lacks: they are skipped; unmatched runtime
+    kernels follow the kernel before them."""
+    g = lambda *names: SimpleNamespace(kernels=[SimpleNamespace(name=n) for n in names])  # noqa: E731
+    plan = g("mm", "_to_copy", "add", "_to_copy", "relu", "mm")
+    assert carry_over(plan, (0, 1, 1, 0, 0, 1), g("mm", "add", "relu", "mm")) == (0, 1, 0, 1)
+    assert carry_over(plan, (1, 1, 0, 0, 0, 0), g("mm", "add", "softmax", "relu", "mm")) == (1, 0, 0, 0, 0)

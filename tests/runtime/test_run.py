@@ -47,7 +47,10 @@ def check_three_placements(job: Job, programs, weights_dir: str | None = None) -
             want = {p.name(b) for (k, _), part in parts.items() for p in [programs[k]]
                     for b in part.resident[d] if p.role(b) is Role.WEIGHT}
             assert set(cluster.resident[d]) == want
-        assert cluster.resident[0].keys() != cluster.resident[1].keys()
+        for name in plans:  # under each plan alone the two workers hold different weights
+            w = [{p.name(b) for (k, n), part in parts.items() if n == name for p in [programs[k]]
+                  for b in part.resident[d] if p.role(b) is Role.WEIGHT} for d in range(2)]
+            assert w[0] != w[1], f"{name}: both workers hold the same weights"
         for i, name in enumerate(plans):
             got = run_round(ClusterExecutor(cluster), job, programs, name, 2, i)
             want_round = run_round(local, job, programs, name, 2, i)
@@ -75,6 +78,21 @@ def test_llama_4_layers_three_placements_with_checkpoint(tmp_path: Path) -> None
     assert torch.equal(programs["prefill"].initial[next(iter(b for b in p.initial if p.role(b) is Role.WEIGHT))]
                        .view(torch.float32), next(iter(tensors.values())).reshape(-1))
     check_three_placements(job, programs, weights_dir=str(tmp_path))
+
+
+def test_prefill_and_decode_on_different_workers_hand_kv_over() -> None:
+    """Prefill on worker 0, decode on worker 1: the cache prefill writes must reach worker 1 (and every
+    decode step's back to nobody else), or the greedy tokens would differ from one process."""
+    job = Job(model="llama-tiny", seq=6, new_tokens=3)
+    programs = capture_steps(job)
+    plan = {"prefill": tuple(0 for _ in programs["prefill"].ops), "decode": tuple(1 for _ in programs["decode@6"].ops)}
+    parts = build_partitions(programs, {"p": plan}, 2)
+    kv = [t for t in parts[("prefill", "p")].transfers if programs["prefill"].role(t.buffer) is Role.KV]
+    assert kv and all((t.src, t.dst, t.before) == (0, 1, len(programs["prefill"].ops)) for t in kv)
+    assert not parts[("decode@6", "p")].transfers  # decode's own cache stays on worker 1
+    with Cluster(programs, parts, ClusterConfig(devices=("cpu", "cpu"), max_microbatches=1)) as cluster:
+        got = run_round(ClusterExecutor(cluster), job, programs, "p", 1, 0)
+    assert compare([got], [run_round(LocalExecutor(programs), job, programs, "p", 1, 0)]) == (True, 0.0, True)
 
 
 def test_mamba_three_placements() -> None:
