@@ -1,15 +1,17 @@
 """Fused fast path: scans a well-formed function body straight into transfers and access sites.
 
 The analysis must sustain >= 20 MB/s of PTX in pure Python, so the common body (one statement per
-line, as nvcc and Triton write it, no nested `{ }` scopes and no calls) is lowered in a single pass
-without building `Instruction`s: one strip, a split and one dict lookup on the opcode per line; the
-opcode's fast kind (computed once per distinct opcode) picks a handler for the operand shapes nvcc
-and Triton emit (register arithmetic, `ld`/`st` through "[name+imm]", `mad`, `shfl` with a predicate
-destination, `cvta`, `cp.async` bookkeeping). A shape a handler does not recognise goes to the
-reference lowering (compile.lower_instruction) for that one instruction. Anything else — a brace
-scope, a call, an unknown directive, a malformed line or operand — returns None, and the parser
-redoes the body with the reference scanner (body.py) and the analysis lowers it with compile.py:
-errors, their line numbers and their order stay exactly those of the reference path.
+line, as nvcc and Triton write it) is lowered in a single pass without building `Instruction`s: one
+strip, a find and one dict lookup on the opcode per line (ignored opcodes stop there); the opcode's
+fast kind (computed once per distinct opcode) picks a handler for the operand shapes nvcc and Triton
+emit (register arithmetic "a, b, 16" as one split, special registers, `ld`/`st` through
+"[name+imm]", `mad`, `shfl` with a predicate destination, `cvta`, `cp.async` bookkeeping). nvcc's call
+sequences (`{ .param ...; call ...; }`) are scoped and renamed exactly as body.parse_body does. A shape
+a handler does not recognise goes to the reference lowering (compile.lower_instruction) for that one
+instruction. Anything else — several statements on a line, braces around a statement, an unknown
+directive, a malformed line or operand — returns None, and the parser redoes the body with the
+reference scanner (body.py) and the analysis lowers it with compile.py: errors, their line numbers
+and their order stay exactly those of the reference path.
 """
 
 from __future__ import annotations
@@ -183,19 +185,26 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
                 if len(parts) < 2 or _GUARD.match(parts[0]) is None:
                     return None
                 s = parts[1]
-            parts = s[:-1].split(None, 1)
-            if not parts:
-                return None
-            op = parts[0]
-            h = kinds(op)
-            if h is None:
-                if _OPCODE.match(op) is None:
+            sp = s.find(" ")  # nvcc and Triton write "op \targs;": a known opcode before the space is it
+            h = kinds(s[:sp]) if sp > 0 else None
+            if h is not None:
+                if h[0] == K_IGNORE:
+                    continue
+                op, args = s[:sp], s[sp + 1 : -1].lstrip()  # as s[:-1].split(None, 1) would give them
+            else:
+                parts = s[:-1].split(None, 1)
+                if not parts:
                     return None
-                h = _kind(op)
+                op = parts[0]
+                h = kinds(op)
+                if h is None:
+                    if _OPCODE.match(op) is None:
+                        return None
+                    h = _kind(op)
+                if h[0] == K_IGNORE:
+                    continue
+                args = parts[1] if len(parts) > 1 else ""
             kind = h[0]
-            if kind == K_IGNORE:
-                continue
-            args = parts[1] if len(parts) > 1 else ""
             if rename:
                 args = _apply_renames(args, rename)
             if kind <= K_SHL:  # K_COPY, K_SCALE, K_SHL
