@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -13,6 +14,7 @@ from tessera.errors import UserError
 from tessera.plan.types import Plan
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run
+from tessera.sim.failure import Failure
 from tessera.sim.metrics import SLO, SimResult
 from tessera.sim.model import SchedulerConfig
 from tessera.sim.workload import LengthSpec, WorkloadSpec
@@ -41,7 +43,22 @@ def _table(r: SimResult, title: str) -> Table:
         t.add_row("cost", f"${r.usd_per_million_tokens:.3f} per million tokens")
     t.add_row("device utilisation", ", ".join(f"{u:.0%}" for u in r.device_utilisation))
     t.add_row("preemptions / switches", f"{r.preemptions} / {r.switches}")
+    for f in r.failures:
+        dip = "-" if f["dip"] is None else f"{f['dip']:.0%} of pre-failure"
+        rec = "not within the run" if f["recovery_s"] is None else f"{f['recovery_s']:.2f} s"
+        t.add_row(f"failure of replica {f['replica']} at {f['at_s']:g} s",
+                  f"{f['requeued']} re-queued; min window {dip}; recovered after {rec}")
     return t
+
+
+def _failure(plan: Plan, fail_at: float | None, fail_replica: int, replacement: str, replan_s: float) -> list:
+    if fail_at is None:
+        return []
+    if replacement not in ("none", "same"):
+        raise UserError(f"unknown --fail-replacement {replacement!r}; valid: none, same")
+    # "same": a spare cell of the same plan joins after the re-plan time; "none": one fewer replica
+    cell = (replace(plan, replicas=1), 1) if replacement == "same" else None
+    return [Failure(at_s=fail_at, replica=fail_replica, replacement=cell, replan_s=replan_s)]
 
 
 def register(app: typer.Typer) -> None:
@@ -74,6 +91,13 @@ def register(app: typer.Typer) -> None:
         trace: Path | None = typer.Option(None, help="write a Chrome trace (Perfetto) of a time window"),
         trace_window_s: str = typer.Option("0:2", help="trace window START:END in simulated seconds"),
         gantt: Path | None = typer.Option(None, help="write a Gantt PNG of a few pipelined iterations"),
+        fail_at: float | None = typer.Option(None, help="what-if: lose a replica at this simulated second"),
+        fail_replica: int = typer.Option(0, help="with --fail-at: index of the lost replica (cell)"),
+        fail_replacement: str = typer.Option("none", help="with --fail-at: none (one fewer replica from then "
+                                             "on) | same (a spare cell of the plan joins after --fail-replan-s)"),
+        fail_replan_s: float = typer.Option(0.0, help="with --fail-at: seconds until the replacement joins"),
+        window_s: float | None = typer.Option(None, help="throughput series / failure window (default: "
+                                              "simulated span / 100)"),
     ) -> None:
         """Serve a workload on a plan (discrete-event simulation) and report serving metrics."""
         plan = Plan.load(plan_path)
@@ -98,7 +122,8 @@ def register(app: typer.Typer) -> None:
             window = (a, b)
         cfg = SchedulerConfig(max_batch=max_batch, chunked_prefill=chunked_prefill, router=router)
         r = run(plan, spec, replicas=replicas, policy=policy, seed=seed, slo=slo, config=cfg,
-                trace_window_s=window)
+                trace_window_s=window, window_s=window_s,
+                failures=_failure(plan, fail_at, fail_replica, fail_replacement, fail_replan_s))
         if trace is not None:
             from tessera.sim.trace import write_chrome_trace
 

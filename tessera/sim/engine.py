@@ -1,11 +1,12 @@
 """Discrete-event core: one heap loop; each handler returns the events it causes.
 
-Events are per *iteration* (one batched model step of a replica lane), per arrival and per plan
-switch; token progress inside a decode batch is tracked lazily (a request's KV length is
+Events are per *iteration* (one batched model step of a replica lane), per arrival, per plan
+switch and per pool change (a replica lost, a replacement joining); token progress inside a decode batch is tracked lazily (a request's KV length is
 ``base + iteration counter``), so no Python work is done per generated token.
 
-Event tuple: (time_s, priority, seq, kind, replica, arg). At equal times arrivals (priority 0) are
-handled before iteration ends (1) and lane kicks (2): an offline burst at t=0 is one batch, not many.
+Event tuple: (time_s, priority, seq, kind, replica, arg). At equal times pool changes (priority -1)
+come first (an iteration ending at the instant its replica is lost is lost with it), then arrivals (0),
+iteration ends (1) and lane kicks (2): an offline burst at t=0 is one batch, not many.
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tessera.sim.replica import Replica, State
+from tessera.sim.router import Router
 
-ARRIVE, DONE, KICK, SWITCHED = range(4)
-PRIO = {ARRIVE: 0, DONE: 1, SWITCHED: 1, KICK: 2}
+ARRIVE, DONE, KICK, SWITCHED, FAIL, JOIN = range(6)
+PRIO = {ARRIVE: 0, DONE: 1, SWITCHED: 1, KICK: 2, FAIL: -1, JOIN: -1}
 
 
 @dataclass
 class Engine:
     state: State
     replicas: list[Replica]
-    round_robin: bool = False
+    router: Router
+    pool_events: tuple[tuple[float, int, int], ...] = ()  # (time_s, FAIL | JOIN, replica)
 
     def run(self) -> None:
         heap: list[tuple[float, int, int, int, int, int]] = []
@@ -32,7 +35,10 @@ class Engine:
         n = len(self.state.arrival)
         if n:
             heap.append((self.state.arrival[0], 0, 0, ARRIVE, -1, 0))
-        handlers = (self._arrive, self._done, self._kick, self._switched)
+        for t, kind, rep in self.pool_events:
+            seq += 1
+            heapq.heappush(heap, (t, PRIO[kind], seq, kind, rep, 0))
+        handlers = (self._arrive, self._done, self._kick, self._switched, self._fail, self._join)
         while heap:
             t, _, _, kind, rep, arg = heapq.heappop(heap)
             for et, ek, er, ea in handlers[kind](t, rep, arg):
@@ -46,19 +52,24 @@ class Engine:
         out: list[tuple[float, int, int, int]] = []
         if i + 1 < len(st.arrival):
             out.append((st.arrival[i + 1], ARRIVE, -1, i + 1))
-        if self.round_robin:
-            r = i % len(self.replicas)
-        else:  # least loaded: fewest requests queued or in flight; ties to the lowest index
-            r = min(range(len(self.replicas)), key=lambda k: (self.replicas[k].load(), k))
-        rep = self.replicas[r]
-        if rep.admit_arrival(i):
-            out.extend((t, KICK, r, lane) for lane in rep.kick_lanes())
+        r = self.router.dispatch(i)
+        if r is not None:
+            out.extend((t, KICK, r, lane) for lane in self.replicas[r].kick_lanes())
         return out
+
+    def _pool_change(self, t: float, touched: set[int]) -> list[tuple[float, int, int, int]]:
+        return [(t, KICK, r, lane) for r in sorted(touched) for lane in self.replicas[r].kick_lanes(all_lanes=True)]
+
+    def _fail(self, t: float, r: int, _arg: int) -> Iterable[tuple[float, int, int, int]]:
+        return self._pool_change(t, self.router.fail(r))
+
+    def _join(self, t: float, r: int, _arg: int) -> Iterable[tuple[float, int, int, int]]:
+        return self._pool_change(t, self.router.join(r))
 
     def _kick(self, t: float, r: int, lane: int) -> Iterable[tuple[float, int, int, int]]:
         rep = self.replicas[r]
         rep.kick_pending[lane] = False
-        if rep.busy[lane] or rep.switching:
+        if rep.dead or rep.busy[lane] or rep.switching:
             return ()
         if rep.wants_switch():  # drain: start nothing new; switch once every lane is idle
             if not any(rep.busy):
@@ -73,11 +84,15 @@ class Engine:
 
     def _done(self, t: float, r: int, lane: int) -> Iterable[tuple[float, int, int, int]]:
         rep = self.replicas[r]
+        if rep.dead:  # the iteration was lost with the replica
+            return ()
         rep.busy[lane] = False
         rep.finish(lane, t)
         return [(t, KICK, r, k) for k in rep.kick_lanes(all_lanes=True)]
 
     def _switched(self, t: float, r: int, _arg: int) -> Iterable[tuple[float, int, int, int]]:
         rep = self.replicas[r]
+        if rep.dead:
+            return ()
         rep.complete_switch(t)
         return [(t, KICK, r, k) for k in rep.kick_lanes(all_lanes=True)]

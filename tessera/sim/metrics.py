@@ -46,11 +46,17 @@ class SimResult:
     usd_per_million_tokens: float | None  # None when no tokens were produced (image plans)
     requests_per_s: float = 0.0
     images_per_s: float = 0.0
-    device_utilisation: tuple[float, ...] = ()  # per device of the cell, averaged over replicas
+    device_utilisation: tuple[float, ...] = ()  # per device of the cell, averaged over replicas (pools:
+    # per device of each cell entry, then of each replacement entry, each averaged over its replicas)
     preemptions: int = 0
     switches: int = 0
-    replicas: int = 1
+    replicas: int = 1  # replicas at the start (pools: all cells' replicas; replacements not counted)
     runtime_s: float = 0.0  # real seconds the simulation took (not deterministic; not in the contract)
+    replica_completed: tuple[int, ...] = ()  # requests completed per replica (replacements last)
+    series_start_s: float = 0.0  # throughput series: windows of series_window_s from here (first arrival)
+    series_window_s: float = 0.0
+    series_per_s: tuple[float, ...] = ()  # output tokens/s (images/s for image plans) per window
+    failures: tuple[dict[str, Any], ...] = field(default=(), hash=False)  # one report per Failure
 
     def to_json(self) -> dict[str, Any]:
         """Exactly the contract of `tessera simulate --json`."""
@@ -60,12 +66,19 @@ class SimResult:
         """The contract plus a ``detail`` object with the remaining figures."""
         detail = {k: getattr(self, k) for k in ("requests_per_s", "images_per_s", "device_utilisation",
                                                  "preemptions", "switches", "replicas", "runtime_s")}
-        return {**self.to_json(), "detail": {**detail, "device_utilisation": list(self.device_utilisation)}}
+        series = {"start_s": self.series_start_s, "window_s": self.series_window_s, "unit": "images/s" if self.images_per_s else "tokens/s",
+                  "per_s": list(self.series_per_s)}
+        return {**self.to_json(), "detail": {
+            **detail, "device_utilisation": list(self.device_utilisation),
+            "replica_completed": list(self.replica_completed), "throughput_series": series,
+            "failures": [dict(f) for f in self.failures]}}
 
 
 def summarise(*, arrival: np.ndarray, first_s: np.ndarray, done_s: np.ndarray, output: np.ndarray,
-              lost: int, image: bool, slo: SLO | None, usd_per_hour: float, busy_s: np.ndarray,
-              preemptions: int, switches: int, replicas: int, runtime_s: float) -> SimResult:
+              lost: int, image: bool, slo: SLO | None, usd_per_hour: float,
+              busy_s: list[tuple[np.ndarray, int]], preemptions: int, switches: int, replicas: int,
+              runtime_s: float, **extra: Any) -> SimResult:
+    """``busy_s``: per cell entry, (device-seconds per device summed over its replicas, replica count)."""
     ok = ~np.isnan(done_s)
     n_ok = int(ok.sum())
     span = float(done_s[ok].max() - arrival.min()) if n_ok else 0.0
@@ -85,10 +98,10 @@ def summarise(*, arrival: np.ndarray, first_s: np.ndarray, done_s: np.ndarray, o
             good &= ~multi | (tpot <= slo.tpot_s)
         att = float(good.sum()) / len(arrival)
     usd = usd_per_hour / 3600.0 / tput * 1e6 if tput > 0 else None
-    util = tuple(float(b) / (span * replicas) if span > 0 else 0.0 for b in busy_s)
+    util = tuple(float(b) / (span * n) if span > 0 else 0.0 for busy, n in busy_s for b in busy)
     return SimResult(
         requests=len(arrival), completed=n_ok, lost=lost, sim_wall_s=span, throughput_tokens_per_s=tput,
         ttft_s=percentiles(ttft[ok]), tpot_s=percentiles(tpot[multi]), e2e_s=percentiles(e2e[ok]),
         slo_attainment=att, usd_per_million_tokens=usd, requests_per_s=n_ok / span if span > 0 else 0.0,
         images_per_s=(n_ok / span if span > 0 else 0.0) if image else 0.0, device_utilisation=util,
-        preemptions=preemptions, switches=switches, replicas=replicas, runtime_s=runtime_s)
+        preemptions=preemptions, switches=switches, replicas=replicas, runtime_s=runtime_s, **extra)

@@ -41,6 +41,9 @@ class State:
     preemptions: int = 0
     trace_window_s: tuple[float, float] | None = None
     trace: list[tuple] = field(default_factory=list)  # (replica, lane, mode, phase, start_s, dur_s, weights, batch)
+    # output produced at each iteration end (tokens; images for image plans): the throughput series
+    emit_s: list[float] = field(default_factory=list)
+    emit_n: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = len(self.arrival)
@@ -67,6 +70,8 @@ class Replica:
         self.pf_batch: list[tuple[int, int]] = []  # prefill iteration in flight: (request, tokens)
         self.acc: dict[tuple[str, str], list[float]] = {}
         self.switching, self.switch_to, self.switches = False, None, 0
+        self.dead = False  # lost to a failure: its pending events are ignored, it never serves again
+        self.completed = 0  # requests this replica completed
         self._set_mode(mode)
 
     def _set_mode(self, mode: str) -> None:
@@ -81,13 +86,30 @@ class Replica:
     def load(self) -> int:
         return len(self.waiting) + len(self.prefilling) + len(self.pending) + self.n
 
-    def admit_arrival(self, r: int) -> bool:
+    def fits(self, r: int) -> bool:
+        """Whether request ``r`` can ever complete here (alone, its whole KV resident)."""
+        return self.pm.image or self.st.prompt[r] + self.st.output[r] <= self.kv_cap
+
+    def evacuate(self) -> list[int]:
+        """The replica is lost: every request queued or in flight here, reset to restart from prefill
+        (KV lost; tokens already generated are kept and become part of the prompt, as in a recompute
+        preemption). The in-flight iteration is lost with the device. Returns request ids, sorted."""
         st = self.st
-        if not self.pm.image and st.prompt[r] + st.output[r] > self.kv_cap:
-            st.status[r] = LOST  # can never fit, even alone
-            return False
-        self.waiting.append(r)
-        return True
+        self.dead = True
+        out = list(self.waiting) + self.prefilling + self.pending
+        for r, ep in self.joined:
+            if st.status[r] == RUNNING and st.epoch[r] == ep:
+                st.gen[r] += self.it - st.join_it[r]
+                out.append(r)
+        for r in out:
+            st.epoch[r] += 1
+            st.need[r] = st.prompt[r] + st.gen[r]
+            st.pf_done[r] = 0
+            st.status[r] = WAITING
+        self.waiting.clear()
+        self.prefilling, self.pending, self.fin, self.joined = [], [], [], []
+        self.S = self.n = self.kv_other = 0
+        return sorted(out)
 
     def kick_lanes(self, all_lanes: bool = False) -> list[int]:
         lanes = [0, 1] if (self.split and all_lanes) else [0]
@@ -183,6 +205,7 @@ class Replica:
     def _finish_first(self, t: float) -> None:
         st, pm = self.st, self.pm
         done = set()
+        emitted = 0
         for r, c in self.pf_batch:
             st.pf_done[r] += c
             if st.pf_done[r] < st.need[r]:
@@ -190,6 +213,7 @@ class Replica:
             done.add(r)
             if pm.emits_token:
                 st.gen[r] += 1
+                emitted += 1
                 if st.first_s[r] != st.first_s[r]:  # nan: first token of this request
                     st.first_s[r] = t
             if st.gen[r] >= st.output[r]:
@@ -199,6 +223,9 @@ class Replica:
                 st.status[r] = PENDING
                 self.pending.append(r)
         self.prefilling = [r for r in self.prefilling if r not in done]
+        if emitted:
+            st.emit_s.append(t)
+            st.emit_n.append(emitted)
 
     def _join(self, r: int) -> None:
         st = self.st
@@ -235,6 +262,7 @@ class Replica:
     def _finish_iter(self, t: float) -> None:
         st = self.st
         self.it += 1
+        emitted = 0 if self.pm.image else self.n  # every running sequence produced one token
         for r, ep in self.new:  # diffusion: the first denoising step is the "first token"
             if st.status[r] == RUNNING and st.epoch[r] == ep and st.first_s[r] != st.first_s[r]:
                 st.first_s[r] = t
@@ -246,6 +274,10 @@ class Replica:
             self.n -= 1
             st.gen[r] = st.output[r]
             self._complete(r, t)
+            emitted += int(self.pm.image)
+        if emitted:
+            st.emit_s.append(t)
+            st.emit_n.append(emitted)
 
     def _preempt(self) -> None:
         st = self.st
@@ -267,3 +299,4 @@ class Replica:
     def _complete(self, r: int, t: float) -> None:
         self.st.done_s[r] = t
         self.st.status[r] = DONE
+        self.completed += 1

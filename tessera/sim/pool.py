@@ -1,0 +1,139 @@
+"""`simulate_pool(cells, workload, ...)`: replicas of different plans behind one router, with device
+loss injected as data (``Failure``). `simulate(plan, replicas=N)` is the one-entry case."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from tessera.errors import UserError, choices_error
+from tessera.plan.types import Plan
+from tessera.sim.adaptive import AdaptivePolicy, check_switchable
+from tessera.sim.engine import FAIL, JOIN, Engine
+from tessera.sim.failure import Cell, Failure, check_failures, failure_report, window_rates
+from tessera.sim.metrics import SLO, SimResult, summarise
+from tessera.sim.model import PlanModel, SchedulerConfig
+from tessera.sim.replica import LOST, Replica, State
+from tessera.sim.router import Router
+from tessera.sim.workload import WorkloadSpec, generate
+
+SERIES_WINDOWS = 100  # default window_s = simulated span / this
+
+
+@dataclass(frozen=True)
+class Run:
+    """A finished simulation: the metrics plus what the trace and Gantt writers need."""
+
+    result: SimResult
+    models: dict[str, PlanModel] = field(hash=False)  # of the first cell entry
+    trace: list[tuple] = field(hash=False)
+
+
+def cell_speed(pm: PlanModel) -> float:
+    """A cell's steady-state rate for the router's weights: items (sequences or images) per second of
+    the iterative phase at its max batch and the median sampled context (the step table's own figure,
+    so cells planned by different tools are weighed the same way)."""
+    it = pm.iter
+    ctx = statistics.median(it.contexts)
+    return pm.max_batch / it.time(pm.max_batch * it.tokens_per_item, ctx)[0]
+
+
+def _models(plan: Plan, cfg: SchedulerConfig, policy: AdaptivePolicy | None) -> dict[str, PlanModel]:
+    models = {"throughput": PlanModel.build(plan, cfg)}
+    if policy is not None:
+        check_switchable(plan, policy.latency_plan)
+        models["latency"] = PlanModel.build(policy.latency_plan, cfg)
+        if models["latency"].image != models["throughput"].image:
+            raise UserError("adaptive plans must both serve images or both serve tokens")
+    return models
+
+
+def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, slo: SLO | None = None,
+             config: SchedulerConfig | None = None, failures: Sequence[Failure] = (),
+             policy: AdaptivePolicy | None = None, window_s: float | None = None,
+             trace_window_s: tuple[float, float] | None = None) -> Run:
+    cfg = config or SchedulerConfig()
+    cells, failures = tuple(cells), tuple(failures)
+    if not cells:
+        raise UserError("a pool needs at least one (plan, count) cell")
+    for plan, n in cells:
+        if not isinstance(plan, Plan) or not isinstance(n, int) or n < 1:
+            raise UserError(f"pool cell ({type(plan).__name__}, {n!r}) must be (Plan, count >= 1)")
+    if window_s is not None and not window_s > 0:
+        raise UserError(f"window_s={window_s} must be > 0")
+    built: dict[int, dict[str, PlanModel]] = {}  # by id(plan): a plan repeated in the pool is built once
+    groups = [(plan, n) for plan, n in cells] + [c for f in failures for c in f.cells]
+    for plan, _ in groups:
+        if id(plan) not in built:
+            built[id(plan)] = _models(plan, cfg, policy)
+    if len({m["throughput"].image for m in built.values()}) > 1:
+        raise UserError("a pool's plans must all serve images or all serve tokens")
+    n_initial = sum(n * p.replicas for p, n in cells)
+    joins = check_failures(failures, n_initial, [sum(n * p.replicas for p, n in f.cells) for f in failures])
+    switch_s = max((policy.switch_cost_s(p) for p, _ in groups), default=0.0) if policy else 0.0
+    start_mode = "latency" if policy is not None else "throughput"
+
+    reqs = generate(workload, seed)
+    st = State(arrival=reqs.arrival_s.tolist(), prompt=reqs.prompt.tolist(), output=reqs.output.tolist(),
+               trace_window_s=trace_window_s)
+    reps: list[Replica] = []
+    owner: list[int] = []  # replica -> group index
+    for g, (plan, n) in enumerate(groups):
+        for _ in range(n * plan.replicas):  # plan.replicas: identical cells inside the plan
+            reps.append(Replica(len(reps), st, built[id(plan)], start_mode, policy, switch_s))
+            owner.append(g)
+    speed = [cell_speed(r.models["throughput"]) for r in reps]
+    fastest = max(speed)
+    router = Router(st, reps, [fastest / s for s in speed], [k < n_initial for k in range(len(reps))],
+                    round_robin=cfg.router == "round_robin")
+    events = []
+    for f, (t_join, first) in zip(failures, joins, strict=True):
+        events.append((f.at_s, FAIL, f.replica))
+        n_new = sum(n * p.replicas for p, n in f.cells)
+        events += [(t_join, JOIN, k) for k in range(first, first + n_new)]
+    t0 = time.perf_counter()
+    Engine(st, reps, router, tuple(events)).run()
+    runtime_s = time.perf_counter() - t0
+
+    busy = [(np.zeros(len(p.devices)), n * p.replicas) for p, n in groups]
+    for rep, g in zip(reps, owner, strict=True):
+        for (mode, phase), acc in rep.acc.items():
+            pm = rep.models[mode]
+            table = pm.first if pm.first and pm.first.phase == phase else pm.iter
+            busy[g][0][:] += np.asarray(acc) @ table.busy_s
+    done = np.array(st.done_s)
+    t_first = float(reqs.arrival_s.min())
+    end = float(np.nanmax(done)) if not np.isnan(done).all() else t_first
+    win = window_s or max(end - t_first, 1e-9) / SERIES_WINDOWS
+    emit_s, emit_n = np.array(st.emit_s), np.array(st.emit_n, dtype=float)
+    n_win = max(1, int(np.ceil((end - t_first) / win - 1e-9)))
+    reports = tuple(failure_report(f, emit_s=emit_s, emit_n=emit_n, t0_s=t_first, end_s=end, window_s=win,
+                                   requeued=router.requeued.get(f.replica, []), done_s=done) for f in failures)
+    res = summarise(
+        arrival=reqs.arrival_s, first_s=np.array(st.first_s), done_s=done, output=reqs.output.astype(float),
+        lost=sum(1 for s in st.status if s == LOST), image=built[id(cells[0][0])]["throughput"].image, slo=slo,
+        usd_per_hour=sum(p.usd_per_hour * n for p, n in cells), busy_s=busy,
+        preemptions=st.preemptions, switches=sum(r.switches for r in reps), replicas=n_initial,
+        runtime_s=runtime_s, replica_completed=tuple(r.completed for r in reps), series_start_s=t_first,
+        series_window_s=win,
+        series_per_s=tuple(window_rates(emit_s, emit_n, t_first, win, n_win).tolist()), failures=reports)
+    return Run(result=res, models=built[id(cells[0][0])], trace=st.trace)
+
+
+def simulate_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, slo: SLO | None = None,
+                  config: SchedulerConfig | None = None, router: str | None = None,
+                  failures: Sequence[Failure] = (), window_s: float | None = None) -> SimResult:
+    """Serve ``workload`` on a pool of cells ``[(plan, count), ...]`` (each plan itself ``plan.replicas``
+    identical cells) behind one router, losing replicas as ``failures`` say. ``router`` overrides
+    ``config.router`` (least_loaded | round_robin; least loaded weighs each replica by its speed).
+    ``window_s``: width of the throughput series and failure windows (default: span / 100)."""
+    cfg = config or SchedulerConfig()
+    if router is not None:
+        if router not in ("least_loaded", "round_robin"):
+            raise choices_error("router", router, ("least_loaded", "round_robin"))
+        cfg = replace(cfg, router=router)
+    return run_pool(cells, workload, seed=seed, slo=slo, config=cfg, failures=failures, window_s=window_s).result
