@@ -153,9 +153,9 @@ def plan_fleet(model: str, spec: FleetSpec, *, objective: str = "throughput", wo
         cells.append(FleetCell(gpus=c, count=n, throughput_per_s=ev.throughput_per_s, usd_per_hour=usd[c],
                                plan=ev.plan))
     images = "denoise" in cp.phases
-    notes = [f"candidates: singles, same-type pairs (kernel placement over two identical GPUs stands in for "
-             f"tensor parallelism, which the planner does not model) and heterogeneous pairs; search-time plans "
-             f"use one micro-batch per step"]
+    notes = ["candidates: singles, same-type pairs (kernel placement over two identical GPUs stands in for "
+             "tensor parallelism, which the planner does not model) and heterogeneous pairs; search-time plans "
+             "use one micro-batch per step"]
     if lz.gap > 1e-9:
         notes.append(f"search stopped at its {budget_s:g} s budget: within {lz.gap:.1%} of the best any "
                      f"candidate mix could reach (upper bounds for {len(cands) - lz.evaluated} unplanned cells)")

@@ -21,6 +21,10 @@ MODELS = ("llama-3-8b", "mixtral-8x7b", "mamba2-2.7b", "qwen2.5-vl-7b", "flux-de
 LINK = "pcie5"
 
 
+def _fmt(v: float) -> str:
+    return f"{v:,.1f}" if v >= 10 else f"{v:.3g}"
+
+
 def _thr(ent: dict[str, Any]) -> float:
     v = ent.get("throughput_tokens_per_s", ent.get("throughput_images_per_s"))
     return float(v) if v else 0.0
@@ -75,7 +79,7 @@ def markdown(cells: list[dict[str, Any]], w: Workload) -> str:
         vals = []
         for n in STRATEGIES:
             e = s[n]
-            vals.append("n/a" if not e["applicable"] else ("infeasible" if not e["feasible"] else f"{_thr(e):,.1f}"))
+            vals.append("n/a" if not e["applicable"] else ("infeasible" if not e["feasible"] else _fmt(_thr(e))))
         base = [(_thr(s[n]), s[n]) for n in STRATEGIES[1:] if s[n]["applicable"] and s[n]["feasible"]]
         t = _thr(s["tessera"])
         gain = ""
@@ -119,14 +123,14 @@ def _headline(cells: list[dict[str, Any]]) -> str:
         best = max(cheaper, key=lambda x: x[1]) if cheaper else None
         if beat:
             c, t = max(beat, key=lambda x: x[1])
-            out.append(f"- {model}: yes, {'+'.join(c['gpus'])} (Tessera) {t:,.1f} vs 2xH100 best {ref_thr:,.1f} at "
+            out.append(f"- {model}: yes, {'+'.join(c['gpus'])} (Tessera) {_fmt(t)} vs 2xH100 best {_fmt(ref_thr)} at "
                        f"${c['strategies']['tessera']['usd_per_hour']:.2f}/h vs ${ref_usd:.2f}/h")
         elif tie:
             c, t = min(tie, key=lambda x: x[0]["strategies"]["tessera"]["usd_per_hour"])
-            out.append(f"- {model}: no pair beats it, but {'+'.join(c['gpus'])} matches 2xH100 ({t:,.1f} vs "
-                       f"{ref_thr:,.1f}) at ${c['strategies']['tessera']['usd_per_hour']:.2f}/h vs ${ref_usd:.2f}/h")
+            out.append(f"- {model}: no pair beats it, but {'+'.join(c['gpus'])} matches 2xH100 ({_fmt(t)} vs "
+                       f"{_fmt(ref_thr)}) at ${c['strategies']['tessera']['usd_per_hour']:.2f}/h vs ${ref_usd:.2f}/h")
         else:
-            near = (f"; closest cheaper pair {'+'.join(best[0]['gpus'])} {best[1]:,.1f} "
+            near = (f"; closest cheaper pair {'+'.join(best[0]['gpus'])} {_fmt(best[1])} "
                     f"(${best[0]['strategies']['tessera']['usd_per_hour']:.2f}/h)") if best else ""
-            out.append(f"- {model}: no; 2xH100 best {ref_thr:,.1f} at ${ref_usd:.2f}/h{near}")
+            out.append(f"- {model}: no; 2xH100 best {_fmt(ref_thr)} at ${ref_usd:.2f}/h{near}")
     return "Heterogeneous pair vs 2 x H100 (the reference system's headline):\n" + "\n".join(out)
