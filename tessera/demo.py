@@ -1,8 +1,141 @@
-"""`make demo`: the main job on built-in defaults (extended as stages land)."""
+"""`make demo`: the main job on built-in defaults, ending in out/report.html.
+
+1. capture one model of each family (kernel counts, FLOPs, resident bytes);
+2. plan llama-3-8b on an H100 + L40S pair: Tessera against every baseline, same cost model;
+3. simulate every feasible plan under the same Poisson traffic;
+4. advise a GPU mix for a budget (throughput–cost frontier), when the fleet stage is present;
+5. build the self-contained HTML report, with the compare matrix `tessera compare` wrote to
+   bench/results/compare.json (that matrix takes ~50 min here, so the demo reads it rather than redo it).
+"""
 
 from __future__ import annotations
 
-from tessera.cli import main
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+OUT = Path(os.environ.get("TESSERA_DEMO_OUT", "out"))
+COMPARE = Path(__file__).resolve().parent.parent / "bench" / "results" / "compare.json"
+MODEL, GPUS, LINK = "llama-3-8b", ("H100-SXM", "L40S"), "pcie5"
+# One model per family at a modest step shape: (model, phase, shape kwargs).
+FAMILIES: tuple[tuple[str, str, dict[str, int]], ...] = (
+    ("llama-3-8b", "decode", {"batch": 32, "context": 2048}),
+    ("qwen2.5-7b", "prefill", {"batch": 4, "seq": 512}),
+    ("mixtral-8x7b", "decode", {"batch": 16, "context": 1024}),
+    ("mamba2-2.7b", "prefill", {"batch": 4, "seq": 512}),
+    ("qwen2.5-vl-7b", "encode", {"batch": 1}),
+    ("flux-dev", "denoise", {"batch": 1}),
+)
+console = Console(width=None if Console().is_terminal else 150)
+
+
+def _step(progress: Progress, title: str, fn: Callable[[], Any]) -> Any:
+    task = progress.add_task(title, total=None)
+    t0 = time.perf_counter()
+    out = fn()
+    progress.update(task, total=1, completed=1, description=f"{title} [dim]({time.perf_counter() - t0:.1f} s)")
+    return out
+
+
+def capture_families(progress: Progress) -> Table:
+    from tessera.capture import capture_model, summarize
+
+    t = Table(title="1. Capture: one model of each family (fake tensors, bf16, no weights allocated)")
+    for c in ("model", "phase", "shape", "kernels", "layers", "GFLOP", "weights GB", "KV+state GB", "capture s"):
+        t.add_column(c, justify="left" if c in ("model", "phase", "shape") else "right")
+    for model, phase, kw in FAMILIES:
+        g = _step(progress, f"capture {model} {phase}", lambda m=model, p=phase, k=kw: capture_model(m, p, **k))
+        s = summarize(g)
+        t.add_row(model, phase, " ".join(f"{k}={v}" for k, v in s["shape"].items()), f"{s['kernels']:,}",
+                  str(s["layers"]), f"{s['flops'] / 1e9:,.0f}", f"{s['weight_bytes'] / 1e9:.1f}",
+                  f"{(s['kv_bytes'] + s['state_bytes']) / 1e9:.2f}", f"{s['capture_s']:.1f}")
+    return t
+
+
+def simulate_all(result: Any, progress: Progress) -> list[dict[str, Any]]:
+    from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
+
+    t = result.tessera
+    # Traffic: Poisson at 70% of Tessera's predicted request capacity, Azure conversation lengths.
+    out_tokens = result.workload.output
+    rate = 0.7 * (t.throughput_tokens_per_s or 1.0) / out_tokens
+    wl = WorkloadSpec(kind="poisson", requests=2000, rate_per_s=rate,
+                      prompt=LengthSpec(lo=result.workload.prompt, hi=result.workload.prompt),
+                      output=LengthSpec(lo=out_tokens, hi=out_tokens))
+    slo = SLO(ttft_s=2.0, tpot_s=0.1)
+    sims = []
+    for name, o in result.strategies.items():
+        if o.feasible and o.plan is not None:
+            r = _step(progress, f"simulate {name}", lambda p=o.plan: simulate(p, wl, seed=0, slo=slo))
+            sims.append({"label": name, **r.to_json()})
+    return sims
+
+
+def sim_table(sims: list[dict[str, Any]]) -> Table:
+    t = Table(title="3. Simulated serving, same Poisson traffic for every plan (SLO: TTFT 2 s, TPOT 100 ms)")
+    for c in ("strategy", "tokens/s", "TTFT p99 s", "TPOT p50 ms", "TPOT p99 ms", "SLO met", "$/1M tok"):
+        t.add_column(c, justify="left" if c == "strategy" else "right")
+    for s in sims:
+        usd = s["usd_per_million_tokens"]
+        t.add_row(s["label"], f"{s['throughput_tokens_per_s']:,.0f}", f"{s['ttft_s']['p99']:.2f}",
+                  f"{s['tpot_s']['p50'] * 1e3:.1f}", f"{s['tpot_s']['p99'] * 1e3:.1f}",
+                  f"{(s['slo_attainment'] or 0) * 100:.0f}%", f"{usd:.3f}" if usd else "")
+    return t
+
+
+def advise_frontier(progress: Progress) -> tuple[Any, ...] | None:
+    try:
+        from tessera.fleet.advisor import frontier_points
+    except ImportError:
+        return None
+    return _step(progress, f"advise GPU mixes for {MODEL}", lambda: tuple(frontier_points(MODEL)))
+
+
+def main() -> None:
+    from tessera.plan import plan_model
+    from tessera.plan.cli import result_table
+    from tessera.plan.planner import capture_source
+    from tessera.report.data import ReportData, load_compare, parse_sim
+    from tessera.report.html import build_report
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    cols = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*cols, console=console, transient=False) as progress:
+        families = capture_families(progress)
+        result = _step(progress, f"plan {MODEL} on {' + '.join(GPUS)} (Tessera MILP + 4 baselines)",
+                       lambda: plan_model(MODEL, list(GPUS), link=LINK))
+        sims = simulate_all(result, progress)
+        frontier = advise_frontier(progress)
+    console.print(families)
+    console.print(result_table(result))
+    console.print(sim_table(sims))
+
+    plan = result.tessera
+    plan.save(OUT / "plan.json")
+    (OUT / "plan_result.json").write_text(json.dumps(result.to_json(), indent=1))
+    (OUT / "sims.json").write_text(json.dumps(sims, indent=1))
+    src = capture_source(MODEL)
+    graphs = tuple(src(name, p.graph_shape.get("batch", 1), p.graph_shape.get("seq", 0),
+                       p.graph_shape.get("context", 0)) for name, p in plan.phases.items())
+    compare = load_compare(COMPARE) if COMPARE.exists() else None
+    data = ReportData(
+        title=f"Tessera: {MODEL} on {' + '.join(GPUS)}", compare=compare, plan=plan, graphs=graphs,
+        sims=tuple(parse_sim(s, s["label"], "demo") for s in sims), frontier=frontier,
+        commands=(f"tessera plan {MODEL} --gpus {','.join(GPUS)} --link {LINK} -o plan.json",
+                  "tessera simulate plan.json --workload poisson --rate R --requests 2000",
+                  "tessera compare   # ~50 min: writes bench/results/compare.json", "make demo"),
+    )
+    path = build_report(data, OUT)
+    console.print(f"\n[bold green]report:[/] {path}  ({time.perf_counter() - t_start:.0f} s in all)")
+
 
 if __name__ == "__main__":
-    main(["gpus"])
+    main()

@@ -73,6 +73,10 @@ class Plan:
     solve_s: float = 0.0
     workload: dict[str, Any] = field(default_factory=dict, hash=False)
     notes: tuple[str, ...] = ()
+    # Independent replicas of *different* cells (the homogeneous baseline on a mixed pool: one replica
+    # per GPU type). When non-empty the headline figures above are their sum, ``devices`` and
+    # ``memory_bytes`` list one entry per member, and the simulator serves the members as one pool.
+    members: tuple[Plan, ...] = field(default=(), hash=False)
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -102,10 +106,11 @@ class Plan:
             )
             for name, p in d["phases"].items()
         }
-        rest = {k: v for k, v in d.items() if k not in ("phases", "devices", "memory_bytes", "notes")}
+        rest = {k: v for k, v in d.items() if k not in ("phases", "devices", "memory_bytes", "notes", "members")}
         return cls(
             **rest, phases=phases, devices=tuple(Device(**x) for x in d["devices"]),
             memory_bytes=tuple(dict(m) for m in d["memory_bytes"]), notes=tuple(d.get("notes", ())),
+            members=tuple(cls.from_dict(m) for m in d.get("members", ())),
         )
 
     def save(self, path: str | Path) -> None:
