@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(BIN)/python -m tessera.demo
 
 bench: $(STAMP)
-	for f in bench/bench_*.py; do $(BIN)/python $$f || exit 1; done
+	for f in bench/bench_*.py; do OMP_NUM_THREADS=1 $(BIN)/python $$f || exit 1; done
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache
