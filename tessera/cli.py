@@ -18,7 +18,7 @@ def _root() -> None:
     """Kernel-granularity disaggregation over heterogeneous GPU pools."""
 
 # Each stage's `cli` module exposes register(app); the order is the order of `tessera --help`.
-STAGES = ("capture", "hardware", "cost", "ptx", "plan", "sim", "runtime", "report")
+STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "report")
 
 
 def _register_all() -> None:

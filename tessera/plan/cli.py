@@ -43,7 +43,9 @@ def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_cmd(
         model: str = typer.Argument(..., help="zoo model name (tessera models) or a config.json"),
-        gpus: str = typer.Option(..., "--gpus", help="comma-separated catalog GPUs, e.g. H100,L40S"),
+        gpus: str | None = typer.Option(None, "--gpus", help="comma-separated catalog GPUs, e.g. H100,L40S"),
+        pool: Path | None = typer.Option(None, "--pool", help="a many-GPU pool file (TOML, see README)"),
+        objective: str = typer.Option("throughput", "--objective", help="with --pool: throughput | per_dollar"),
         link: str = typer.Option("pcie5", "--link", help="link between the GPUs (catalog name)"),
         mode: str = typer.Option("throughput", "--mode", help="throughput | latency"),
         batch: int = typer.Option(32, "--batch", help="sequences (images) in flight per GPU"),
@@ -53,8 +55,18 @@ def register(app: typer.Typer) -> None:
         save: Path | None = typer.Option(None, "-o", "--out", help="write Tessera's Plan file here"),
     ) -> None:
         """Place every kernel of MODEL on the pool; Tessera against every baseline."""
+        wl = Workload(batch=batch, prompt=prompt, output=output)
+        if pool is not None:
+            if gpus is not None:
+                raise UserError("give either --gpus (one cell) or --pool (a many-GPU pool), not both")
+            from tessera.fleet.cli import plan_pool_command
+
+            plan_pool_command(model, pool, objective, as_json, save, wl)
+            return
+        if gpus is None:
+            raise UserError("missing --gpus A,B (one cell) or --pool pool.toml (a many-GPU pool)")
         r = plan_model(model, gpus, link=link, mode=mode,
-                       workload=Workload(batch=batch, prompt=prompt, output=output))
+                       workload=wl)
         if save is not None:
             if r.tessera is None:
                 raise UserError(f"no feasible plan to write to {save}")
