@@ -90,12 +90,13 @@ def sim_table(sims: list[dict[str, Any]]) -> Table:
     return t
 
 
-def advise_frontier(progress: Progress) -> tuple[Any, ...] | None:
-    try:
-        from tessera.fleet.advisor import frontier_points
-    except ImportError:
-        return None
-    return _step(progress, f"advise GPU mixes for {MODEL}", lambda: tuple(frontier_points(MODEL)))
+def advise_frontier(progress: Progress) -> tuple[Any, ...]:
+    """Throughput–cost frontier: the advisor's mix, the best homogeneous and prefill/decode mixes per budget."""
+    from tessera.fleet.advise import frontier
+    from tessera.plan.pool import Workload
+
+    return _step(progress, f"advise GPU mixes for {MODEL} at $10, $20, $40 per hour",
+                 lambda: tuple(frontier(MODEL, Workload(batch=32), [10.0, 20.0, 40.0])))
 
 
 def main() -> None:

@@ -207,6 +207,8 @@ def plot_gantt(plan: Plan, path: Path) -> Path:
     plan's decode phase, or its first phase when it has none (denoise, encode)."""
     from tessera.sim.gantt import plot_plan  # the sim stage owns the drawing
 
+    if plan.members:  # independent replicas of different GPUs: each runs alone, draw the first (fastest)
+        plan = plan.members[0]
     phase = "decode" if "decode" in plan.phases else next(iter(plan.phases))
     plot_plan(plan, path, phase=phase)
     return Path(path)
