@@ -134,6 +134,7 @@ class ReportData:
     sims: tuple[SimResult, ...] | None = None
     gantt_png: Path | None = None  # `tessera simulate --gantt` output; None: drawn from `plan` if given
     frontier: tuple[FrontierPoint, ...] | None = None  # advisor mixes; else derived from `compare`
+    frontier_title: str = "Advisor: GPU mixes on the throughput–cost plane"
     commands: tuple[str, ...] = ()  # shell commands that reproduce the inputs
 
     def __post_init__(self) -> None:

@@ -157,7 +157,7 @@ def _placement_html(data: ReportData, fig_dir: Path) -> str:
 def _frontier_html(data: ReportData, fig_dir: Path) -> str:
     if data.frontier:
         png = plots.plot_frontier(data.frontier, fig_dir / "frontier_advisor.png",
-                                  title="Advisor: GPU mixes on the throughput–cost plane")
+                                  title=data.frontier_title)
         return _img(png, "advisor frontier")
     if not data.compare:
         return _omitted("Throughput–cost frontier", "no advisor mixes and no compare results given.")
