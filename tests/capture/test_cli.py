@@ -7,18 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tessera.cli import main
 from tessera.graph import KernelGraph
-
-
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
+from tests.conftest import RunCli
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
@@ -27,19 +17,19 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
     (["trace", "{cfg}", "--phase", "prefill"], "cannot read model config"),
 ])
 def test_user_mistakes_are_one_line_exit_2(argv: list[str], needle: str, tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+                                           run_cli: RunCli) -> None:
     bad = tmp_path / "config.json"
     bad.write_text("{not json")
-    code, _, err = _run([a.replace("{cfg}", str(bad)) for a in argv], capsys)
+    code, _, err = run_cli([a.replace("{cfg}", str(bad)) for a in argv])
     assert code == 2
     assert needle in err and len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
 
 
-def test_trace_json_and_graph_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_trace_json_and_graph_file(tmp_path: Path, run_cli: RunCli) -> None:
     path = tmp_path / "g.json"
-    code, out, _ = _run(["trace", "llama-tiny", "--phase", "decode", "--batch", "2", "--context", "8",
-                         "--json", "-o", str(path)], capsys)
+    code, out, _ = run_cli(["trace", "llama-tiny", "--phase", "decode", "--batch", "2", "--context", "8",
+                         "--json", "-o", str(path)])
     assert code == 0
     s = json.loads(out)
     for key in ("kernels", "flops", "bytes_read", "bytes_written", "weight_bytes", "kv_bytes", "layers", "capture_s"):
@@ -50,12 +40,12 @@ def test_trace_json_and_graph_file(tmp_path: Path, capsys: pytest.CaptureFixture
     assert s["kv_bytes"] == 2 * 2 * 2 * 2 * 9 * 16 * 2
 
 
-def test_local_config_and_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_local_config_and_models(tmp_path: Path, run_cli: RunCli) -> None:
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 32, "intermediate_size": 64,
                                "num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1,
                                "vocab_size": 64}))
-    code, out, _ = _run(["trace", str(cfg), "--phase", "prefill", "--seq", "4", "--json"], capsys)
+    code, out, _ = run_cli(["trace", str(cfg), "--phase", "prefill", "--seq", "4", "--json"])
     assert code == 0 and json.loads(out)["layers"] == 3
-    code, out, _ = _run(["models"], capsys)
+    code, out, _ = run_cli(["models"])
     assert code == 0 and "llama-3-70b" in out and "flux-dev" in out

@@ -10,8 +10,8 @@ import torch
 
 from tessera.capture import capture_model, capture_program, model_phases, replay
 from tessera.capture.vlm import image_grid
-from tessera.cli import main
 from tessera.graph import KernelKind, Role
+from tests.conftest import RunCli
 
 # qwen-vl-tiny: 2 vision blocks (0 windowed, 1 full attention) then 2 LM layers -> layers 0-1 and 2-3
 SHAPES = {"encode": {"seq": 128}, "prefill": {"seq": 40, "context": 64}, "decode": {"context": 12}}
@@ -92,18 +92,10 @@ def test_replay_is_bit_exact_and_matches_fake_structure(phase: str) -> None:
     assert [(k.name, k.module) for k in fake.kernels] == [(k.name, k.module) for k in cap.graph.kernels]
 
 
-def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
 
 
-def test_cli_trace_7b_encode_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _run(["trace", "qwen2.5-vl-7b", "--phase", "encode", "--json"], capsys)
+def test_cli_trace_7b_encode_json(run_cli: RunCli) -> None:
+    code, out, _ = run_cli(["trace", "qwen2.5-vl-7b", "--phase", "encode", "--json"])
     assert code == 0
     s = json.loads(out)
     # Qwen/Qwen2.5-VL-7B-Instruct vision_config: hidden 1280, ffn 3420, depth 32 (4 full-attention blocks),
@@ -118,6 +110,6 @@ def test_cli_trace_7b_encode_json(capsys: pytest.CaptureFixture[str]) -> None:
     (["--phase", "prefill", "--seq", "10", "--context", "64"], "use --seq >= 19"),
     (["--phase", "denoise"], "valid: decode, encode, prefill"),
 ])
-def test_user_mistakes_are_one_line(argv: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _run(["trace", "qwen-vl-tiny", *argv], capsys)
+def test_user_mistakes_are_one_line(argv: list[str], needle: str, run_cli: RunCli) -> None:
+    code, _, err = run_cli(["trace", "qwen-vl-tiny", *argv])
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1

@@ -11,6 +11,7 @@ from tessera.cost.profiles import GEMM_OPS, ModelShape, Sample, load_profiles, o
 from tessera.errors import UserError
 from tessera.graph import Kernel, KernelKind
 from tessera.hardware import gpu, link
+from tests.conftest import RunCli
 
 SHAPE_HDR = "n_head,n_kv_head,n_embd,n_expanded_embd,vocab_size,use_gated_mlp,num_tokens,num_tensor_parallel_workers"
 
@@ -94,30 +95,18 @@ def test_leave_one_gpu_out_meets_targets() -> None:
         validate(load_profiles(), fit_on="a100", holdout="a100")
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from tessera.cli import main
-
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
 @pytest.mark.slow
-def test_cli_validate_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _cli(capsys, "cost", "validate", "--holdout", "h100", "--json")
+def test_cli_validate_json_and_errors(tmp_path: Path, run_cli: RunCli) -> None:
+    code, out, err = run_cli(["cost", "validate", "--holdout", "h100", "--json"])
     assert code == 0, err
     report = json.loads(out)
     assert report["holdout"] == ["H100-SXM"] and report["fit_on"] == ["A100-80GB-SXM"]
     assert set(report["overall"]) == {"median_ape", "p90_ape", "points"} and set(report["ops"]) >= set(GEMM_OPS)
-    code, _, err = _cli(capsys, "cost", "validate", "--holdout", "X9")
+    code, _, err = run_cli(["cost", "validate", "--holdout", "X9"])
     assert code == 2 and "unknown GPU 'X9'; valid:" in err and len(err.strip().splitlines()) == 1
     (tmp_path / "h100" / "m").mkdir(parents=True)
     (tmp_path / "h100" / "m" / "mlp.csv").write_text("garbage\n")
-    code, _, err = _cli(capsys, "cost", "validate", "--profiles", str(tmp_path))
+    code, _, err = run_cli(["cost", "validate", "--profiles", str(tmp_path)])
     assert code == 2 and "not a Vidur mlp.csv" in err
-    code, _, err = _cli(capsys, "profile", "llama-tiny", "--device", "tpu")
+    code, _, err = run_cli(["profile", "llama-tiny", "--device", "tpu"])
     assert code == 2 and "valid: cpu" in err
