@@ -177,7 +177,10 @@ class Replica:
                 break
             batch.append((r, c))
             tokens += c
-        slots = pm.max_batch - self.n - len(self.pending) - len(self.prefilling)
+        # A split replica's prefill devices are an instance of their own (DistServe): they prefill the next
+        # batch while decode runs, finished prefills holding their KV in `pending` until decode has room.
+        in_decode = 0 if self.split else self.n
+        slots = pm.max_batch - in_decode - len(self.pending) - len(self.prefilling)
         while self.waiting and slots > 0:
             r = self.waiting[0]
             nd = st.need[r]
@@ -241,10 +244,11 @@ class Replica:
     def _start_iter(self, t: float) -> float | None:
         st, pm = self.st, self.pm
         self.new = []
-        for r in self.pending:
+        room = max(0, pm.max_batch - self.n) if self.split else len(self.pending)
+        for r in self.pending[:room]:
             self.kv_other -= st.need[r]
             self._join(r)
-        self.pending.clear()
+        del self.pending[:room]
         if pm.first is None:  # diffusion without an encode phase: admission straight into the batch
             while self.waiting and self.n < pm.max_batch:
                 r = self.waiting.popleft()

@@ -105,3 +105,12 @@ def test_diffusion_images_per_step():
     assert r.throughput_tokens_per_s == 0.0 and r.usd_per_million_tokens is None
     # first step of wave 1 ends at 1 step, of wave 2 at 11 steps; numpy's median interpolates
     assert (r.ttft_s["p50"], r.e2e_s["p50"]) == (pytest.approx(6 * step), pytest.approx(15 * step))
+
+
+def test_split_plan_prefills_the_next_batch_while_decode_is_full(split_plan):
+    # max_batch 2: the prefill instance prefills requests 3 and 4 while 1 and 2 decode (DistServe), so
+    # the second batch starts decoding the moment the first finishes: no prefill on the critical path.
+    cfg = SchedulerConfig(max_batch=2, max_prefill_tokens=256)
+    r = simulate(split_plan, fixed(4, 128, 50), config=cfg)
+    p2 = p_s(256)  # one prefill iteration of two 128-token prompts; it emits each request's first token
+    assert r.sim_wall_s == pytest.approx(p2 + 2 * 49 * d_s(2))  # serialised it would be 2·p2 + 98·d_s(2)
