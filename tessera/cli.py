@@ -7,6 +7,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Kernel-granularity disaggregation over heterogeneous GPU pools.")
@@ -34,7 +35,8 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, prog_name="tessera")
     except (ValueError, OSError) as e:  # user mistakes: one line, exit 2
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+        # the message is user text (paths, file contents): no markup, no :emoji: codes
+        err.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True, emoji=False)
         sys.exit(2)
 
 

@@ -73,3 +73,10 @@ def test_load_non_object_is_value_error(tmp_path) -> None:
     p.write_text("[1, 2]")
     with pytest.raises(ValueError, match="must be a JSON object"):
         KernelGraph.load(p)
+
+
+def test_cli_error_line_prints_user_text_verbatim(tmp_path, run_cli) -> None:
+    p = tmp_path / "x.ptx"
+    p.write_text("root:x:0:0:[bold]root[/bold]\n")  # an emoji code and markup, as a user file may hold
+    code, _, err = run_cli(["ptx", "analyze", str(p)])
+    assert code == 2 and "root:x:0:0:[bold]root[/bold]" in err and len(err.strip().splitlines()) == 1
