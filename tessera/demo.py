@@ -65,7 +65,9 @@ def simulate_all(result: Any, progress: Progress) -> list[dict[str, Any]]:
     from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
 
     t = result.tessera
-    # Traffic: Poisson at 70% of Tessera's predicted request capacity, Azure conversation lengths.
+    if t is None:
+        return []
+    # Traffic: Poisson at 70% of Tessera's predicted request capacity, the planner's prompt/output lengths.
     out_tokens = result.workload.output
     rate = 0.7 * (t.throughput_tokens_per_s or 1.0) / out_tokens
     wl = WorkloadSpec(kind="poisson", requests=2000, rate_per_s=rate,
@@ -123,6 +125,8 @@ def main() -> None:
     console.print(sim_table(sims))
 
     plan = result.tessera
+    if plan is None:  # the built-in defaults always fit; a changed default must say so, not crash
+        raise SystemExit(f"no feasible Tessera plan for {MODEL} on {' + '.join(GPUS)}")
     plan.save(OUT / "plan.json")
     (OUT / "plan_result.json").write_text(json.dumps(result.to_json(), indent=1))
     (OUT / "sims.json").write_text(json.dumps(sims, indent=1))
@@ -135,7 +139,8 @@ def main() -> None:
         sims=tuple(parse_sim(s, s["label"], "demo") for s in sims), frontier=frontier,
         frontier_title=f"Advisor: GPU mixes for {ADVISE_MODEL} at $10, $20, $40 per hour",
         commands=(f"tessera plan {MODEL} --gpus {','.join(GPUS)} --link {LINK} --batch 16 -o plan.json",
-                  "tessera simulate plan.json --workload poisson --rate R --requests 2000",
+                  "tessera simulate plan.json --workload poisson --rate R --requests 2000 --prompt 1024 "
+                  "--output 256 --slo-ttft-ms 30000 --slo-tpot-ms 250",
                   f"tessera advise {ADVISE_MODEL} --budget-usd-per-hour 20",
                   "tessera compare   # ~50 min: writes bench/results/compare.json", "make demo"),
     )

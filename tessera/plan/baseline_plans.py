@@ -61,11 +61,13 @@ def build_baselines(model: str, order: list[str], source: GraphSource, pool: Poo
         per = ", ".join(f"{pool.gpus[d].name} {o.throughput:.1f}" for d, o in fits)
         skipped = [f"{pool.gpus[d].name}: {o.reason}" for d, o in singles if not o.feasible]
         dit = p0.throughput_images_per_s is not None
-        members = tuple(o.plan for _, o in fits if o.plan is not None)
+        # fastest first, so members[0] is the replica whose phases the plan shows (p0)
+        members = tuple(o.plan for _, o in sorted(fits, key=lambda x: -x[1].throughput) if o.plan is not None)
         # Unused GPUs (those no replica fits on) still cost money: usd is the whole pool's.
         plan = replace(p0, usd_per_hour=usd, replicas=1, members=members,
                        devices=tuple(replace(m.devices[0], index=i) for i, m in enumerate(members)),
                        memory_bytes=tuple(m.memory_bytes[0] for m in members),
+                       kv_capacity_tokens=sum(m.kv_capacity_tokens for m in members),
                        throughput_tokens_per_s=None if dit else tot, throughput_images_per_s=tot if dit else None,
                        usd_per_million_tokens=usd / 3600 / tot * 1e6,
                        notes=p0.notes + (f"independent replicas, throughput summed: {per}; phases show "

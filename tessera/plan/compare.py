@@ -74,7 +74,11 @@ def simulate_cell(r: Any, cell: dict[str, Any], w: Workload) -> None:
                                   "prompt": w.prompt, "output": out}
     for name, o in r.strategies.items():
         if o.feasible and o.plan is not None:
-            res = simulate(o.plan, wl, seed=0)
+            try:
+                res = simulate(o.plan, wl, seed=0)
+            except Exception as e:  # noqa: BLE001 - one strategy's failure must not erase the cell's plans
+                cell["strategies"][name]["simulated"] = {"error": f"{type(e).__name__}: {e}"[:200]}
+                continue
             cell["strategies"][name]["simulated"] = {
                 "throughput_per_s": res.images_per_s if images else res.throughput_tokens_per_s,
                 "tpot_p99_s": res.tpot_s["p99"], "ttft_p99_s": res.ttft_s["p99"], "e2e_p99_s": res.e2e_s["p99"]}
@@ -179,7 +183,9 @@ def _simulated_table(cells: list[dict[str, Any]]) -> list[str]:
         vals = []
         for n in STRATEGIES:
             sim = c["strategies"][n].get("simulated")
-            if sim is None:
+            if sim is not None and "error" in sim:
+                vals.append("sim error")
+            elif sim is None:
                 vals.append("n/a" if not c["strategies"][n]["applicable"] else "infeasible")
             elif "throughput_images_per_s" in c["strategies"][n]:
                 vals.append(f"{_fmt(sim['throughput_per_s'])} / {sim['e2e_p99_s']:.1f} s")

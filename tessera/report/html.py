@@ -191,7 +191,7 @@ def _memory_html(data: ReportData, fig_dir: Path) -> str:
     tp = (fmt_rate(p.throughput_images_per_s, "images/s") if p.throughput_images_per_s is not None
           else fmt_rate(p.throughput_tokens_per_s, "tokens/s"))
     facts = [f"{p.model}: {p.strategy} plan, {p.mode} mode", f"{len(p.devices)} devices over {p.link}",
-             f"{p.replicas} replica(s)", f"{tp} at ${p.usd_per_hour:.2f}/h", f"solved in {p.solve_s:.2f} s"]
+             f"{len(p.members) or p.replicas} replica(s)", f"{tp} at ${p.usd_per_hour:.2f}/h", f"solved in {p.solve_s:.2f} s"]
     if p.bound_ratio is not None:
         facts.append(f"plan/bound {p.bound_ratio:.3f}")
     if p.kv_capacity_tokens:

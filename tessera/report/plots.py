@@ -207,7 +207,7 @@ def plot_gantt(plan: Plan, path: Path) -> Path:
     plan's decode phase, or its first phase when it has none (denoise, encode)."""
     from tessera.sim.gantt import plot_plan  # the sim stage owns the drawing
 
-    if plan.members:  # independent replicas of different GPUs: each runs alone, draw the first (fastest)
+    if plan.members:  # independent replicas of different GPUs: each runs alone, draw the fastest (members[0])
         plan = plan.members[0]
     phase = "decode" if "decode" in plan.phases else next(iter(plan.phases))
     plot_plan(plan, path, phase=phase)

@@ -40,6 +40,9 @@ def register(app: typer.Typer) -> None:
             from tessera.plan.types import Plan
 
             plan = Plan.load(target)
+            if plan.members:
+                raise ValueError(f"plan {target} is {len(plan.members)} independent replicas ({plan.strategy}); "
+                                 "each runs alone: run one of them on one device")
             model = plan.model
             by_phase = {ph: tuple(p.assignment) for ph, p in plan.phases.items()}
             if len(plan.devices) != len(devs):

@@ -22,11 +22,6 @@ def run(plan: Plan, workload: WorkloadSpec, *, replicas: int = 1, policy: Adapti
         window_s: float | None = None) -> Run:
     if replicas < 1:
         raise UserError(f"replicas={replicas} must be >= 1")
-    if plan.members:  # independent replicas of different cells (homogeneous on a mixed pool)
-        if policy is not None:
-            raise UserError(f"plan {plan.strategy} is a pool of different replicas: it cannot switch plans")
-        return run_pool([(m, replicas) for m in plan.members], workload, seed=seed, slo=slo, config=config,
-                        failures=failures, window_s=window_s, trace_window_s=trace_window_s)
     return run_pool([(plan, replicas)], workload, seed=seed, slo=slo, config=config, failures=failures,
                     policy=policy, window_s=window_s, trace_window_s=trace_window_s)
 

@@ -51,13 +51,16 @@ def _table(r: SimResult, title: str) -> Table:
     return t
 
 
-def _failure(plan: Plan, fail_at: float | None, fail_replica: int, replacement: str, replan_s: float) -> list:
+def _failure(plan: Plan, fail_at: float | None, fail_replica: int, replacement: str, replan_s: float,
+             replicas: int = 1) -> list:
     if fail_at is None:
         return []
     if replacement not in ("none", "same"):
         raise UserError(f"unknown --fail-replacement {replacement!r}; valid: none, same")
     # "same": a spare cell of the same plan joins after the re-plan time; "none": one fewer replica
-    cell = (replace(plan, replicas=1), 1) if replacement == "same" else None
+    # a plan of independent replicas (members) serves member i as replicas i·n .. i·n+n−1
+    lost = plan.members[min(fail_replica // replicas, len(plan.members) - 1)] if plan.members else plan
+    cell = (replace(lost, replicas=1), 1) if replacement == "same" else None
     return [Failure(at_s=fail_at, replica=fail_replica, replacement=cell, replan_s=replan_s)]
 
 
@@ -123,7 +126,7 @@ def register(app: typer.Typer) -> None:
         cfg = SchedulerConfig(max_batch=max_batch, chunked_prefill=chunked_prefill, router=router)
         r = run(plan, spec, replicas=replicas, policy=policy, seed=seed, slo=slo, config=cfg,
                 trace_window_s=window, window_s=window_s,
-                failures=_failure(plan, fail_at, fail_replica, fail_replacement, fail_replan_s))
+                failures=_failure(plan, fail_at, fail_replica, fail_replacement, fail_replan_s, replicas))
         if trace is not None:
             from tessera.sim.trace import write_chrome_trace
 
@@ -133,7 +136,7 @@ def register(app: typer.Typer) -> None:
 
             pm = r.models["throughput"]
             ctx = float(spec.prompt.lo or 0) + float(spec.output.lo or 0) / 2
-            plot_plan(plan, gantt, phase=pm.iter.phase,
+            plot_plan(plan.members[0] if plan.members else plan, gantt, phase=pm.iter.phase,
                       tokens=pm.max_batch * pm.iter.tokens_per_item, context=0.0 if pm.image else ctx)
         if json_out:
             print(json.dumps(r.result.to_dict() if detail else r.result.to_json()))

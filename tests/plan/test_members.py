@@ -31,6 +31,11 @@ def test_homogeneous_mixed_pool_has_one_member_per_gpu_and_simulates_as_a_pool(t
     b = simulate_pool([(m, 1) for m in h.members], wl, seed=3).to_json()
     a.pop("sim_wall_s"), b.pop("sim_wall_s")
     assert a == b
+    # a members plan inside a pool is expanded too (fleet cells, failure bench), fastest member first
+    assert h.members[0].throughput_tokens_per_s >= h.members[1].throughput_tokens_per_s
+    c = simulate_pool([(h, 2)], wl, seed=3).to_json()
+    d = simulate(h, wl, replicas=2, seed=3).to_json()
+    assert c == d and h.kv_capacity_tokens == sum(m.kv_capacity_tokens for m in h.members)
 
 
 def test_compare_cell_gains_a_simulated_column_for_every_feasible_strategy() -> None:
