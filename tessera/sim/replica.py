@@ -255,6 +255,13 @@ class Replica:
                 st.need[r] = 0
                 self._join(r)
         while self.n and self.kv_other + self.S + self.n * (self.it + 1) > self.kv_cap:
+            if self.pending:  # a prefilled request not yet decoding gives its KV up before a running one
+                r = self.pending.pop()
+                self.kv_other -= st.need[r]
+                st.status[r] = WAITING
+                self.waiting.appendleft(r)
+                st.preemptions += 1
+                continue
             self._preempt()
         if not self.n:
             return None
