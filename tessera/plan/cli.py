@@ -52,13 +52,17 @@ def register(app: typer.Typer) -> None:
         prompt: int = typer.Option(1024, "--prompt", help="prompt tokens"),
         output: int = typer.Option(256, "--output", help="output tokens"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON contract"),
-        save: Path | None = typer.Option(None, "-o", "--out", help="write Tessera's Plan file here"),
+        save: Path | None = typer.Option(None, "-o", "--out",
+                                          help="write Tessera's Plan file here (with --pool: the fleet plan file)"),
     ) -> None:
         """Place every kernel of MODEL on the pool; Tessera against every baseline."""
         wl = Workload(batch=batch, prompt=prompt, output=output)
         if pool is not None:
             if gpus is not None:
                 raise UserError("give either --gpus (one cell) or --pool (a many-GPU pool), not both")
+            if mode != "throughput" or link != "pcie5":
+                raise UserError("--pool plans in throughput mode with the link named in the pool file; "
+                                "drop --mode/--link")
             from tessera.fleet.cli import plan_pool_command
 
             plan_pool_command(model, pool, objective, as_json, save, wl)
