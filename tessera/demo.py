@@ -62,17 +62,13 @@ def capture_families(progress: Progress) -> Table:
 
 
 def simulate_all(result: Any, progress: Progress) -> list[dict[str, Any]]:
-    from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
+    from tessera.plan.compare import standard_workload
+    from tessera.sim import SLO, simulate
 
-    t = result.tessera
-    if t is None:
+    # Traffic: compare's standard online workload (Poisson at 70% of Tessera's capacity), 2000 requests.
+    wl = standard_workload(result.tessera, result.workload, 2000) if result.tessera is not None else None
+    if wl is None:
         return []
-    # Traffic: Poisson at 70% of Tessera's predicted request capacity, the planner's prompt/output lengths.
-    out_tokens = result.workload.output
-    rate = 0.7 * (t.throughput_tokens_per_s or 1.0) / out_tokens
-    wl = WorkloadSpec(kind="poisson", requests=2000, rate_per_s=rate,
-                      prompt=LengthSpec(lo=result.workload.prompt, hi=result.workload.prompt),
-                      output=LengthSpec(lo=out_tokens, hi=out_tokens))
     slo = SLO(ttft_s=30.0, tpot_s=0.25)  # an MoE on mid-range GPUs: interactive-ish, not chat-grade
     sims = []
     for name, o in result.strategies.items():

@@ -55,23 +55,31 @@ SIM_LOAD = 0.7  # the standard online workload: Poisson at 70% of Tessera's pred
 SIM_REQUESTS = 1000
 
 
-def simulate_cell(r: Any, cell: dict[str, Any], w: Workload) -> None:
-    """The simulated column: every feasible plan under the same Poisson traffic (tessera/sim)."""
-    from tessera.sim import LengthSpec, WorkloadSpec, simulate
+def standard_workload(t: Any, w: Workload, requests: int = SIM_REQUESTS) -> Any:
+    """The standard online workload for plan ``t``: Poisson at SIM_LOAD of its predicted capacity, the
+    planner's prompt/output lengths (an image request's output is its step count); None if no capacity."""
+    from tessera.sim import LengthSpec, WorkloadSpec
 
-    t = r.tessera
-    if t is None:
-        return
     images = t.throughput_images_per_s is not None
     per_request = 1 if images else w.output  # images/s or tokens/s per request/s
     rate = SIM_LOAD * (t.throughput_images_per_s or t.throughput_tokens_per_s or 0.0) / per_request
     if rate <= 0:
+        return None
+    out = w.steps if images else w.output
+    return WorkloadSpec(kind="poisson", requests=requests, rate_per_s=rate,
+                        prompt=LengthSpec(lo=w.prompt, hi=w.prompt), output=LengthSpec(lo=out, hi=out))
+
+
+def simulate_cell(r: Any, cell: dict[str, Any], w: Workload) -> None:
+    """The simulated column: every feasible plan under the same Poisson traffic (tessera/sim)."""
+    from tessera.sim import simulate
+
+    wl = standard_workload(r.tessera, w) if r.tessera is not None else None
+    if wl is None:
         return
-    out = w.steps if images else w.output  # an image request's "output" is its step count
-    wl = WorkloadSpec(kind="poisson", requests=SIM_REQUESTS, rate_per_s=rate,
-                      prompt=LengthSpec(lo=w.prompt, hi=w.prompt), output=LengthSpec(lo=out, hi=out))
-    cell["simulated_workload"] = {"kind": "poisson", "rate_per_s": rate, "requests": SIM_REQUESTS,
-                                  "prompt": w.prompt, "output": out}
+    images = r.tessera.throughput_images_per_s is not None
+    cell["simulated_workload"] = {"kind": "poisson", "rate_per_s": wl.rate_per_s, "requests": wl.requests,
+                                  "prompt": w.prompt, "output": wl.output.lo}
     for name, o in r.strategies.items():
         if o.feasible and o.plan is not None:
             try:
