@@ -133,6 +133,21 @@ def build_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: floa
     return m, _Index(x=x, y=y, z=z, T=T)
 
 
+def weighted_costs(prob: PhaseProblem, idx: _Index, n_cols: int, *, alpha: tuple[float, ...], beta: float,
+                   mem_price: tuple[float, ...] | None = None) -> np.ndarray:
+    """The column costs build_flat gives the weighted objective (α_d·t on x, β·s on y, γ_d·size on z), for
+    re-solving one built model across a sweep; a test holds the two equal."""
+    c = np.zeros(n_cols)
+    for d in range(prob.D):
+        c[idx.x[:, d]] = alpha[d] * prob.t[:, d]
+    for (vi, _a, _b), col in idx.y.items():
+        c[col] = beta * float(prob.xfer_s[vi])
+    if mem_price is not None:
+        for (wi, d), col in idx.z.items():
+            c[col] += mem_price[d] * float(prob.residents[wi].bytes)
+    return c
+
+
 def start_vector(prob: PhaseProblem, model: Model, idx: _Index, group_dev: list[int] | tuple[int, ...],
                  *, omega: float = 1.0, background: Background | None = None) -> np.ndarray:
     """A full column vector for a given group assignment (a MIP start hint)."""

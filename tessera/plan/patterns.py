@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tessera.plan.highs import Model
-from tessera.plan.milp import Background, build_flat, loads, objective_value
+from tessera.plan.milp import Background, build_flat, loads, objective_value, weighted_costs
 from tessera.plan.problem import Handoff, PhaseProblem, Resident, Value
 
 
@@ -143,13 +143,15 @@ def generate_patterns(prob: PhaseProblem, seg: Segment) -> list[tuple[int, ...]]
     scale = float(sub.t.mean()) * sub.G / max(1.0, float(sum(w.bytes for w in sub.residents)))
     gammas: list[tuple[float, ...] | None] = [None] + [
         tuple(k * scale if d == e else 0.0 for d in range(D)) for e in range(D) for k in (0.25, 0.5, 1.0, 2.0)]
+    # one model, re-solved per sweep point with its costs (only the objective changes across the sweep)
+    model, idx = build_flat(sub, objective="weighted", memory=False, mem_price=tuple([0.0] * D))
+    solver = model.resolver(time_limit_s=5.0)
     for gamma in gammas:
         for alpha in (grid if gamma is None else grid[::3]):
             for beta in ((0.0, 0.05, 0.25, 1.0) if gamma is None else (0.05,)):
                 a = tuple(x / max(alpha) for x in alpha)
-                model, idx = build_flat(sub, objective="weighted", alpha=a, beta=beta * min(a), memory=False,
-                                        mem_price=gamma)
-                sol = model.solve(time_limit_s=5.0)
+                sol = solver.solve(weighted_costs(sub, idx, model.n_cols, alpha=a, beta=beta * min(a),
+                                                  mem_price=gamma))
                 if sol.ok:
                     found[tuple(int(i) for i in np.argmax(sol.values[idx.x], axis=1))] = None
     assert free is not None

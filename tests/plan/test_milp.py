@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.plan.milp import loads, lp_bound, solve_flat
+from tessera.plan.milp import build_flat, loads, lp_bound, solve_flat, weighted_costs
 from tessera.plan.problem import build_problem
 from tessera.plan.solve import check_agreement
 from tessera.plan.verify import evaluate
@@ -80,3 +80,18 @@ def test_memory_aware_bound_by_hand() -> None:
     p = build_problem(chain3(weight_bytes=40 * GB), POOL, COST)
     f = (48 * GB - p.act_bytes - 40 * GB) / (40 * GB)
     assert lp_bound_memory(p) == pytest.approx(2 + 3 * (1 - f))
+
+
+@pytest.mark.parametrize(("alpha", "beta", "gamma"), [((1.0, 1.0), 1.0, None), ((1.0, 0.25), 0.05, None),
+                                                      ((0.5, 1.0), 0.0, (2e-9, 0.0))])
+def test_sweep_costs_and_resolver_equal_a_fresh_build(alpha, beta, gamma) -> None:
+    """The pattern sweep re-solves one model under new costs: same costs, same optimum as building anew."""
+    p = build_problem(chain3(shared=True), POOL, COST)
+    base, idx = build_flat(p, objective="weighted", memory=False, mem_price=(0.0, 0.0))
+    fresh, _ = build_flat(p, objective="weighted", alpha=alpha, beta=beta, memory=False, mem_price=gamma)
+    costs = weighted_costs(p, idx, base.n_cols, alpha=alpha, beta=beta, mem_price=gamma)
+    assert costs.tolist() == pytest.approx(fresh.col_cost)
+    solver = base.resolver()
+    for _ in range(2):  # a re-solve after another point must not depend on the previous one
+        assert solver.solve(costs).objective == pytest.approx(fresh.solve().objective, rel=1e-9)
+        solver.solve(costs[::-1].copy())
