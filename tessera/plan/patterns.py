@@ -48,7 +48,7 @@ def _layer_groups(prob: PhaseProblem) -> dict[int, list[int]]:
     return out
 
 
-def _signature(prob: PhaseProblem, gs: list[int], nxt: list[int] | None) -> tuple:
+def _signature(prob: PhaseProblem, gs: list[int], nxt: list[int] | None, own: list[Resident] = ()) -> tuple:
     pos = {g: i for i, g in enumerate(gs)}
     npos = {g: i for i, g in enumerate(nxt or [])}
     kern = tuple(tuple((prob.graph.kernels[k].name, prob.graph.kernels[k].kind, tuple(sorted(
@@ -58,7 +58,11 @@ def _signature(prob: PhaseProblem, gs: list[int], nxt: list[int] | None) -> tupl
                         for v in prob.values if v.src in pos))
     pins = tuple(prob.pinned.get(g, -1) for g in gs)
     hand = tuple(sorted((pos[h.src], h.device, h.bytes) for h in prob.handoffs if h.src in pos))
-    return kern, vals, pins, hand
+    # where an earlier phase already keeps the layer's private residents: the counts MILP prices a
+    # pattern's bytes on its representative layer, exact only if every layer of the segment agrees
+    pre = tuple(sorted((tuple(pos[g] for g in w.groups), tuple(sorted(prob.preresident.get(w.name, ()))))
+                       for w in own))
+    return kern, vals, pins, hand, pre
 
 
 def find_segments(prob: PhaseProblem, min_layers: int = 3) -> list[Segment]:
@@ -66,7 +70,14 @@ def find_segments(prob: PhaseProblem, min_layers: int = 3) -> list[Segment]:
     if not by_layer:
         return []
     layers = sorted(by_layer)
-    sigs = [_signature(prob, by_layer[lay], by_layer.get(lay + 1)) for lay in layers]
+    own: dict[int, list[Resident]] = {}  # layer -> residents touched by that layer's groups only
+    if prob.preresident:
+        layer_of = {g: lay for lay, gs in by_layer.items() for g in gs}
+        for w in prob.residents:
+            where = {layer_of.get(g) for g in w.groups}
+            if len(where) == 1 and None not in where:
+                own.setdefault(where.pop(), []).append(w)
+    sigs = [_signature(prob, by_layer[lay], by_layer.get(lay + 1), own.get(lay, [])) for lay in layers]
     inner = [s[:1] + (tuple(v[:2] + v[3:] for v in s[1]),) + s[2:] for s in sigs]  # ignore next-layer part
     segs: list[Segment] = []
     i = 0

@@ -140,7 +140,8 @@ def plan_graphs(model: str, phases: list[str], source: GraphSource, pool: Pool, 
             key = (phase, batch, m)
             if key not in bounds:
                 seq, ctx, _ = phase_shape(phase, w)
-                bounds[key] = bound_s(prepare(source(phase, max(1, batch // m), seq, ctx), pool, cost, m=m))
+                bounds[key] = bound_s(prepare(source(phase, max(1, batch // m), seq, ctx), pool, cost, m=m),
+                                      mode, m)
             return bounds[key]
         return f
 

@@ -27,6 +27,13 @@ def step_time_s(m: int, t_s: float, latency_s: float) -> float:
     return max(m * t_s, latency_s + (m - 1) * t_s)
 
 
+def phase_objective_s(mode: str, m: int, bottleneck_s: float, busy_s: float, link_s: float) -> float:
+    """The objective the planner minimises in ``mode`` (milp.objective_value), from a placement's verified
+    loads; solve.bound_s is its LP relaxation."""
+    total = busy_s + link_s
+    return total + (m - 1) * bottleneck_s if mode == "throughput" else total
+
+
 def phase_shape(phase: str, w: Workload) -> tuple[int, int, int]:
     """(seq, context, steps per request batch) of a phase under the workload."""
     if phase == "decode":
@@ -113,9 +120,13 @@ def score(*, model: str, strategy: str, mode: str, pool: Pool, workload: Workloa
         d, x = max(over, key=lambda o: o[1])
         reason = (f"needs {sum(mem[d].values()) / GB:.1f} GB on {pool.gpus[d].name} (device {d}), "
                   f"capacity {pool.gpus[d].mem_bytes / GB:.1f} GB: {x / GB:.1f} GB short")
-    # bound ratio on bottlenecks: Σ n·m·T_bound(phase, m) / Σ n·m·T_plan  (T: per micro-batch)
-    t_cycle = sum(n_steps[p.phase] * p.m * evals[p.phase].bottleneck_s for p in phases)
-    t_bound = sum(n_steps[p.phase] * p.m * bound_s(p.phase, p.m) for p in phases) if bound_s else None
+    # bound ratio on the planner's objective: Σ n·bound(phase, m) / Σ n·objective(phase), where the objective
+    # is the step (m−1)·T + Σ work + Σ transfers (throughput) or Σ work + Σ transfers (latency) and the bound
+    # its LP relaxation with free transfers and the memory rows kept (solve.bound_s)
+    t_cycle = sum(n_steps[p.phase] * phase_objective_s(
+        mode, p.m, evals[p.phase].bottleneck_s, sum(evals[p.phase].device_busy_s),
+        sum(evals[p.phase].link_busy_s.values())) for p in phases)
+    t_bound = sum(n_steps[p.phase] * bound_s(p.phase, p.m) for p in phases) if bound_s else None
     dit = "denoise" in step
     per_cell = w.batch / cycle if dit else w.batch * w.output / cycle
     thr = per_cell * replicas if reason is None else None

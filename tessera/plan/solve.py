@@ -74,8 +74,9 @@ def solve_phase(prob: PhaseProblem, *, mode: str = "throughput", starts: list[tu
         fr = solve_flat(prob, objective=objective, background=background, starts=group_starts,
                         mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s, m=m)
         gd, status = fr.group_dev, fr.status
-    # keep the best of the solver's answer and the given starts (each a placement the MILP contains)
-    cands = ([tuple(gd)] if gd else []) + [s for s in group_starts if _fits(prob, s)]
+    # keep the best of the solver's answer and the given starts (each a placement the MILP contains), each
+    # re-checked against memory by the independent bookkeeping of resident_bytes
+    cands = [c for c in ([tuple(gd)] if gd else []) + group_starts if _fits(prob, c)]
     if not cands:
         return PhaseSolution(assignment=None, objective=math.inf, solve_s=time.perf_counter() - t0,
                              method=method, status=status)
@@ -119,6 +120,9 @@ def check_agreement(prob: PhaseProblem, assignment: tuple[int, ...], cost: CostM
         assert md["activation"] <= prob.act_bytes, (d, md["activation"], prob.act_bytes)
 
 
-def bound_s(prob: PhaseProblem) -> float:
-    """LP bound on this phase's T: x relaxed, transfers free, memory rows kept (z relaxed)."""
-    return lp_bound_memory(prob)
+def bound_s(prob: PhaseProblem, mode: str = "throughput", m: int = 1) -> float:
+    """Lower bound on the phase objective the planner minimises in ``mode`` (throughput: the step
+    (m−1)·T + Σ work + Σ transfers; latency: Σ work + Σ transfers) for any placement: x relaxed, transfers
+    free, memory rows kept (z relaxed)."""
+    return lp_bound_memory(prob, "step" if mode == "throughput" else "weighted", m)
+
