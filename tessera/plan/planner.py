@@ -17,10 +17,11 @@ from typing import Any
 from tessera.cost import CostModel
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
+from tessera.plan.bound import BoundPhase, lp_bound_joint
 from tessera.plan.pool import Pool, Workload
 from tessera.plan.problem import default_cost
 from tessera.plan.score import GB, GraphSource, PhaseSpec, Scored, phase_shape, score
-from tessera.plan.solve import bound_s, check_agreement, prepare, solve_phase
+from tessera.plan.solve import check_agreement, prepare, solve_phase
 from tessera.plan.types import Plan
 
 STRATEGIES = ("tessera", "homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
@@ -133,15 +134,22 @@ def plan_graphs(model: str, phases: list[str], source: GraphSource, pool: Pool, 
     order = sorted(phases, key=lambda p: 0 if p == "decode" else 1) if "decode" in phases else list(phases)
     _check_pool_fits(model, order[0], source, pool, w)
     t0 = time.perf_counter()
-    bounds: dict[tuple[str, int, int], float] = {}
+    bounds: dict[tuple, float] = {}
 
     def bound_fn(batch: int):
-        def f(phase: str, m: int) -> float:
-            key = (phase, batch, m)
+        """(phase, m) pairs of a plan -> the joint LP bound on its Σ n·objective at this batch."""
+        wb = replace(w, batch=batch)
+
+        def f(specs: tuple[tuple[str, int], ...]) -> float:
+            key = (batch, specs)
             if key not in bounds:
-                seq, ctx, _ = phase_shape(phase, w)
-                bounds[key] = bound_s(prepare(source(phase, max(1, batch // m), seq, ctx), pool, cost, m=m),
-                                      mode, m)
+                act = _act_reserve(order, source, pool, cost, wb, mode)
+                parts = []
+                for phase, m in specs:
+                    seq, ctx, n = phase_shape(phase, wb)
+                    g = source(phase, max(1, batch // m), seq, ctx)
+                    parts.append(BoundPhase(prob=prepare(g, pool, cost, m=m, act_bytes=act), m=m, steps=n))
+                bounds[key] = lp_bound_joint(parts, mode=mode)
             return bounds[key]
         return f
 
@@ -197,12 +205,7 @@ def _tessera(model: str, order: list[str], source: GraphSource, pool: Pool, w: W
     kv_home: dict[str, int] = {}
     pre: dict[str, frozenset[int]] = {}
     held = [0] * pool.n  # bytes of resident buffers earlier phases keep, per device
-    acts = []
-    for p in order:
-        seq, ctx, _ = phase_shape(p, w)
-        acts.append(max(prepare(source(p, max(1, w.batch // m), seq, ctx), pool, cost, m=m).act_bytes
-                        for m in _ms(p, w, mode)))
-    act = max(acts)
+    act = _act_reserve(order, source, pool, cost, w, mode)
     for i, p in enumerate(order):
         seq, ctx, _ = phase_shape(p, w)
         best: tuple[float, PhaseSpec] | None = None
@@ -240,6 +243,17 @@ def _tessera(model: str, order: list[str], source: GraphSource, pool: Pool, w: W
                cost=cost, solve_s=solve_total, bound_s=bound_fn, points=points,
                notes=(f"micro-batches: {', '.join(f'{s.phase} {s.m}' for s in chosen)}",))
     return (sc if sc.feasible else None), solve_total
+
+
+def _act_reserve(order: list[str], source: GraphSource, pool: Pool, cost: CostModel, w: Workload,
+                 mode: str) -> int:
+    """Activation bytes reserved on every device: the largest peak live set of any phase and m searched."""
+    acts = []
+    for p in order:
+        seq, ctx, _ = phase_shape(p, w)
+        acts.append(max(prepare(source(p, max(1, w.batch // m), seq, ctx), pool, cost, m=m).act_bytes
+                        for m in _ms(p, w, mode)))
+    return max(acts)
 
 
 def _ms(phase: str, w: Workload, mode: str) -> list[int]:

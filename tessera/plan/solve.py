@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from tessera.cost import CostModel
 from tessera.graph import KernelGraph, Role
-from tessera.plan.milp import Background, loads, lp_bound_memory, objective_value, solve_flat
+from tessera.plan.milp import Background, loads, objective_value, solve_flat
 from tessera.plan.patterns import find_segments, polish, solve_patterns
 from tessera.plan.pool import Pool
 from tessera.plan.problem import Handoff, PhaseProblem, build_problem
@@ -118,11 +118,4 @@ def check_agreement(prob: PhaseProblem, assignment: tuple[int, ...], cost: CostM
         mine = md["weight"] + m * (md["kv"] + md["state"])
         assert mine == solver_mem[d], (d, mine, solver_mem[d])
         assert md["activation"] <= prob.act_bytes, (d, md["activation"], prob.act_bytes)
-
-
-def bound_s(prob: PhaseProblem, mode: str = "throughput", m: int = 1) -> float:
-    """Lower bound on the phase objective the planner minimises in ``mode`` (throughput: the step
-    (m−1)·T + Σ work + Σ transfers; latency: Σ work + Σ transfers) for any placement: x relaxed, transfers
-    free, memory rows kept (z relaxed)."""
-    return lp_bound_memory(prob, "step" if mode == "throughput" else "weighted", m)
 

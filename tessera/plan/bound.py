@@ -1,0 +1,77 @@
+"""The joint LP bound of a multi-phase plan: every phase's placement relaxed at once, sharing residency.
+
+Phases of one plan share the devices' memory: a weight used by prefill and decode is held once, and
+where it is held decides where both phases can run its kernels. Bounding each phase alone lets every
+phase pick the weights' devices anew (prefill wants them on the compute-rich GPU, decode on the
+bandwidth-rich one), which a real plan cannot; the joint relaxation keeps one residency per name.
+
+Variables (relaxed, names as in the model):
+  x[p,g,d] ∈ [0,1]  phase p's group g on device d
+  z[w,d] ∈ [0,1]    resident name w held on d (one column per name across phases)
+  T[p] ≥ 0          phase p's per-micro-batch bottleneck (throughput mode)
+Rows:
+  assign[p,g]:   Σ_d x[p,g,d] = 1
+  resident[w,p,g,d]: z[w,d] ≥ x[p,g,d]                  g ∈ touch_p(w)
+  compute[p,d]:  Σ_g t_p[g,d]·x[p,g,d] ≤ T[p]
+  memory[d]:     Σ_w size[w]·z[w,d] ≤ capacity[d] − activations
+Objective: Σ_p n_p·((m_p−1)·T[p] + Σ_g,d t_p[g,d]·x[p,g,d])  (throughput; latency mode drops T):
+the planner's objective (score.phase_objective_s) with transfers free, so a lower bound on it for any
+placement of these phases. size[w] is the smallest size any phase gives the name (kv × m differs by
+phase), which keeps the rows no tighter than score's by-name memory accounting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tessera.plan.highs import Model
+from tessera.plan.problem import PhaseProblem
+
+
+@dataclass(frozen=True, kw_only=True)
+class BoundPhase:
+    prob: PhaseProblem  # built at the phase's micro-batch shape (kv/state bytes already × m)
+    m: int  # micro-batches
+    steps: int  # n_p: how many times the phase runs per cycle
+
+
+def lp_bound_joint(phases: list[BoundPhase], *, mode: str = "throughput") -> float:
+    """min Σ_p n_p·objective_p over the joint relaxation (seconds per cycle)."""
+    assert phases and mode in ("throughput", "latency"), mode
+    D = phases[0].prob.D  # noqa: N806
+    m = Model("bound[joint]")
+    size: dict[str, float] = {}
+    touch: dict[str, list[int]] = {}  # name -> x columns of groups touching it
+    for pi, ph in enumerate(phases):
+        p = ph.prob
+        assert p.D == D and not p.preresident and not p.held_bytes, "a joint bound starts from an empty pool"
+        # ---- step 1: x[p,g,d] and assign[p,g] ----
+        x = [[m.var(f"x[{pi},{g},{d}]", lb=float(p.pinned.get(g) == d),
+                    ub=float(p.pinned.get(g, d) == d), cost=ph.steps * float(p.t[g, d]))
+              for d in range(D)] for g in range(p.G)]
+        for g in range(p.G):
+            m.row(f"assign[{pi},{g}]", {x[g][d]: 1.0 for d in range(D)}, lb=1.0, ub=1.0)
+        # ---- step 2: T[p] and compute[p,d] (throughput: (m−1)·T in the objective) ----
+        if mode == "throughput" and ph.m > 1:
+            t_col = m.var(f"T[{pi}]", cost=ph.steps * float(ph.m - 1))
+            for d in range(D):
+                m.row(f"compute[{pi},{d}]", {**{x[g][d]: float(p.t[g, d]) for g in range(p.G)}, t_col: -1.0},
+                      ub=0.0)
+        # ---- step 3: residents by name ----
+        for w in p.residents:
+            size[w.name] = min(size.get(w.name, float(w.bytes)), float(w.bytes))
+            touch.setdefault(w.name, []).extend(x[g][d] for g in w.groups for d in range(D))  # [g, d] order
+    # ---- step 4: z[w,d], resident rows, memory[d] ----
+    mem: list[dict[int, float]] = [{} for _ in range(D)]
+    for wi, (name, cols) in enumerate(touch.items()):
+        for d in range(D):
+            z = m.var(f"z[{wi},{d}]", ub=1.0)
+            for c in cols[d::D]:
+                m.row(f"resident[{wi},{c},{d}]", {z: 1.0, c: -1.0}, lb=0.0)
+            mem[d][z] = size[name]
+    for d in range(D):
+        cap = min(float(ph.prob.free_bytes(d)) for ph in phases)  # activations: the largest reserve
+        m.row(f"memory[{d}]", mem[d], ub=cap)
+    sol = m.solve(relax=True)
+    assert sol.status == "optimal", f"joint LP bound: {sol.status}"
+    return sol.objective
