@@ -24,7 +24,7 @@ from enum import StrEnum
 from tessera.ptx.compile import ACC_A, ACC_R, ACC_W, TENSOR, compile_function
 from tessera.ptx.evaluate import CONST, DATA, GSYM0, LOCAL, UNMOD, WILD, CompiledFunction
 from tessera.ptx.lower import lower_body
-from tessera.ptx.parser import Function, Module, parse_ptx
+from tessera.ptx.parser import Function, Module, Param, make, parse_ptx
 
 
 class Access(StrEnum):
@@ -149,11 +149,23 @@ def analyze_module(module: Module) -> dict[str, EntryAccess]:
             continue
         ctx = _EntryContext(module, compiled, entry)
         cf = compiled[entry.name]
-        ptrs = [p.may_hold_pointer for p in entry.params]
+        ptrs = [_holds_pointer(p) for p in entry.params]
         init = tuple((1 << (p0 + i)) if ptr else 0 for i, ptr in enumerate(ptrs))
         ctx.run(cf, init, 0)
         out[entry.name] = _summarise(module, entry, ctx, gindex, p0, ptrs)
     return out
+
+
+_HOLDS: dict[tuple[str, int | None, str | None], bool] = {}
+
+
+def _holds_pointer(p: Param) -> bool:
+    """Param.may_hold_pointer, memoised on what it depends on (a property call per parameter showed up)."""
+    key = (p.type, p.count, p.ptr_space)
+    hit = _HOLDS.get(key)
+    if hit is None:
+        hit = _HOLDS[key] = p.may_hold_pointer
+    return hit
 
 
 def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict[str, int], p0: int,
@@ -167,6 +179,7 @@ def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict
     pmask = (1 << n) - 1
     nonparam_space = LOCAL | CONST | ((1 << p0) - (1 << GSYM0))
     wild_any = bool(ctx.unknown)
+    gmask = nonparam_space & ~(LOCAL | CONST)
     for (fname, site), addr in ctx.sites.items():
         cf = ctx.compiled[fname]
         kind, line, op = cf.sites[site]
@@ -179,9 +192,10 @@ def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict
             bits = val_bits
             wild = bool(addr & WILD) or not (val_bits or addr & nonparam_space or addr_bits)
         kind &= ACC_R | ACC_W | ACC_A
-        for g, j in gindex.items():
-            if addr >> (GSYM0 + j) & 1:
-                gflags[g] = gflags.get(g, 0) | kind
+        if addr & gmask:
+            for g, j in gindex.items():
+                if addr >> (GSYM0 + j) & 1:
+                    gflags[g] = gflags.get(g, 0) | kind
         if wild:
             wild_any = True
             reasons.append(f"line {line}: {op} through an address loaded from memory or unknown")
@@ -210,13 +224,13 @@ def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict
                 flags[i] |= ACC_R | ACC_W
                 counts[i][3] += 1
     params = tuple(
-        ParamAccess(name=p.name, type=p.type, access=_classify(flags[i]), reads=counts[i][0],
-                    writes=counts[i][1], atomics=counts[i][2], conservative=counts[i][3],
-                    data_dependent=datadep[i])
-        for i, p in enumerate(entry.params)
+        make(ParamAccess, {"name": p.name, "type": p.type, "access": _classify(flags[i]), "reads": c[0],
+                           "writes": c[1], "atomics": c[2], "conservative": c[3], "data_dependent": datadep[i]})
+        for i, (p, c) in enumerate(zip(entry.params, counts, strict=True))
     )
-    return EntryAccess(name=entry.name, params=params, indirect=bool(reasons), reasons=tuple(dict.fromkeys(reasons)),
-                       globals={g: _classify(f) for g, f in gflags.items()})
+    return make(EntryAccess, {"name": entry.name, "params": params, "indirect": bool(reasons),
+                              "reasons": tuple(dict.fromkeys(reasons)),
+                              "globals": {g: _classify(f) for g, f in gflags.items()}})
 
 
 def analyze_ptx(text: str, source: str = "<string>") -> dict[str, EntryAccess]:

@@ -111,8 +111,8 @@ def parse_body(src: str, text: str, start: int, end: int, first_line: int
             if rename:
                 args = _apply_renames(args, rename)
             body.append(new(cls, (op, args, guard, lineno)))
-        elif c == "." and s.split(None, 1)[0] in _IGNORED_DIRECTIVES:
-            continue  # .loc / .file / .maxntid lines carry no semicolon
+        elif c == "." and ";" not in s and s.split(None, 1)[0] in _IGNORED_DIRECTIVES:
+            continue  # .loc / .file / .maxntid lines carry no semicolon; one with a ";" inside is split
         elif s.startswith(("call", "@")) and "{" not in s and "}" not in s and ";" not in s:
             pending, pending_line = s, lineno
         else:  # labels, braces, several statements on one line: the general statement splitter

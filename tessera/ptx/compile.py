@@ -32,7 +32,7 @@ from tessera.ptx.evaluate import (
     WILD,
     CompiledFunction,
 )
-from tessera.ptx.parser import Function, Module, split_operands
+from tessera.ptx.parser import Function, Module, make, split_operands
 
 ACC_R, ACC_W, ACC_A, TENSOR = 1, 2, 4, 8
 
@@ -164,10 +164,10 @@ class _Builder:
         self.sites.append((kind, line, op))
 
     def finish(self, name: str) -> CompiledFunction:
-        return CompiledFunction(
-            name=name, transfers=self.transfers, sites=self.sites, site_addrs=self.site_addrs,
-            params=tuple("=" + p for p in self.params), returns=tuple("=" + p for p in self.returns),
-            locals=self.locals, entry_params=self.entry_params)
+        return make(CompiledFunction, {
+            "name": name, "transfers": self.transfers, "sites": self.sites, "site_addrs": self.site_addrs,
+            "params": tuple("=" + p for p in self.params), "returns": tuple("=" + p for p in self.returns),
+            "locals": self.locals, "entry_params": self.entry_params, "init": {}, "_init_vals": {}})
 
 
 def lower_instruction(b: _Builder, op: str, args: str, line: int, cat: int, parts: list[str]) -> None:

@@ -72,66 +72,10 @@ class CompiledFunction:
         vals: defaultdict[str, int] = defaultdict(int, self._initial(a0))
         for slot, v in zip(self.params, args, strict=False):
             vals[slot] |= v
-        vals[MEM] |= mem
-        transfers = self.transfers
-        changed = True
-        while changed:
-            changed = False
-            for t in transfers:
-                code = t[0]
-                if code == COPY1:  # the result includes the destination's value: it changed iff it differs
-                    v = 0
-                    for s in t[1]:
-                        v |= vals[s]
-                    if v and vals[t[1][0]] != v:
-                        vals[t[1][0]] = v
-                        changed = True
-                    continue
-                v = 0
-                if code == SCALE1:
-                    for s in t[1]:
-                        v |= vals[s]
-                    v &= DATA
-                    if v:
-                        d = t[1][0]
-                        if vals[d] | v != vals[d]:
-                            vals[d] |= v
-                            changed = True
-                    continue
-                for s in t[2]:
-                    v |= vals[s]
-                if code == COPY:
-                    if not v:
-                        continue
-                elif code == SCALE:
-                    v &= DATA
-                    if not v:
-                        continue
-                elif code == LOAD:
-                    v = _load(t, v, vals, amask, a0, p0)
-                elif code == MAD:  # a * b + c: the product is an offset, c may be a pointer
-                    v &= DATA
-                    for s in t[3]:
-                        v |= vals[s]
-                elif code == PACK:
-                    if v & DATA:
-                        v |= WILD
-                elif code == SHL_HI:
-                    v = (v & DATA) | (WILD if v & DATA else 0)
-                elif code == UNK:
-                    if v & ~DATA:
-                        v |= UNMOD
-                elif code == ATOM_DST:
-                    v = (vals[MEM] | DATA) if t[3] == S_LOCAL else (DATA | t[4])
-                elif code == CALL:
-                    if _call(ctx, t, vals):
-                        changed = True
-                    continue
-                for d in t[1]:
-                    old = vals[d]
-                    if old | v != old:
-                        vals[d] = old | v
-                        changed = True
+        if mem:  # absent when 0: the first pass's proof below treats a present name as possibly read
+            vals[MEM] |= mem
+        if _first_pass(ctx, self.transfers, vals, amask, a0, p0):
+            _fixpoint(ctx, self.transfers, vals, amask, a0, p0)
         sites = ctx.sites
         name = self.name
         for site, addr in self.site_addrs:
@@ -141,6 +85,138 @@ class CompiledFunction:
             key = (name, site)
             sites[key] = sites.get(key, 0) | v
         return tuple(vals[r] for r in self.returns), vals[MEM]
+
+
+# Why one pass usually suffices. A pass re-run with the same input values at every transfer changes
+# nothing (each transfer is a function of its inputs, calls are memoised). Reading a name through the
+# defaultdict inserts it, so during the first pass "the name is absent" means "nothing has read it yet
+# and nothing has assigned it". If every change of the first pass assigns an absent name, each changed
+# name changed once, before any transfer read it, so every transfer of a second pass would see exactly
+# its first-pass inputs: the second pass would change nothing and is skipped. Any other change (a name
+# read before it was assigned: loops, uses before definitions; a second assignment; an initialised
+# name) makes _first_pass return True and the classic pass-until-no-change loop runs as before, so the
+# result is bit for bit the one of always iterating: the skipped pass is exactly one that changes nothing.
+
+
+def _first_pass(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
+                amask: int, a0: int, p0: int) -> bool:
+    """One pass over ``transfers``; True when another pass may change something."""
+    again = False
+    for t in transfers:
+        code = t[0]
+        if code == COPY1:  # (COPY1, [dst, src...]): the result includes the destination's own value
+            ops = t[1]
+            d = ops[0]
+            fresh = d not in vals
+            v = 0
+            for s in ops:
+                v |= vals[s]
+            if v and vals[d] != v:
+                vals[d] = v
+                if not fresh:
+                    again = True
+            continue
+        if code == SCALE1:
+            ops = t[1]
+            d = ops[0]
+            fresh = d not in vals
+            v = 0
+            for s in ops:
+                v |= vals[s]
+            v &= DATA
+            if v and vals[d] | v != vals[d]:
+                vals[d] |= v
+                if not fresh:
+                    again = True
+            continue
+        if code == COPY:
+            v = 0
+            for s in t[2]:
+                v |= vals[s]
+        elif code == LOAD and t[3] == S_GLOBAL:  # the address does not matter: loaded data
+            v = DATA | t[4]
+        elif code == CALL:
+            if _call(ctx, t, vals, True):
+                again = True
+            continue
+        else:
+            v = _transfer(t, code, vals, amask, a0, p0)
+        if v:
+            for d in t[1]:
+                old = vals.get(d)
+                if old is None:
+                    vals[d] = v
+                elif old | v != old:
+                    vals[d] = old | v
+                    again = True
+    return again
+
+
+def _fixpoint(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
+              amask: int, a0: int, p0: int) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for t in transfers:
+            code = t[0]
+            if code == COPY1:
+                v = 0
+                for s in t[1]:
+                    v |= vals[s]
+                if v and vals[t[1][0]] != v:
+                    vals[t[1][0]] = v
+                    changed = True
+                continue
+            if code == SCALE1:
+                v = 0
+                for s in t[1]:
+                    v |= vals[s]
+                v &= DATA
+                if v:
+                    d = t[1][0]
+                    if vals[d] | v != vals[d]:
+                        vals[d] |= v
+                        changed = True
+                continue
+            if code == CALL:
+                if _call(ctx, t, vals, False):
+                    changed = True
+                continue
+            v = _transfer(t, code, vals, amask, a0, p0)
+            if v:
+                for d in t[1]:
+                    old = vals[d]
+                    if old | v != old:
+                        vals[d] = old | v
+                        changed = True
+
+
+def _transfer(t: tuple, code: int, vals: defaultdict[str, int], amask: int, a0: int, p0: int  # type: ignore[type-arg]
+              ) -> int:
+    """The value a non-COPY1/SCALE1/CALL transfer joins into its destinations (0: nothing)."""
+    v = 0
+    for s in t[2]:
+        v |= vals[s]
+    if code == COPY:
+        return v
+    if code == SCALE:
+        return v & DATA
+    if code == LOAD:
+        return _load(t, v, vals, amask, a0, p0)
+    if code == MAD:  # a * b + c: the product is an offset, c may be a pointer
+        v &= DATA
+        for s in t[3]:
+            v |= vals[s]
+        return v
+    if code == PACK:
+        return v | WILD if v & DATA else v
+    if code == SHL_HI:
+        return (v & DATA) | (WILD if v & DATA else 0)
+    if code == UNK:
+        return v | UNMOD if v & ~DATA else v
+    if code == ATOM_DST:
+        return (vals[MEM] | DATA) if t[3] == S_LOCAL else (DATA | t[4])
+    return v
 
 
 def _load(t: tuple, v: int, vals: dict[str, int], amask: int, a0: int, p0: int) -> int:  # type: ignore[type-arg]
@@ -159,7 +235,9 @@ def _load(t: tuple, v: int, vals: dict[str, int], amask: int, a0: int, p0: int) 
     return r
 
 
-def _call(ctx: _EntryContext, t: tuple, vals: dict[str, int]) -> bool:  # type: ignore[type-arg]
+def _call(ctx: _EntryContext, t: tuple, vals: dict[str, int], first: bool) -> bool:  # type: ignore[type-arg]
+    """Joins the callee's results into ``vals``; True when a value changed (in the first pass: changed
+    a name that was already present, see _first_pass)."""
     _, rets, args, callee, line = t
     fn = ctx.compiled.get(callee)
     if fn is None:
@@ -171,11 +249,12 @@ def _call(ctx: _EntryContext, t: tuple, vals: dict[str, int]) -> bool:  # type: 
     else:
         ret, mem_out = ctx.run(fn, tuple(vals[a] for a in args), vals[MEM])
     changed = False
-    for r, v in zip(rets, ret, strict=False):
-        if vals[r] | v != vals[r]:
-            vals[r] |= v
+    for r, v in zip((*rets, MEM), (*ret, mem_out), strict=True):
+        old = vals.get(r) if first else vals[r]
+        if old is None:
+            if v:
+                vals[r] = v
+        elif old | v != old:
+            vals[r] = old | v
             changed = True
-    if vals[MEM] | mem_out != vals[MEM]:
-        vals[MEM] |= mem_out
-        changed = True
     return changed

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from tessera.ptx.evaluate import CompiledFunction
@@ -53,6 +53,20 @@ _PARAM = re.compile(
     re.X,
 )
 _SCALAR_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8, "128": 16}
+_T = TypeVar("_T")
+_new = object.__new__
+_set = object.__setattr__
+
+
+def make(cls: type[_T], fields: dict[str, Any]) -> _T:
+    """An instance of the frozen dataclass ``cls`` given *every* field: the generated __init__ sets each
+    field through object.__setattr__, which cost ~1 us per object, a visible share of the analysis for
+    parameters and results. tests/ptx/test_ptx_lower.py checks the result equals normal construction."""
+    obj = _new(cls)
+    _set(obj, "__dict__", fields)
+    return obj
+
+
 @dataclass(frozen=True, kw_only=True)
 class Param:
     """One .param (or old-style .reg) parameter of an .entry or .func."""
@@ -179,7 +193,7 @@ def _parse_params(src: str, text: str, pos: int, plist: str | None) -> tuple[Par
     for raw in plist.split(","):
         w = raw.split()
         if len(w) == 3 and w[0] == ".param" and w[1] in _PLAIN_TYPES and w[2].isascii() and w[2].isidentifier():
-            out.append(Param(name=w[2], type=w[1]))
+            out.append(make(Param, {"name": w[2], "type": w[1], "count": None, "align": None, "ptr_space": None}))
             continue
         m = _PARAM.match(raw)
         if m is None:
@@ -287,7 +301,7 @@ def _parse_function(src: str, text: str, kw_pos: int, pos: int, keyword: str, lo
     rets = _parse_params(src, text, kw_pos, h["ret"])
     line = _line_at(text, kw_pos, lines_at)
     if h["end"] == ";":
-        return Function(name=h["name"], is_entry=is_entry, params=params, returns=rets, line=line), h.end()
+        return _function(h["name"], is_entry, params, rets, None, {}, line, 0, None), h.end()
     open_pos = h.end() - 1
     close = _body_end(text, open_pos)
     if close < 0:
@@ -296,13 +310,16 @@ def _parse_function(src: str, text: str, kw_pos: int, pos: int, keyword: str, lo
     done = (lower(src, text, open_pos, close, body_line, h["name"], params, rets, is_entry)
             if lower is not None else None)
     if done is not None:
-        fn = Function(name=h["name"], is_entry=is_entry, params=params, returns=rets, lowered=done[0],
-                      locals=done[1], line=line, body_offset=open_pos)
-        return fn, close
+        return _function(h["name"], is_entry, params, rets, None, done[1], line, open_pos, done[0]), close
     body, decls = parse_body(src, text, open_pos, close, body_line)
-    fn = Function(name=h["name"], is_entry=is_entry, params=params, returns=rets, body=body, locals=decls,
-                  line=line, body_offset=open_pos)
-    return fn, close
+    return _function(h["name"], is_entry, params, rets, body, decls, line, open_pos, None), close
+
+
+def _function(name: str, is_entry: bool, params: tuple[Param, ...], returns: tuple[Param, ...],
+              body: tuple[Instruction, ...] | None, locals_: dict[str, str], line: int, body_offset: int,
+              lowered: CompiledFunction | None) -> Function:
+    return make(Function, {"name": name, "is_entry": is_entry, "params": params, "returns": returns, "body": body,
+                           "locals": locals_, "line": line, "body_offset": body_offset, "lowered": lowered})
 
 
 _SPLIT_DEPTH = re.compile(r"[\[\]{}(),]")

@@ -11,6 +11,7 @@ import torch
 from tessera.errors import UserError
 from tessera.graph import Role
 from tessera.runtime.cluster import ClusterConfig
+from tessera.runtime.device import torch_device
 from tessera.runtime.measure import (
     LinkModel,
     charged_kernel_s,
@@ -40,6 +41,7 @@ class RunSpec:
     recv_timeout_s: float = 5.0
     recover: bool = False  # a lost worker: re-plan onto the survivors and finish the requests (else fail)
     replan: str = "layer_split"  # placement for the survivors (PLACEMENTS name or "plan")
+    transport: str = "auto"  # auto | gloo | nccl (tessera.runtime.device.choose_backend)
 
     def __post_init__(self) -> None:
         if self.microbatches < 1 or self.requests < 1:
@@ -71,14 +73,15 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
                                 f"{phase_of(key)}; the plan must come from a capture of {job.model}")
     policy = SwitchPolicy(throughput_microbatches=spec.microbatches, threshold=spec.microbatches)
     cfg = ClusterConfig(devices=spec.devices, threads=spec.threads, weights_dir=spec.weights_dir,
-                        max_microbatches=spec.microbatches, recv_timeout_s=spec.recv_timeout_s)
+                        max_microbatches=spec.microbatches, recv_timeout_s=spec.recv_timeout_s,
+                        transport=spec.transport)
     with RecoveringExecutor(programs, spec.plans, cfg, replan_with(spec.replan, spec.microbatches)) as rex:
         rounds, switches = serve(rex, job, programs, spec.requests, policy,
                                  recover=rex.recover if spec.recover else None)
         resident, link = rex.cluster.resident, rex.cluster.link
     history, parts, final = rex.runs[-1]  # measured and predicted: the run's last cluster (after recovery)
     ref_programs = with_weights(programs, spec.weights_dir) if spec.weights_dir else programs
-    local = LocalExecutor(ref_programs)
+    local = LocalExecutor(ref_programs, torch_device(spec.devices[0]))  # single process on the workers' kind
     threads = torch.get_num_threads()
     torch.set_num_threads(spec.threads)  # exactness needs the workers' thread count
     try:
@@ -122,6 +125,7 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
         "overlap": meas.overlap,
         "wait_s": meas.wait_s,
         "busy_s": meas.busy_s,
+        "transport": cfg.backend,
         "link_bytes_by_link": {f"{a}->{b}": n for (a, b), n in sorted(meas.link_bytes.items())},
         "predicted_event_step_s": statistics.mean(event_pred[skip:]),
         "measured_steps_s": meas.step_s,

@@ -29,6 +29,8 @@ def register(app: typer.Typer) -> None:
         weights: Path | None = typer.Option(None, help="directory of safetensors weights to load"),
         recover: bool = typer.Option(False, help="on a lost worker, re-plan onto the survivors and finish"),
         replan: str = typer.Option("layer_split", help=f"placement after a loss: {', '.join([*PLACEMENTS, MILP])}"),
+        transport: str = typer.Option("auto", help="auto (nccl for distinct GPUs, else gloo), gloo (CUDA "
+                                      "workers stage through host memory), nccl"),
     ) -> None:
         """Run a plan for real on worker processes and compare with single-process execution."""
         from tessera.runtime.api import RunSpec, run
@@ -67,7 +69,7 @@ def register(app: typer.Typer) -> None:
             by_phase = placements(placement_name, graphs, len(devs), microbatches)
         spec = RunSpec(job=job, devices=devs, plans={"latency": by_phase, "throughput": by_phase},
                        microbatches=microbatches, requests=requests, weights_dir=str(weights) if weights else None,
-                       trace=str(trace) if trace else None, recover=recover, replan=replan)
+                       trace=str(trace) if trace else None, recover=recover, replan=replan, transport=transport)
         try:
             out = run(spec, programs)
         except WorkerFailure as e:

@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 
 from tessera.errors import UserError
 from tessera.graph import Role
+from tessera.runtime.device import choose_backend, torch_device
 from tessera.runtime.partition import Partition
 from tessera.runtime.program import Program, from_wire, to_wire
 from tessera.runtime.worker import StepCmd, WorkerSpec, worker_main
@@ -42,6 +43,10 @@ class ClusterConfig:
     start_timeout_s: float = 120.0
     weights_dir: str | None = None
     max_microbatches: int = 1
+    transport: str = "auto"  # auto | gloo | nccl (device.choose_backend)
+    # issue in NCCL's global order even on gloo (where every message then carries tag 0): checks that
+    # schedule's pairing without a GPU. None: ordered exactly when the backend is NCCL
+    ordered: bool | None = None
 
     def __post_init__(self) -> None:
         if len(self.devices) < 1:
@@ -51,8 +56,16 @@ class ClusterConfig:
             raise UserError(f"unknown device {bad[0]!r}; valid: cpu, cuda, cuda:N")
         if len({d == "cpu" for d in self.devices}) > 1:
             raise UserError(f"devices {','.join(self.devices)} mix cpu and cuda; one backend per run")
-        if any(d.startswith("cuda") for d in self.devices) and not torch.cuda.is_available():
-            raise UserError("cuda devices requested but this torch build sees no GPU; valid here: cpu")
+        if any(d.startswith("cuda") for d in self.devices):
+            if not torch.cuda.is_available():
+                raise UserError("cuda devices requested but this torch build sees no GPU; valid here: cpu")
+            n = torch.cuda.device_count()
+            for d in self.devices:
+                if torch_device(d).index >= n:
+                    raise UserError(f"device {d} does not exist; valid: cpu, " +
+                                    ", ".join(f"cuda:{i}" for i in range(n)))
+        if choose_backend(self.devices, self.transport)[0] == "nccl" and self.ordered is False:
+            raise UserError("NCCL needs the ordered schedule; valid: ordered=None or True")
         for what, v in (("threads", self.threads), ("max_microbatches", self.max_microbatches)):
             if v < 1:
                 raise UserError(f"{what}={v} must be >= 1")
@@ -63,7 +76,11 @@ class ClusterConfig:
 
     @property
     def backend(self) -> str:
-        return "gloo" if self.devices[0] == "cpu" else "nccl"
+        return choose_backend(self.devices, self.transport)[0]
+
+    @property
+    def ordered_issue(self) -> bool:
+        return choose_backend(self.devices, self.transport)[1] if self.ordered is None else self.ordered
 
 
 def free_port() -> int:
@@ -94,7 +111,8 @@ def worker_specs(programs: dict[str, Program], partitions: dict[tuple[str, str],
                 else:
                     keep[key].add(b)
         specs.append(WorkerSpec(
-            rank=d, world=len(config.devices), device=device, backend=config.backend, threads=config.threads,
+            rank=d, world=len(config.devices), device=device, backend=config.backend,
+            ordered=config.ordered_issue, threads=config.threads,
             recv_timeout_s=config.recv_timeout_s, programs={k: p.stripped(keep[k]) for k, p in programs.items()},
             partitions=partitions, weights=weights, weights_dir=config.weights_dir,
             max_microbatches=config.max_microbatches))
@@ -174,13 +192,19 @@ class Cluster:
                 if p.exitcode is not None:
                     self._fail(r, _exit_reason(p.exitcode))
                 if beats and now - self.heartbeat[r] > self.config.heartbeat_timeout_s:
-                    self._fail(r, f"stopped answering: no heartbeat for {now - self.heartbeat[r]:.1f} s")
+                    self._fail(r, f"stopped answering: no heartbeat for {now - self.heartbeat[r]:.1f} s", hung=True)
                 if now > deadline:
                     self._fail(r, f"did not finish ({kind}) within {timeout_s:g} s")
         return got
 
-    def _fail(self, rank: int, reason: str, detail: str = "") -> None:
-        """Find the root cause (a peer's death shows up as others' receive errors), stop all, raise."""
+    def _fail(self, rank: int, reason: str, detail: str = "", *, hung: bool = False) -> None:
+        """Find the root cause (a peer's death shows up as others' receive errors), stop all, raise.
+
+        hung: the worker is alive but silent (stopped, wedged); SIGTERM would sit pending on a stopped
+        process, so it is SIGKILLed at once rather than after the others' grace period."""
+        alive = [p.is_alive() for p in self.procs]  # at detection: later, peers exit on their own errors
+        if hung and alive[rank]:
+            self.procs[rank].kill()
         time.sleep(0.3)  # let a killed peer's exit status and a failing worker's report land
         errors: dict[int, tuple[str, str]] = {}
         while True:
@@ -190,13 +214,14 @@ class Cluster:
                 break
             if msg[0] == "error":
                 errors.setdefault(msg[1], (msg[2], msg[3]))
-        killed = [r for r, p in enumerate(self.procs) if p.exitcode is not None and p.exitcode < 0]
+        killed = [r for r, p in enumerate(self.procs)  # by a signal, not by us (the hung one)
+                  if p.exitcode is not None and p.exitcode < 0 and not (hung and r == rank)]
         if killed and rank not in killed:
             rank, reason = killed[0], _exit_reason(self.procs[killed[0]].exitcode)
         elif rank not in killed and rank in errors and not detail:
             reason, detail = f"failed: {errors[rank][0]}", errors[rank][1]
         pid = self.procs[rank].pid
-        others = sum(1 for r, p in enumerate(self.procs) if r != rank and p.is_alive())
+        others = sum(1 for r, a in enumerate(alive) if r != rank and a)
         self.abort()
         err = WorkerFailure(f"worker {rank} ({self.config.devices[rank]}, pid {pid}) {reason}; "
                             f"stopped {others} other worker(s)")

@@ -10,7 +10,12 @@ import torch.distributed as dist
 
 
 def _recv_like_a_step(buf: torch.Tensor, src: int) -> None:
-    """Receive as run_step does: irecv, a thread blocked in wait(), the main thread woken by a condition."""
+    """Receive as a step does. gloo: irecv, a thread blocked in wait(), the main thread woken by a
+    condition. NCCL: the stream waits for the receive, the host for the stream (the clock is the host's)."""
+    if buf.device.type == "cuda":
+        dist.irecv(buf, src=src).wait()
+        torch.cuda.synchronize(buf.device)
+        return
     work, cond, done = dist.irecv(buf, src=src), threading.Condition(), []
 
     def waiter() -> None:
@@ -24,17 +29,20 @@ def _recv_like_a_step(buf: torch.Tensor, src: int) -> None:
         cond.wait_for(lambda: bool(done))
 
 
-def probe_link(rank: int, world: int, reps: int = 7) -> tuple[float, float, float, float] | None:
-    """Rank 0 ping-pongs 4 KiB and 4 MiB with rank 1 through the step's send/receive path. Returns one
-    direction's (latency_s, bytes_per_s) and the process CPU time a message costs one end (cpu_s per
-    message, cpu_s per byte), from medians; None on workers that do not take part."""
+def probe_link(rank: int, world: int, device: torch.device, reps: int = 7
+               ) -> tuple[float, float, float, float] | None:
+    """Rank 0 ping-pongs 4 KiB and 4 MiB with rank 1 through the step's send/receive path, with buffers on
+    ``device`` (where the transport's tensors live: the host for gloo, the GPU for NCCL; a CUDA worker's
+    staging copies over gloo are not included). Returns one direction's (latency_s, bytes_per_s) and the
+    process CPU time a message costs one end (cpu_s per message, cpu_s per byte), from medians; None on
+    workers that do not take part. Rank 0 sends first and rank 1 receives first: NCCL pairs in issue order."""
     if world < 2 or rank > 1:
         return None
     peer = 1 - rank
     wall, cpu = [], []
     sizes = (4096, 4 << 20)
     for nbytes in sizes:
-        buf = torch.zeros(nbytes, dtype=torch.uint8)
+        buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
         ts, cs = [], []
         for _ in range(reps):
             c0, t0 = time.process_time(), time.perf_counter()

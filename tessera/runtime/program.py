@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
-from tessera.capture.program import Capture, run_op, view_of
+from tessera.capture.program import Capture, run_op
 from tessera.capture.recorder import OpRecord, TensorRef
 from tessera.graph import KernelGraph, Role
+from tessera.runtime.device import HOST, as_bytes, zero_storage
 
 Storages = dict[int, torch.UntypedStorage]
 
@@ -78,9 +79,20 @@ def iter_refs(x: Any) -> Iterator[TensorRef]:
             yield from iter_refs(y)
 
 
-def as_bytes(st: torch.UntypedStorage) -> torch.Tensor:
-    """A flat uint8 tensor over a storage (no copy): what travels over gloo."""
-    return torch.empty(0, dtype=torch.uint8).set_(st)
+def view_of(storages: Storages, ref: TensorRef) -> torch.Tensor:
+    """The recorded view over a storage, on the storage's device (``set_`` refuses a device mismatch)."""
+    st = storages[ref.buffer]
+    return torch.empty(0, dtype=ref.dtype, device=st.device).set_(st, ref.storage_offset, ref.size, ref.stride)
+
+
+def materialise(storages: Storages, tree: Any) -> Any:
+    if isinstance(tree, TensorRef):
+        return view_of(storages, tree)
+    if isinstance(tree, tuple | list):
+        return type(tree)(materialise(storages, x) for x in tree)
+    if isinstance(tree, dict):
+        return {k: materialise(storages, v) for k, v in tree.items()}
+    return tree
 
 
 Wire = tuple[str, tuple[int, ...], Any]  # (dtype name, shape, numpy uint8 array)
@@ -90,7 +102,7 @@ def to_wire(t: torch.Tensor) -> Wire:
     """A tensor as plain bytes for the control queues. Tensors pickled by torch.multiprocessing go through
     shared-memory files and an fd-passing thread; those stalled the next step by ~5 ms (a GIL switch
     interval) after every large output, measured in the worker traces."""
-    flat = t.detach().contiguous().reshape(-1)
+    flat = t.detach().contiguous().reshape(-1).to(HOST)  # a device tensor comes back to host bytes here
     return str(flat.dtype).removeprefix("torch."), tuple(t.shape), flat.view(torch.uint8).numpy()
 
 
@@ -99,18 +111,15 @@ def from_wire(w: Wire) -> torch.Tensor:
     return torch.from_numpy(data).view(getattr(torch, dtype)).reshape(shape)
 
 
-def zero_storage(nbytes: int) -> torch.UntypedStorage:
-    return torch.zeros(nbytes, dtype=torch.uint8).untyped_storage()
-
-
 def replay_step(program: Program, storages: Storages) -> list[torch.Tensor]:
-    """Single-process execution of every op in order against ``storages`` (updated in place)."""
+    """Single-process execution of every op in order against ``storages`` (updated in place), on the host:
+    ``run_op`` is tessera.capture's, whose views are host tensors."""
     for b in program.zeroed():
-        storages.setdefault(b, zero_storage(program.nbytes(b)))
+        storages.setdefault(b, zero_storage(program.nbytes(b), HOST))
     for op in program.ops:
         run_op(storages, op)
     return [view_of(storages, r).clone() for r in program.outputs]
 
 
-__all__ = ["Program", "Storages", "Wire", "as_bytes", "from_wire", "iter_refs", "replay_step", "run_op", "to_wire", "view_of",
-           "zero_storage"]
+__all__ = ["Program", "Storages", "Wire", "as_bytes", "from_wire", "iter_refs", "materialise", "replay_step", "run_op",
+           "to_wire", "view_of", "zero_storage"]

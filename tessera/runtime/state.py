@@ -9,6 +9,7 @@ import torch
 
 from tessera.errors import UserError
 from tessera.graph import Buffer
+from tessera.runtime.device import HOST
 
 
 def dtype_of(name: str) -> torch.dtype:
@@ -21,7 +22,7 @@ def typed(st: torch.UntypedStorage, buf: Buffer) -> torch.Tensor:
     """The storage as the contiguous tensor the buffer was registered as (KV caches, SSM states)."""
     dt = dtype_of(buf.dtype)
     assert st.nbytes() >= math.prod(buf.shape) * dt.itemsize, f"storage of {buf.name} smaller than its shape"
-    return torch.empty(0, dtype=dt).set_(st, 0, buf.shape)
+    return torch.empty(0, dtype=dt, device=st.device).set_(st, 0, buf.shape)
 
 
 def carry(st: torch.UntypedStorage, old: Buffer, new: Buffer) -> torch.UntypedStorage:
@@ -31,14 +32,15 @@ def carry(st: torch.UntypedStorage, old: Buffer, new: Buffer) -> torch.UntypedSt
     """
     assert len(old.shape) == len(new.shape) and old.dtype == new.dtype, f"cannot carry {old.name} into {new.name}"
     src = typed(st, old)
-    out = torch.zeros(new.shape, dtype=src.dtype)
+    out = torch.zeros(new.shape, dtype=src.dtype, device=src.device)
     sl = tuple(slice(0, min(a, b)) for a, b in zip(old.shape, new.shape, strict=True))
     out[sl] = src[sl]
     return out.untyped_storage()
 
 
-def load_weights(directory: str, wanted: dict[str, Buffer]) -> dict[str, torch.UntypedStorage]:
-    """Read only the ``wanted`` tensors from the safetensors files in ``directory``."""
+def load_weights(directory: str, wanted: dict[str, Buffer], device: torch.device = HOST
+                 ) -> dict[str, torch.UntypedStorage]:
+    """Read only the ``wanted`` tensors from the safetensors files in ``directory``, onto ``device``."""
     from safetensors import safe_open
 
     files = sorted(Path(directory).glob("*.safetensors"))
@@ -54,7 +56,7 @@ def load_weights(directory: str, wanted: dict[str, Buffer]) -> dict[str, torch.U
                     if tuple(t.shape) != tuple(buf.shape):
                         raise UserError(f"--weights {directory}: tensor {key} has shape {tuple(t.shape)}, "
                                         f"the model needs {tuple(buf.shape)}")
-                    got[key] = t.to(dtype_of(buf.dtype)).contiguous().untyped_storage()
+                    got[key] = t.to(device=device, dtype=dtype_of(buf.dtype)).contiguous().untyped_storage()
     missing = sorted(set(wanted) - set(got))
     if missing:
         raise UserError(f"--weights {directory}: {len(missing)} tensors missing, e.g. {missing[0]}")

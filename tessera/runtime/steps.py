@@ -19,6 +19,7 @@ from tessera.capture.zoo import resolve
 from tessera.errors import UserError
 from tessera.graph import Role
 from tessera.runtime.compiled import bind_weights, call, compile_program
+from tessera.runtime.device import HOST, fresh_storage, on_device, synchronize
 from tessera.runtime.program import Program, Storages, replay_step, view_of
 from tessera.runtime.state import carry
 
@@ -97,24 +98,27 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Single-process execution of the same steps (the reference), timing every kernel."""
+    """Single-process execution of the same steps (the reference) on one device, timing every kernel
+    (on CUDA the stream is synchronised around each kernel, so a time is the kernel's, not its launch's).
+    Step outputs come back as host tensors, as the workers' do."""
 
-    def __init__(self, programs: dict[str, Program]) -> None:
-        self.programs = programs
+    def __init__(self, programs: dict[str, Program], device: torch.device = HOST) -> None:
+        self.programs, self.device = programs, device
+        self.weights = {k: {b: on_device(t, device).untyped_storage() for b, t in p.initial.items()
+                            if p.role(b) is Role.WEIGHT} for k, p in programs.items()}
         self.state: dict[int, dict[str, tuple[torch.UntypedStorage, object]]] = {}
         self.kernel_s: dict[str, list[list[float]]] = {k: [[] for _ in p.ops] for k, p in programs.items()}
         # per step key: seconds of each op loop outside the ops themselves / number of ops (dispatch cost)
         self.dispatch_s: dict[str, list[float]] = {k: [] for k in programs}
         # per step key: seconds of one micro-batch's step outside the op loop (storage set-up, outputs)
         self.overhead_s: dict[str, list[float]] = {k: [] for k in programs}
-        self.compiled = {k: bind_weights(compile_program(p, range(len(p.ops))),
-                                         {b: t.untyped_storage() for b, t in p.initial.items()
-                                          if p.role(b) is Role.WEIGHT})
+        self.compiled = {k: bind_weights(compile_program(p, range(len(p.ops)), device), self.weights[k])
                          for k, p in programs.items()}
 
     def step(self, key: str, plan: str, inputs: list[dict[int, torch.Tensor]], *, reset: bool
              ) -> list[list[torch.Tensor]]:
-        prog = self.programs[key]
+        prog, dev, weights = self.programs[key], self.device, self.weights[key]
+        sync = dev.type == "cuda"
         outs = []
         for mb, given in enumerate(inputs):
             step0 = time.perf_counter()
@@ -126,15 +130,19 @@ class LocalExecutor:
                     old, old_buf = st[buf.name]
                     store[b] = old if old_buf.shape == buf.shape else carry(old, old_buf, buf)  # type: ignore[arg-type]
                 elif b in given:
-                    store[b] = given[b].untyped_storage()
+                    store[b] = on_device(given[b], dev).untyped_storage()
                 else:
-                    store[b] = t.untyped_storage() if buf.role is Role.WEIGHT else t.untyped_storage().clone()
+                    store[b] = weights[b] if buf.role is Role.WEIGHT else fresh_storage(t, dev)
             times = self.kernel_s[key]
             clock = time.perf_counter
             loop0 = clock()
             for c in self.compiled[key]:  # the workers' dispatch path (zeroed buffers made on first use)
+                if sync:
+                    synchronize(dev)
                 t0 = clock()
                 call(store, c)
+                if sync:
+                    synchronize(dev)
                 times[c.kernel].append(clock() - t0)
             loop_s = clock() - loop0
             self.dispatch_s[key].append((loop_s - sum(t[-1] for t in times)) / max(1, len(times)))
@@ -142,7 +150,7 @@ class LocalExecutor:
                 buf = prog.graph.buffers[b]
                 if buf.role in (Role.KV, Role.STATE):
                     st[buf.name] = (store[b], buf)
-            outs.append([view_of(store, r).clone() for r in prog.outputs])
+            outs.append([view_of(store, r).to(HOST, copy=True) for r in prog.outputs])
             self.overhead_s[key].append(time.perf_counter() - step0 - loop_s)
         return outs
 

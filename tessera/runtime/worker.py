@@ -1,10 +1,10 @@
 """One worker process per device: holds its partition's resident buffers and runs its kernels.
 
-Data plane: torch.distributed point-to-point (gloo on CPU, NCCL on CUDA), env:// rendezvous, so
-torchrun's environment works unchanged. Control plane: a command queue from the driver and a result
-queue back; a heartbeat slot the driver watches. Micro-batches are interleaved: every receive of the
-step is posted up front, then each micro-batch runs until its next kernel waits on a transfer that
-has not arrived, so one micro-batch computes while another's activations travel.
+Data plane: torch.distributed point-to-point, env:// rendezvous: gloo (host tensors; a CUDA worker stages
+through host memory) with every receive posted up front (step_threaded.py), or NCCL (device tensors) in
+one global issue order (step_ordered.py). Control plane: a command queue from the driver and a result
+queue back; a heartbeat slot the driver watches. Everything the worker holds lives on its one device
+(``torch_device(spec.device)``); step inputs and outputs cross the queues as host bytes.
 """
 
 from __future__ import annotations
@@ -23,11 +23,23 @@ import torch
 import torch.distributed as dist
 
 from tessera.graph import Buffer, Role
-from tessera.runtime.compiled import CompiledOp, bind_weights, call, compile_program
+from tessera.runtime.compiled import CompiledOp, bind_weights, compile_program
+from tessera.runtime.device import (
+    HOST,
+    Clock,
+    as_bytes,
+    empty_bytes,
+    fresh_storage,
+    on_device,
+    set_up,
+    torch_device,
+)
 from tessera.runtime.partition import STEP_START, Partition, Transfer
 from tessera.runtime.probe import probe_link
-from tessera.runtime.program import Program, Storages, Wire, as_bytes, from_wire, to_wire, view_of
+from tessera.runtime.program import Program, Storages, Wire, from_wire, to_wire, view_of
 from tessera.runtime.state import carry, load_weights
+from tessera.runtime.step_ordered import Action, ordered_actions, run_ordered
+from tessera.runtime.step_threaded import run_threaded
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
 GIL_SWITCH_S = 2e-4
@@ -37,8 +49,9 @@ GIL_SWITCH_S = 2e-4
 class WorkerSpec:
     rank: int
     world: int
-    device: str  # "cpu" or "cuda:N"
+    device: str  # "cpu" or "cuda:N": where everything this worker holds and computes lives
     backend: str  # gloo | nccl
+    ordered: bool  # issue in the one global order NCCL needs (step_ordered.py), not receives up front
     threads: int
     recv_timeout_s: float
     programs: dict[str, Program] = field(hash=False)  # step key -> program stripped to this device's share
@@ -67,16 +80,15 @@ class LocalPlan:
     start_sends: tuple[Transfer, ...]
     end_recvs: tuple[Transfer, ...]  # end-of-step KV/state syncs
     order: tuple[Transfer, ...]  # every receive, in the order this worker needs them
-
-
-def _tag(step_id: int, t: Transfer, mb: int) -> int:
-    assert t.index < 1 << 16 and mb < 1 << 6, "transfer index / micro-batch exceed the tag layout"
-    return ((step_id % 256) << 22) | (t.index << 6) | mb
+    actions: tuple[Action, ...]  # the ordered schedule (empty unless WorkerSpec.ordered)
 
 
 class Worker:
     def __init__(self, spec: WorkerSpec, results: Any) -> None:
         self.spec, self.results, self.rank = spec, results, spec.rank
+        self.device = torch_device(spec.device)
+        self.link = self.device if spec.backend == "nccl" else HOST  # where transfer tensors live
+        self.clock = Clock(self.device)
         self.weights: dict[str, torch.UntypedStorage] = self._load_weights()
         self.state: list[dict[str, torch.UntypedStorage]] = [{} for _ in range(spec.max_microbatches)]
         # per micro-batch: name -> the Buffer its storage was last shaped as (for carrying)
@@ -87,12 +99,13 @@ class Worker:
         """This worker's share of one partition as flat lists indexed by position in its kernel order."""
         prog, part, me = self.spec.programs[pk[0]], self.spec.partitions[pk], self.rank
         weights = {b: self.weights[prog.name(b)] for b in part.resident[me] if prog.role(b) is Role.WEIGHT}
-        ops = bind_weights(compile_program(prog, part.kernels[me]), weights)
+        ops = bind_weights(compile_program(prog, part.kernels[me], self.device), weights)
         sends, recvs = part.sends_after(me), part.recvs_before(me)
         return LocalPlan(ops=tuple(ops), recvs=tuple(tuple(recvs.get(c.kernel, ())) for c in ops),
                          sends=tuple(tuple(sends.get(c.kernel, ())) for c in ops),
                          start_sends=tuple(sends.get(STEP_START, ())), end_recvs=tuple(recvs.get(len(prog.ops), ())),
-                         order=tuple(sorted((t for ts in recvs.values() for t in ts), key=lambda t: (t.before, t.index))))
+                         order=tuple(sorted((t for ts in recvs.values() for t in ts), key=lambda t: (t.before, t.index))),
+                         actions=ordered_actions(part, me, len(prog.ops)) if self.spec.ordered else ())
 
     def _needed_weights(self) -> dict[str, Buffer]:
         out: dict[str, Buffer] = {}
@@ -105,9 +118,9 @@ class Worker:
     def _load_weights(self) -> dict[str, torch.UntypedStorage]:
         names = self._needed_weights()
         if self.spec.weights_dir is not None:
-            got = load_weights(self.spec.weights_dir, names)
+            got = load_weights(self.spec.weights_dir, names, self.device)
         else:
-            got = {n: t.untyped_storage() for n, t in self.spec.weights.items()}
+            got = {n: on_device(t, self.device).untyped_storage() for n, t in self.spec.weights.items()}
         assert set(got) == set(names), f"worker {self.rank}: weights {sorted(set(got) ^ set(names))} misplaced"
         return got
 
@@ -118,6 +131,7 @@ class Worker:
 
     def _store(self, prog: Program, part: Partition, mb: int, cmd: StepCmd) -> Storages:
         store: Storages = {}
+        dev = self.device
         for b in part.resident[self.rank]:
             buf = prog.graph.buffers[b]
             if buf.role is Role.WEIGHT:
@@ -125,133 +139,51 @@ class Worker:
                 continue
             st = self.state[mb]
             if cmd.reset or buf.name not in st:
-                st[buf.name] = prog.initial[b].untyped_storage().clone()
+                st[buf.name] = fresh_storage(prog.initial[b], dev)
             elif self.state_buf[mb][buf.name].shape != buf.shape:
                 st[buf.name] = carry(st[buf.name], self.state_buf[mb][buf.name], buf)
             self.state_buf[mb][buf.name] = buf
             store[b] = st[buf.name]
         for b in part.inputs[self.rank]:
             given = cmd.inputs[mb].get(b)
-            store[b] = (from_wire(given) if given is not None else prog.initial[b]).untyped_storage()
+            store[b] = on_device(from_wire(given) if given is not None else prog.initial[b], dev).untyped_storage()
         return store
+
+    def outgoing(self, st: torch.UntypedStorage, snapshot: bool) -> torch.Tensor:
+        """What a send hands the transport: the bytes on the link's device (a host copy when a CUDA worker
+        stages through gloo, which is a snapshot by itself); otherwise copied only if mutated later."""
+        data = as_bytes(st)
+        if self.link != self.device:
+            return data.to(self.link)
+        return data.clone() if snapshot else data
+
+    def recv_buffer(self, nbytes: int) -> torch.Tensor:
+        return empty_bytes(nbytes, self.link)
+
+    def landed(self, buf: torch.Tensor) -> torch.UntypedStorage:
+        return on_device(buf, self.device).untyped_storage()
 
     def run_step(self, cmd: StepCmd) -> dict[str, Any]:
         prog, part = self.spec.programs[cmd.key], self.spec.partitions[(cmd.key, cmd.plan)]
         lp = self.local[(cmd.key, cmd.plan)]
         m, me = len(cmd.inputs), self.rank
-        t_start = time.perf_counter()
+        t_start = self.clock.begin()
         stores = [self._store(prog, part, mb, cmd) for mb in range(m)]
-        # gloo's point-to-point Work never reports completion to is_completed() before wait(), so one
-        # thread per micro-batch waits on its receives in the order that micro-batch needs them.
-        pending: dict[tuple[int, int], torch.Tensor] = {}
-        done: dict[tuple[int, int], float] = {}
-        errors: list[str] = []
-        cond = threading.Condition()
-        timeout = datetime.timedelta(seconds=self.spec.recv_timeout_s)
-
-        def receive(works: list[tuple[Transfer, int, Any]]) -> None:
-            for t, mb, work in works:
-                try:
-                    work.wait(timeout)
-                except Exception as e:  # noqa: BLE001 - the transport's error text is the diagnosis
-                    with cond:
-                        errors.append(f"receive of buffer {t.buffer} from worker {t.src} failed: "
-                                      f"{str(e).splitlines()[0] if str(e) else type(e).__name__}")
-                        cond.notify_all()
-                    return
-                with cond:
-                    done[(t.index, mb)] = time.perf_counter()
-                    cond.notify_all()
-
-        threads = []
-        for mb in range(m):
-            works = []
-            for t in lp.order:
-                buf = torch.empty(t.nbytes, dtype=torch.uint8)
-                pending[(t.index, mb)] = buf
-                works.append((t, mb, dist.irecv(buf, src=t.src, tag=_tag(cmd.step_id, t, mb))))
-            if works:
-                threads.append(threading.Thread(target=receive, args=(works,), daemon=True))
-                threads[-1].start()
-        sent: list[Any] = []
-        ev_kernels: list[tuple[int, int, float, float]] = []
-        ev_sends: list[tuple[int, int, float]] = []
-        ev_recvs: list[tuple[int, int, float]] = []  # (transfer, mb, arrival noticed at)
-        ev_waits: list[tuple[float, float]] = []  # intervals with every micro-batch blocked on a transfer
-
-        def post_sends(ts: tuple[Transfer, ...], mb: int) -> None:
-            for t in ts:
-                st = stores[mb][t.buffer]
-                data = as_bytes(st).clone() if t.snapshot else as_bytes(st)  # copy only if mutated later
-                ev_sends.append((t.index, mb, time.perf_counter()))
-                sent.append((dist.isend(data, dst=t.dst, tag=_tag(cmd.step_id, t, mb)), data))
-
-        def arrived(t: Transfer, mb: int) -> bool:
-            key = (t.index, mb)
-            if key not in pending:
-                return True
-            if errors:
-                raise RuntimeError(errors[0])
-            if key not in done:
-                return False
-            stores[mb][t.buffer] = pending.pop(key).untyped_storage()
-            ev_recvs.append((t.index, mb, done[key]))
-            return True
-
-        def wait_until(keys: list[tuple[int, int]], what: str) -> None:
-            t0 = time.perf_counter()
-            with cond:
-                ok = cond.wait_for(lambda: bool(errors) or any(k in done for k in keys),
-                                   timeout=self.spec.recv_timeout_s)
-            ev_waits.append((t0, time.perf_counter()))
-            if errors:
-                raise RuntimeError(errors[0])
-            if not ok:
-                raise TimeoutError(f"worker {me}: {what} timed out after {self.spec.recv_timeout_s:g} s")
-
-        for mb in range(m):
-            post_sends(lp.start_sends, mb)
-        ops, need, after, n_ops = lp.ops, lp.recvs, lp.sends, len(lp.ops)
-        clock, record = time.perf_counter, ev_kernels.append
-        cursor = [0] * m
-        while any(c < n_ops for c in cursor):
-            progressed = False
-            for mb in range(m):
-                store, i = stores[mb], cursor[mb]
-                while i < n_ops:
-                    if need[i] and not all([arrived(t, mb) for t in need[i]]):
-                        break
-                    c = ops[i]
-                    t0 = clock()
-                    call(store, c)
-                    record((c.kernel, mb, t0, clock()))
-                    if after[i]:
-                        post_sends(after[i], mb)
-                    i += 1
-                progressed |= i > cursor[mb]
-                cursor[mb] = i
-            if not progressed:
-                blocking = [(t.index, mb) for mb in range(m) if cursor[mb] < n_ops
-                            for t in need[cursor[mb]] if (t.index, mb) in pending]
-                assert blocking, "every micro-batch blocked but no receive pending"
-                t = next(t for t in lp.order if t.index == blocking[0][0])
-                wait_until(blocking, f"receive of buffer {t.buffer} from worker {t.src}")
-        for mb in range(m):  # end-of-step state syncs
-            for t in lp.end_recvs:
-                while not arrived(t, mb):
-                    wait_until([(t.index, mb)], f"receive of buffer {t.buffer} from worker {t.src}")
-        for work, _ in sent:
-            work.wait(timeout)
-        for th in threads:
-            th.join(timeout=self.spec.recv_timeout_s)
+        if self.spec.ordered:
+            ev = run_ordered(self, lp.ops, lp.actions, stores)
+        else:
+            ev = run_threaded(self, lp, stores, cmd.step_id)
+        self.clock.finish()
+        if self.clock.cuda:  # event tokens -> seconds on the host timeline; the times end each tuple
+            sec, n_times = self.clock.seconds, {"kernels": 2, "waits": 2, "sends": 1, "recvs": 1}
+            ev = {k: [(*e[:-n_times[k]], *map(sec, e[-n_times[k]:])) for e in v] for k, v in ev.items()}
         for mb in range(m):  # state written back by name (an end-of-step sync may have replaced it)
             for b in part.resident[me]:
                 if prog.role(b) is not Role.WEIGHT:
                     self.state[mb][prog.name(b)] = stores[mb][b]
         outputs = {(mb, i): to_wire(view_of(stores[mb], r)) for mb in range(m)
                    for i, r in enumerate(prog.outputs) if part.output_device[i] == me}
-        return dict(step_id=cmd.step_id, outputs=outputs, kernels=ev_kernels, sends=ev_sends, recvs=ev_recvs,
-                    waits=ev_waits, start_s=t_start, end_s=time.perf_counter())
+        return dict(step_id=cmd.step_id, outputs=outputs, **ev, start_s=t_start, end_s=time.perf_counter())
 
 
 def _watch(heartbeat: Any, rank: int, parent: int) -> None:
@@ -283,10 +215,13 @@ def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, p
     threading.Thread(target=_watch, args=(heartbeat, spec.rank, parent), daemon=True).start()
     try:
         torch.set_num_threads(spec.threads)
+        device = torch_device(spec.device)
+        set_up(device)  # before the process group: NCCL binds to the current device
         dist.init_process_group(spec.backend, init_method="env://", rank=spec.rank, world_size=spec.world,
-                                timeout=datetime.timedelta(seconds=max(30.0, spec.recv_timeout_s)))
+                                timeout=datetime.timedelta(seconds=max(30.0, spec.recv_timeout_s)),
+                                device_id=device if spec.backend == "nccl" else None)
         worker = Worker(spec, results)
-        link = probe_link(spec.rank, spec.world)
+        link = probe_link(spec.rank, spec.world, worker.link)
         results.put(("ready", spec.rank, {"weights": worker.resident_report(), "link": link}))
         while True:
             cmd = commands.get()

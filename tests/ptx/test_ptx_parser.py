@@ -103,6 +103,11 @@ def test_tensor_map_by_value_and_bulk_store() -> None:
     assert classes(body, ".param .align 64 .b8 k_param_0[128],\n.param .u64 k_param_1") == ["written", "read"]
 
 
+def test_store_after_a_directive_on_its_line_is_not_swallowed() -> None:
+    # once the whole line was skipped as a .loc line: a missed write
+    assert classes(LOAD_P0 + ".loc 1 2 3; st.global.f32 [%rd3], %f1;") == ["written", "untouched"]
+
+
 def test_comments_and_sections_are_skipped() -> None:
     text = "/* block\ncomment */\n" + kernel(LOAD_P0 + "st.global.f32 [%rd3], %f1; // trailing") + \
         '.file 1 "/tmp//x.py"\n.section .debug_abbrev\n{\n.b8 1\n.b8 17\n}\n'

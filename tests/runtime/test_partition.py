@@ -9,6 +9,7 @@ import torch
 from tessera.capture.recorder import OpRecord, TensorRef
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
 from tessera.runtime.compiled import bind_weights, call, compile_program
+from tessera.runtime.device import HOST
 from tessera.runtime.measure import LinkModel, charged_kernel_s, chrome_trace, plan_step_s, predict_step_s
 from tessera.runtime.partition import STEP_START, partition
 from tessera.runtime.placements import carry_over
@@ -130,7 +131,7 @@ def test_plan_formula_prediction_and_charged_transfer_cpu() -> None:
 
 def test_compiled_ops_match_run_op_bit_for_bit_and_wire_round_trips() -> None:
     prog = toy()
-    ops = bind_weights(compile_program(prog, range(3)), {0: prog.initial[0].untyped_storage()})
+    ops = bind_weights(compile_program(prog, range(3), HOST), {0: prog.initial[0].untyped_storage()})
     assert [c.arg_refs for c in ops][0] == ((0, prog.ops[0].args[0]),)  # the weight view is built in
     st_a = {b: t.untyped_storage().clone() for b, t in prog.initial.items()}
     st_a[0] = prog.initial[0].untyped_storage()

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from tessera.capture.zoo import SPECS
 from tessera.graph import Role
 from tessera.runtime.cluster import Cluster, ClusterConfig, WorkerFailure
-from tessera.runtime.placements import attention_gemm, layer_split, milp
+from tessera.runtime.placements import attention_gemm, interleave, layer_split, milp
 from tessera.runtime.runner import ClusterExecutor, SwitchPolicy, build_partitions, compare, run_round, serve
 from tessera.runtime.steps import Job, LocalExecutor, capture_steps
 
@@ -30,9 +30,12 @@ def plans_for(programs):
     simple = {"attention_gemm": lambda g: attention_gemm(g, 2), "layer_split": lambda g: layer_split(g, 2)}
     plans = {name: {ph: f(g) for ph, g in graphs.items()} for name, f in simple.items()}
     plans["milp"] = milp(graphs, 2)
-    for ph, a in plans["milp"].items():  # a real cut: both devices used, and not one of the hand-made splits
+    for ph, a in plans["milp"].items():  # a real cut: both devices used
         assert set(a) == {0, 1}, f"MILP put all of {ph} on one device"
-        assert a not in (plans["attention_gemm"][ph], plans["layer_split"][ph])
+    if any(a in (plans["attention_gemm"][ph], plans["layer_split"][ph]) for ph, a in plans["milp"].items()):
+        # the MILP's optimum can be a hand-made split (mamba on two CPUs: the layer split); run a third,
+        # different cut as well so that three distinct placements are exercised
+        plans["interleave"] = {ph: interleave(g, 2) for ph, g in graphs.items()}
     return plans
 
 
@@ -117,27 +120,51 @@ def test_dit_three_placements_and_online_switch() -> None:
     assert compare(rounds, ref)[0]
 
 
-def test_killed_worker_is_named_and_everything_stops_within_10s() -> None:
+def _fault(victim_rank: int, sig: signal.Signals, pids: list[int]) -> tuple[float, WorkerFailure]:
+    """Run dit-tiny rounds on 2 workers until the driver fails; ``sig`` hits one worker after 0.5 s.
+    Fills ``pids`` (as soon as the workers start) and returns (seconds from the signal to the failure,
+    the failure)."""
     job = Job(model="dit-tiny", seq=16, context=4, denoise_steps=1)
     programs = capture_steps(job)
     plans = {"p": {"denoise": attention_gemm(programs["denoise"].graph, 2)}}
     parts = build_partitions(programs, plans, 2)
     cluster = Cluster(programs, parts, ClusterConfig(devices=("cpu", "cpu"), max_microbatches=1))
     cluster.start()
-    pids = [p.pid for p in cluster.procs]
-    victim = pids[1]
-    killed_at: list[float] = []
+    pids += [p.pid for p in cluster.procs]
+    hit_at: list[float] = []
 
-    def kill() -> None:
+    def hit() -> None:
         time.sleep(0.5)
-        killed_at.append(time.monotonic())
-        os.kill(victim, signal.SIGKILL)
+        hit_at.append(time.monotonic())
+        os.kill(pids[victim_rank], sig)
 
-    threading.Thread(target=kill, daemon=True).start()
+    threading.Thread(target=hit, daemon=True).start()
     with pytest.raises(WorkerFailure) as err:
         for i in range(100_000):
             run_round(ClusterExecutor(cluster), job, programs, "p", 1, i)
-    elapsed = time.monotonic() - killed_at[0]
+    return time.monotonic() - hit_at[0], err.value
+
+
+def test_killed_worker_is_named_and_everything_stops_within_10s() -> None:
+    pids: list[int] = []
+    elapsed, err = _fault(1, signal.SIGKILL, pids)
     assert elapsed < 10.0
-    assert str(err.value).startswith(f"worker 1 (cpu, pid {victim}) died: killed by SIGKILL")
+    assert str(err).startswith(f"worker 1 (cpu, pid {pids[1]}) died: killed by SIGKILL")
     assert all(not Path(f"/proc/{pid}").exists() for pid in pids), "a worker process was left behind"
+
+
+def test_stopped_worker_is_named_and_everything_stops_within_10s() -> None:
+    """SIGSTOP: the worker is alive but answers nothing (its heartbeat thread is frozen with it)."""
+    pids: list[int] = []
+    try:
+        elapsed, err = _fault(0, signal.SIGSTOP, pids)
+        left = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    finally:
+        for pid in pids:  # never leave a stopped process behind, even when the assertions below fail
+            if Path(f"/proc/{pid}").exists():
+                os.kill(pid, signal.SIGKILL)
+    msg = str(err)
+    assert elapsed < 10.0
+    assert msg.startswith(f"worker 0 (cpu, pid {pids[0]}) stopped answering: no heartbeat for "), msg
+    assert msg.endswith("; stopped 1 other worker(s)") and err.rank == 0
+    assert not left, f"worker process(es) {left} left behind"

@@ -1,0 +1,133 @@
+"""The gloo step loop: every receive posted up front, micro-batches interleaved as their data arrives.
+
+gloo matches messages by tag, so every receive of the step is posted at once; each micro-batch then runs
+until its next kernel waits on a transfer that has not arrived, so one micro-batch computes while
+another's activations travel. gloo's point-to-point Work never reports completion to is_completed()
+before wait(), so one thread per micro-batch waits on its receives in the order that micro-batch needs
+them. A CUDA worker on gloo stages transfers through host memory (Worker.outgoing / landed).
+"""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from tessera.runtime.compiled import call
+from tessera.runtime.partition import Transfer
+from tessera.runtime.program import Storages
+
+
+def tag(step_id: int, t: Transfer, mb: int) -> int:
+    assert t.index < 1 << 16 and mb < 1 << 6, "transfer index / micro-batch exceed the tag layout"
+    return ((step_id % 256) << 22) | (t.index << 6) | mb
+
+
+def run_threaded(w: Any, lp: Any, stores: list[Storages], step_id: int) -> dict[str, list]:
+    """One step of ``len(stores)`` micro-batches of LocalPlan ``lp`` on Worker ``w``. Kernel times are
+    clock tokens; sends, arrivals and waits are host times."""
+    m, me = len(stores), w.rank
+    pending: dict[tuple[int, int], torch.Tensor] = {}
+    done: dict[tuple[int, int], float] = {}
+    errors: list[str] = []
+    cond = threading.Condition()
+    timeout = datetime.timedelta(seconds=w.spec.recv_timeout_s)
+
+    def receive(works: list[tuple[Transfer, int, Any]]) -> None:
+        for t, mb, work in works:
+            try:
+                work.wait(timeout)
+            except Exception as e:  # noqa: BLE001 - the transport's error text is the diagnosis
+                with cond:
+                    errors.append(f"receive of buffer {t.buffer} from worker {t.src} failed: "
+                                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}")
+                    cond.notify_all()
+                return
+            with cond:
+                done[(t.index, mb)] = time.perf_counter()
+                cond.notify_all()
+
+    threads = []
+    for mb in range(m):
+        works = []
+        for t in lp.order:
+            buf = w.recv_buffer(t.nbytes)
+            pending[(t.index, mb)] = buf
+            works.append((t, mb, dist.irecv(buf, src=t.src, tag=tag(step_id, t, mb))))
+        if works:
+            threads.append(threading.Thread(target=receive, args=(works,), daemon=True))
+            threads[-1].start()
+    sent: list[Any] = []
+    ev_kernels: list[tuple[int, int, Any, Any]] = []
+    ev_sends: list[tuple[int, int, float]] = []
+    ev_recvs: list[tuple[int, int, float]] = []  # (transfer, mb, arrival noticed at)
+    ev_waits: list[tuple[float, float]] = []  # intervals with every micro-batch blocked on a transfer
+
+    def post_sends(ts: tuple[Transfer, ...], mb: int) -> None:
+        for t in ts:
+            data = w.outgoing(stores[mb][t.buffer], t.snapshot)
+            ev_sends.append((t.index, mb, time.perf_counter()))
+            sent.append((dist.isend(data, dst=t.dst, tag=tag(step_id, t, mb)), data))
+
+    def arrived(t: Transfer, mb: int) -> bool:
+        key = (t.index, mb)
+        if key not in pending:
+            return True
+        if errors:
+            raise RuntimeError(errors[0])
+        if key not in done:
+            return False
+        stores[mb][t.buffer] = w.landed(pending.pop(key))
+        ev_recvs.append((t.index, mb, done[key]))
+        return True
+
+    def wait_until(keys: list[tuple[int, int]], what: str) -> None:
+        t0 = time.perf_counter()
+        with cond:
+            ok = cond.wait_for(lambda: bool(errors) or any(k in done for k in keys), timeout=w.spec.recv_timeout_s)
+        ev_waits.append((t0, time.perf_counter()))
+        if errors:
+            raise RuntimeError(errors[0])
+        if not ok:
+            raise TimeoutError(f"worker {me}: {what} timed out after {w.spec.recv_timeout_s:g} s")
+
+    for mb in range(m):
+        post_sends(lp.start_sends, mb)
+    ops, need, after, n_ops = lp.ops, lp.recvs, lp.sends, len(lp.ops)
+    clock, record = w.clock.mark, ev_kernels.append
+    cursor = [0] * m
+    while any(c < n_ops for c in cursor):
+        progressed = False
+        for mb in range(m):
+            store, i = stores[mb], cursor[mb]
+            while i < n_ops:
+                if need[i] and not all([arrived(t, mb) for t in need[i]]):
+                    break
+                c = ops[i]
+                t0 = clock()
+                call(store, c)
+                record((c.kernel, mb, t0, clock()))
+                if after[i]:
+                    post_sends(after[i], mb)
+                i += 1
+            progressed |= i > cursor[mb]
+            cursor[mb] = i
+        if not progressed:
+            blocking = [(t.index, mb) for mb in range(m) if cursor[mb] < n_ops
+                        for t in need[cursor[mb]] if (t.index, mb) in pending]
+            assert blocking, "every micro-batch blocked but no receive pending"
+            t = next(t for t in lp.order if t.index == blocking[0][0])
+            wait_until(blocking, f"receive of buffer {t.buffer} from worker {t.src}")
+    for mb in range(m):  # end-of-step state syncs
+        for t in lp.end_recvs:
+            while not arrived(t, mb):
+                wait_until([(t.index, mb)], f"receive of buffer {t.buffer} from worker {t.src}")
+    for work, _ in sent:
+        work.wait(timeout)
+    for th in threads:
+        th.join(timeout=w.spec.recv_timeout_s)
+    return dict(kernels=ev_kernels, sends=ev_sends, recvs=ev_recvs, waits=ev_waits)
