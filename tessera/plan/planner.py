@@ -18,6 +18,7 @@ from tessera.cost import CostModel
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.plan.bound import BoundPhase, lp_bound_joint
+from tessera.plan.milp import lp_bound_memory
 from tessera.plan.pool import Pool, Workload
 from tessera.plan.problem import default_cost
 from tessera.plan.score import GB, GraphSource, PhaseSpec, Scored, phase_shape, score
@@ -207,12 +208,20 @@ def _tessera(model: str, order: list[str], source: GraphSource, pool: Pool, w: W
     held = [0] * pool.n  # bytes of resident buffers earlier phases keep, per device
     act = _act_reserve(order, source, pool, cost, w, mode)
     for i, p in enumerate(order):
-        seq, ctx, _ = phase_shape(p, w)
+        seq, ctx, n_steps = phase_shape(p, w)
         best: tuple[float, PhaseSpec] | None = None
         for m in _ms(p, w, mode):
             g = source(p, max(1, w.batch // m), seq, ctx)
             prob = prepare(g, pool, cost, m=m, act_bytes=act, kv_home=kv_home if i else None, preresident=pre,
                            held_bytes=tuple(held))
+            if best is not None and mode == "throughput":
+                # skip an m that cannot win: any placement's cycle >= n·step >= n·m·T >= n·m·T_LP (a sum or
+                # a max over phases, either way at least this phase's share)
+                t0 = time.perf_counter()
+                lb = n_steps * m * lp_bound_memory(prob)
+                solve_total += time.perf_counter() - t0
+                if lb >= best[0]:
+                    continue
             sol = solve_phase(prob, mode=mode, starts=starts[p], m=m)
             solve_total += sol.solve_s
             if sol.assignment is None:
