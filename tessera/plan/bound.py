@@ -16,13 +16,14 @@ Rows:
   memory[d]:     Σ_w size[w]·z[w,d] ≤ capacity[d] − activations
 Objective: Σ_p n_p·((m_p−1)·T[p] + Σ_g,d t_p[g,d]·x[p,g,d])  (throughput; latency mode drops T):
 the planner's objective (score.phase_objective_s) with transfers free, so a lower bound on it for any
-placement of these phases. size[w] is the smallest size any phase gives the name (kv × m differs by
+placement of these phases (cycle_bound adds disjoint device splits). size[w] is the smallest size any phase gives the name (kv × m differs by
 phase), which keeps the rows no tighter than score's by-name memory accounting.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 from tessera.plan.highs import Model
 from tessera.plan.problem import PhaseProblem
@@ -33,6 +34,7 @@ class BoundPhase:
     prob: PhaseProblem  # built at the phase's micro-batch shape (kv/state bytes already × m)
     m: int  # micro-batches
     steps: int  # n_p: how many times the phase runs per cycle
+    devices: frozenset[int] | None = None  # the devices the phase may use (None: all)
 
 
 def lp_bound_joint(phases: list[BoundPhase], *, mode: str = "throughput") -> float:
@@ -46,8 +48,9 @@ def lp_bound_joint(phases: list[BoundPhase], *, mode: str = "throughput") -> flo
         p = ph.prob
         assert p.D == D and not p.preresident and not p.held_bytes, "a joint bound starts from an empty pool"
         # ---- step 1: x[p,g,d] and assign[p,g] ----
+        ok = ph.devices if ph.devices is not None else frozenset(range(D))
         x = [[m.var(f"x[{pi},{g},{d}]", lb=float(p.pinned.get(g) == d),
-                    ub=float(p.pinned.get(g, d) == d), cost=ph.steps * float(p.t[g, d]))
+                    ub=float(p.pinned.get(g, d) == d and d in ok), cost=ph.steps * float(p.t[g, d]))
               for d in range(D)] for g in range(p.G)]
         for g in range(p.G):
             m.row(f"assign[{pi},{g}]", {x[g][d]: 1.0 for d in range(D)}, lb=1.0, ub=1.0)
@@ -73,5 +76,23 @@ def lp_bound_joint(phases: list[BoundPhase], *, mode: str = "throughput") -> flo
         cap = min(float(ph.prob.free_bytes(d)) for ph in phases)  # activations: the largest reserve
         m.row(f"memory[{d}]", mem[d], ub=cap)
     sol = m.solve(relax=True)
+    if sol.status == "infeasible":  # these phases do not fit these devices at all
+        return math.inf
     assert sol.status == "optimal", f"joint LP bound: {sol.status}"
     return sol.objective
+
+
+def cycle_bound(phases: list[BoundPhase], *, mode: str = "throughput") -> float:
+    """Lower bound on Σ n·objective (phases sharing devices) and on max n·objective (two phases on
+    disjoint device sets, prefill/decode disaggregation, whose cycle overlaps them): the smaller of the
+    joint bound and, for every split of the pool, the larger of the two phases' bounds on their sides."""
+    best = lp_bound_joint(phases, mode=mode)
+    n = phases[0].prob.D
+    if len(phases) != 2 or n < 2:
+        return best
+    for mask in range(1, 2 ** n - 1):
+        side = frozenset(d for d in range(n) if mask >> d & 1)
+        a = lp_bound_joint([replace(phases[0], devices=side)], mode=mode)
+        b = lp_bound_joint([replace(phases[1], devices=frozenset(range(n)) - side)], mode=mode)
+        best = min(best, max(a, b))
+    return best

@@ -17,7 +17,7 @@ from typing import Any
 from tessera.cost import CostModel
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
-from tessera.plan.bound import BoundPhase, lp_bound_joint
+from tessera.plan.bound import BoundPhase, cycle_bound
 from tessera.plan.milp import lp_bound_memory
 from tessera.plan.pool import Pool, Workload
 from tessera.plan.problem import default_cost
@@ -150,7 +150,7 @@ def plan_graphs(model: str, phases: list[str], source: GraphSource, pool: Pool, 
                     seq, ctx, n = phase_shape(phase, wb)
                     g = source(phase, max(1, batch // m), seq, ctx)
                     parts.append(BoundPhase(prob=prepare(g, pool, cost, m=m, act_bytes=act), m=m, steps=n))
-                bounds[key] = lp_bound_joint(parts, mode=mode)
+                bounds[key] = cycle_bound(parts, mode=mode)
             return bounds[key]
         return f
 

@@ -8,7 +8,7 @@ import pytest
 
 from tessera.graph import Buffer, Kernel, KernelGraph, KernelKind, Role, build_graph
 from tessera.hardware import LinkSpec
-from tessera.plan.bound import BoundPhase, lp_bound_joint
+from tessera.plan.bound import BoundPhase, cycle_bound, lp_bound_joint
 from tessera.plan.milp import lp_bound_memory
 from tessera.plan.pool import Pool, resolve_gpu
 from tessera.plan.problem import build_problem
@@ -67,3 +67,15 @@ def test_joint_bound_step_objective_adds_the_bottleneck() -> None:
     q = build_problem(_decode(), POOL, COST)
     assert lp_bound_joint([BoundPhase(prob=q, m=3, steps=1)], mode="throughput") == pytest.approx(8 / 3)
     assert lp_bound_joint([BoundPhase(prob=q, m=1, steps=1)], mode="throughput") == pytest.approx(1.0)
+
+
+def test_cycle_bound_covers_disjoint_splits_by_hand() -> None:
+    # prefill on H alone needs A and K there (2 GB > 1 GB): no; prefill on L (A, K: 2 + 4 = 6 s) with decode
+    # on H (1 s per step): a disjoint plan's cycle is max(6, steps·1). With 10 decode steps the joint
+    # (shared) bound is 15 s but the split reaches max(6, 10) = 10 s, so the cycle bound is 10 s.
+    p, q = build_problem(_prefill(), POOL, COST), build_problem(_decode(), POOL, COST)
+    phases = [BoundPhase(prob=p, m=1, steps=1), BoundPhase(prob=q, m=1, steps=10)]
+    assert cycle_bound(phases, mode="latency") == pytest.approx(10.0)
+    one = [BoundPhase(prob=p, m=1, steps=1), BoundPhase(prob=q, m=1, steps=1)]
+    assert cycle_bound(one, mode="latency") == pytest.approx(5.0)  # max(6, 1) = 6 > the shared 5
+    assert lp_bound_joint([replace(phases[0], devices=frozenset({0}))], mode="latency") == float("inf")
