@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -21,9 +22,10 @@ from tessera.runtime.measure import (
     predict_step_s,
     write_trace,
 )
+from tessera.runtime.partition import Partition
 from tessera.runtime.program import Program
 from tessera.runtime.recovery import RecoveringExecutor, replan_with
-from tessera.runtime.runner import SwitchPolicy, compare, phase_of, serve
+from tessera.runtime.runner import RoundResult, SwitchPolicy, compare, phase_of, serve
 from tessera.runtime.state import load_weights
 from tessera.runtime.steps import Job, LocalExecutor, capture_steps
 
@@ -49,6 +51,10 @@ class RunSpec:
         if set(self.plans) != {"latency", "throughput"}:
             raise UserError(f"plans must be named latency and throughput, got {sorted(self.plans)}")
 
+    @property
+    def policy(self) -> SwitchPolicy:
+        return SwitchPolicy(throughput_microbatches=self.microbatches, threshold=self.microbatches)
+
 
 def with_weights(programs: dict[str, Program], directory: str) -> dict[str, Program]:
     """The programs with their weights replaced by a checkpoint's (for the single-process reference)."""
@@ -71,28 +77,51 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
             if a is None or len(a) != len(prog.ops):
                 raise UserError(f"{mode} plan has no assignment of {len(prog.ops)} kernels for phase "
                                 f"{phase_of(key)}; the plan must come from a capture of {job.model}")
-    policy = SwitchPolicy(throughput_microbatches=spec.microbatches, threshold=spec.microbatches)
     cfg = ClusterConfig(devices=spec.devices, threads=spec.threads, weights_dir=spec.weights_dir,
                         max_microbatches=spec.microbatches, recv_timeout_s=spec.recv_timeout_s,
                         transport=spec.transport)
     with RecoveringExecutor(programs, spec.plans, cfg, replan_with(spec.replan, spec.microbatches)) as rex:
-        rounds, switches = serve(rex, job, programs, spec.requests, policy,
+        rounds, switches = serve(rex, job, programs, spec.requests, spec.policy,
                                  recover=rex.recover if spec.recover else None)
         resident, link = rex.cluster.resident, rex.cluster.link
     history, parts, final = rex.runs[-1]  # measured and predicted: the run's last cluster (after recovery)
+    return summarise(spec, programs, Served(rounds=rounds, switches=switches, history=history, parts=parts,
+                                            devices=final.devices, link=link, resident=resident,
+                                            recoveries=rex.events, transport=cfg.backend))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    """What serving on workers produced, however they were started (a Cluster, or torchrun's ranks)."""
+
+    rounds: list[RoundResult]
+    switches: list[str]
+    history: list[dict[str, Any]]  # per step: key, plan, m, each worker's events (as Cluster.history)
+    parts: dict[tuple[str, str], Partition]
+    devices: tuple[str, ...]
+    link: tuple[float, float, float, float] | None  # probe_link's measurement between workers 0 and 1
+    resident: list[dict[str, int]]  # per worker: weight name -> bytes
+    recoveries: list[str]
+    transport: str
+
+
+def summarise(spec: RunSpec, programs: dict[str, Program], served: Served) -> dict[str, Any]:
+    """The result: compare with single-process execution of the same rounds, measure, predict."""
+    job, rounds, history, parts = spec.job, served.rounds, served.history, served.parts
     ref_programs = with_weights(programs, spec.weights_dir) if spec.weights_dir else programs
     local = LocalExecutor(ref_programs, torch_device(spec.devices[0]))  # single process on the workers' kind
     threads = torch.get_num_threads()
     torch.set_num_threads(spec.threads)  # exactness needs the workers' thread count
     try:
-        ref_rounds, _ = serve(local, job, ref_programs, spec.requests, policy)
+        ref_rounds, _ = serve(local, job, ref_programs, spec.requests, spec.policy)
     finally:
         torch.set_num_threads(threads)
     same, diff, tokens = compare(rounds, ref_rounds)
     meas = measure(history, parts)
     link_model = LinkModel(latency_s=0.0, bytes_per_s=1e12)  # one device: nothing travels
-    if link:
-        link_model = LinkModel(latency_s=link[0], bytes_per_s=link[1], cpu_s=link[2], cpu_s_per_byte=link[3])
+    if served.link:
+        lat, bw, cpu_s, cpu_b = served.link
+        link_model = LinkModel(latency_s=lat, bytes_per_s=bw, cpu_s=cpu_s, cpu_s_per_byte=cpu_b)
     med = statistics.median
     kernel_s = {k: [med(v) if v else 0.0 for v in ks] for k, ks in local.kernel_s.items()}
     overhead_s = {k: med(v) if v else 0.0 for k, v in local.overhead_s.items()}
@@ -108,7 +137,7 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
         write_trace(spec.trace, chrome_trace(history, parts, names))
     tokens_total = sum(r.processed_tokens for r in rounds)
     return {
-        "devices": list(final.devices),
+        "devices": list(served.devices),
         "microbatches": spec.microbatches,
         "verified": bool(same and tokens is not False),
         "max_abs_diff": diff,
@@ -120,12 +149,12 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
         # beyond the contract
         "model": job.model,
         "steps": len(history),
-        "switches": switches,
-        "recoveries": rex.events,
+        "switches": served.switches,
+        "recoveries": served.recoveries,
         "overlap": meas.overlap,
         "wait_s": meas.wait_s,
         "busy_s": meas.busy_s,
-        "transport": cfg.backend,
+        "transport": served.transport,
         "link_bytes_by_link": {f"{a}->{b}": n for (a, b), n in sorted(meas.link_bytes.items())},
         "predicted_event_step_s": statistics.mean(event_pred[skip:]),
         "measured_steps_s": meas.step_s,
@@ -134,9 +163,25 @@ def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, 
                        "cpu_s": link_model.cpu_s, "cpu_s_per_byte": link_model.cpu_s_per_byte},
         "dispatch_s_per_op": {k: med(v) for k, v in local.dispatch_s.items() if v},
         "step_overhead_s": overhead_s,
-        "resident_weight_bytes": [sum(r.values()) for r in resident],
+        "resident_weight_bytes": [sum(r.values()) for r in served.resident],
         "tokens": [t.tolist() for r in rounds for t in r.tokens],
         "prediction_source": ("tessera.plan evaluation + StepPoint formula max(m*T, latency + (m-1)*T) over "
                               "CPU-profile kernel times (single process, 1 thread, the runtime's dispatch path) "
                               "and the gloo link measured at start-up (latency, bandwidth, CPU per message)"),
     }
+
+
+CONTRACT = ("devices", "microbatches", "verified", "max_abs_diff", "tokens_identical", "measured_step_s",
+            "predicted_step_s", "throughput_tokens_per_s", "link_bytes")
+
+
+def render(out: dict[str, Any], *, as_json: bool) -> str:
+    """`tessera run`'s output: the JSON contract (the rest under "extra"), or a short summary."""
+    if as_json:
+        return json.dumps({**{k: out[k] for k in CONTRACT}, "extra": {k: v for k, v in out.items() if k not in CONTRACT}})
+    lines = [f"{out['model']} on {','.join(out['devices'])}: {out['steps']} steps, verified={out['verified']} "
+             f"(max |diff| {out['max_abs_diff']:.3g}, tokens identical {out['tokens_identical']})",
+             f"step {out['measured_step_s'] * 1e3:.2f} ms measured, {out['predicted_step_s'] * 1e3:.2f} ms "
+             f"predicted; {out['throughput_tokens_per_s']:.0f} tokens/s; {out['link_bytes']} link bytes; "
+             f"overlap {out['overlap']:.0%}"]
+    return "\n".join([*lines, *(f"switch: {s}" for s in out["switches"])])

@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
                                       "workers stage through host memory), nccl"),
     ) -> None:
         """Run a plan for real on worker processes and compare with single-process execution."""
-        from tessera.runtime.api import RunSpec, run
+        from tessera.runtime.api import RunSpec, render, run
         from tessera.runtime.cluster import WorkerFailure
         from tessera.runtime.steps import Job, capture_steps
 
@@ -75,19 +75,7 @@ def register(app: typer.Typer) -> None:
         except WorkerFailure as e:
             typer.echo(f"error: {e}", err=True)
             sys.exit(1)
-        if as_json:
-            keys = ("devices", "microbatches", "verified", "max_abs_diff", "tokens_identical", "measured_step_s",
-                    "predicted_step_s", "throughput_tokens_per_s", "link_bytes")
-            typer.echo(json.dumps({**{k: out[k] for k in keys}, "extra": {k: v for k, v in out.items()
-                                                                         if k not in keys}}))
-        else:
-            typer.echo(f"{out['model']} on {','.join(out['devices'])}: {out['steps']} steps, verified={out['verified']} "
-                       f"(max |diff| {out['max_abs_diff']:.3g}, tokens identical {out['tokens_identical']})")
-            typer.echo(f"step {out['measured_step_s'] * 1e3:.2f} ms measured, {out['predicted_step_s'] * 1e3:.2f} ms "
-                       f"predicted; {out['throughput_tokens_per_s']:.0f} tokens/s; {out['link_bytes']} link bytes; "
-                       f"overlap {out['overlap']:.0%}")
-            for s in out["switches"]:
-                typer.echo(f"switch: {s}")
+        typer.echo(render(out, as_json=as_json))
         if verify and not out["verified"]:
             typer.echo(f"error: outputs differ from single-process execution (max |diff| {out['max_abs_diff']:.3g})",
                        err=True)

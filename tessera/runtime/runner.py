@@ -54,9 +54,13 @@ class ClusterExecutor:
     def step(self, key: str, plan: str, inputs: list[dict[int, torch.Tensor]], *, reset: bool
              ) -> list[list[torch.Tensor]]:
         res = self.cluster.step(key, plan, inputs, reset=reset)
-        got = {k: v for r in res for k, v in r["outputs"].items()}
-        n_out = len(self.cluster.programs[key].outputs)
-        return [[got[(mb, i)] for i in range(n_out)] for mb in range(len(inputs))]
+        return by_microbatch(res, len(self.cluster.programs[key].outputs), len(inputs))
+
+
+def by_microbatch(per_worker: list[dict], n_outputs: int, m: int) -> list[list[torch.Tensor]]:
+    """Each worker's step outputs ((micro-batch, output index) -> tensor) as one list per micro-batch."""
+    got = {k: v for r in per_worker for k, v in r["outputs"].items()}
+    return [[got[(mb, i)] for i in range(n_outputs)] for mb in range(m)]
 
 
 @dataclass

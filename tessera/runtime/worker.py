@@ -207,19 +207,26 @@ def keep_freed_memory() -> None:
     libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
 
 
-def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, parent: int) -> None:
+def join_group(spec: WorkerSpec) -> datetime.timedelta:
+    """A worker process's set-up and its process group (env:// rendezvous), whoever started the process
+    (Cluster's spawn or torchrun); returns the timeout the group's collectives run under."""
     keep_freed_memory()
     # A receive thread that has its data must get the GIL back from the compute loop quickly; at the
     # default 5 ms switch interval a handoff cost up to a whole interval (seen as 1-5 ms waits in traces).
     sys.setswitchinterval(GIL_SWITCH_S)
+    torch.set_num_threads(spec.threads)
+    device = torch_device(spec.device)
+    set_up(device)  # before the process group: NCCL binds to the current device
+    timeout = datetime.timedelta(seconds=max(30.0, spec.recv_timeout_s))
+    dist.init_process_group(spec.backend, init_method="env://", rank=spec.rank, world_size=spec.world,
+                            timeout=timeout, device_id=device if spec.backend == "nccl" else None)
+    return timeout
+
+
+def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, parent: int) -> None:
     threading.Thread(target=_watch, args=(heartbeat, spec.rank, parent), daemon=True).start()
     try:
-        torch.set_num_threads(spec.threads)
-        device = torch_device(spec.device)
-        set_up(device)  # before the process group: NCCL binds to the current device
-        dist.init_process_group(spec.backend, init_method="env://", rank=spec.rank, world_size=spec.world,
-                                timeout=datetime.timedelta(seconds=max(30.0, spec.recv_timeout_s)),
-                                device_id=device if spec.backend == "nccl" else None)
+        join_group(spec)
         worker = Worker(spec, results)
         link = probe_link(spec.rank, spec.world, worker.link)
         results.put(("ready", spec.rank, {"weights": worker.resident_report(), "link": link}))
