@@ -25,6 +25,8 @@ from tessera.ptx.compile import ACC_A, ACC_R, ACC_W, TENSOR, compile_function
 from tessera.ptx.evaluate import CONST, DATA, GSYM0, LOCAL, UNMOD, WILD, CompiledFunction
 from tessera.ptx.lower import lower_body
 from tessera.ptx.parser import Function, Module, Param, make, parse_ptx
+from tessera.ptx.parser import _new as parser_new
+from tessera.ptx.parser import _set as parser_set
 
 
 class Access(StrEnum):
@@ -73,16 +75,13 @@ class EntryAccess:
         }
 
 
+# access class of an OR of ACC_R (1), ACC_W (2), ACC_A (4): an index instead of a chain of tests
+_CLASS = (Access.UNTOUCHED, Access.READ, Access.WRITTEN, Access.READ_WRITE, Access.ATOMIC, Access.READ_WRITE,
+          Access.READ_WRITE, Access.READ_WRITE)
+
+
 def _classify(flags: int) -> Access:
-    if not flags:
-        return Access.UNTOUCHED
-    if flags == ACC_A:
-        return Access.ATOMIC
-    if flags == ACC_R:
-        return Access.READ
-    if flags == ACC_W:
-        return Access.WRITTEN
-    return Access.READ_WRITE
+    return _CLASS[flags]
 
 
 class _EntryContext:
@@ -95,8 +94,8 @@ class _EntryContext:
         self.p0 = GSYM0 + len(module.globals)
         self.memo: dict[tuple[str, tuple[int, ...], int], tuple[tuple[int, ...], int]] = {}
         self.active: dict[str, list[object]] = {}  # recursion: name -> [args, mem, ret estimate, mem est, used]
-        # results: per access site (function, site index) -> OR of address bit sets seen
-        self.sites: dict[tuple[str, int], int] = {}
+        # results: function -> per access site (index in its CompiledFunction.sites), OR of address bit sets
+        self.sites: dict[str, list[int]] = {}
         self.unknown: list[str] = []  # reasons that make everything wild
 
     def run(self, fn: CompiledFunction, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]:
@@ -144,13 +143,21 @@ def analyze_module(module: Module) -> dict[str, EntryAccess]:
         if cf is not None:
             cf.prepare(module.globals)
             compiled[fn.name] = cf
+    holds = _HOLDS
     for entry in module.entries:
         if entry.name not in compiled:
             continue
         ctx = _EntryContext(module, compiled, entry)
         cf = compiled[entry.name]
-        ptrs = [_holds_pointer(p) for p in entry.params]
-        init = tuple((1 << (p0 + i)) if ptr else 0 for i, ptr in enumerate(ptrs))
+        ptrs = []  # _holds_pointer per parameter, inlined: a call per parameter showed up
+        init_l = []
+        for i, p in enumerate(entry.params):
+            ptr = holds.get((p.type, p.count, p.ptr_space))
+            if ptr is None:
+                ptr = _holds_pointer(p)
+            ptrs.append(ptr)
+            init_l.append(1 << (p0 + i) if ptr else 0)
+        init = tuple(init_l)
         ctx.run(cf, init, 0)
         out[entry.name] = _summarise(module, entry, ctx, gindex, p0, ptrs)
     return out
@@ -172,65 +179,69 @@ def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict
                ptrs: list[bool]) -> EntryAccess:
     n = len(entry.params)
     flags = [0] * n
-    counts = [[0, 0, 0, 0] for _ in range(n)]  # reads, writes, atomics, conservative
+    reads, writes, atomics, conservative = [0] * n, [0] * n, [0] * n, [0] * n
     datadep = [False] * n
     gflags: dict[str, int] = {}
     reasons: list[str] = list(ctx.unknown)
     pmask = (1 << n) - 1
+    a0 = p0 + n
     nonparam_space = LOCAL | CONST | ((1 << p0) - (1 << GSYM0))
     wild_any = bool(ctx.unknown)
     gmask = nonparam_space & ~(LOCAL | CONST)
-    for (fname, site), addr in ctx.sites.items():
-        cf = ctx.compiled[fname]
-        kind, line, op = cf.sites[site]
-        val_bits = (addr >> p0) & pmask
-        addr_bits = (addr >> (p0 + n)) & pmask
-        if kind & TENSOR:  # a tensor map passed by value is read through the parameter's address
-            wild = bool(addr & WILD or val_bits or not addr_bits)
-            bits = addr_bits
-        else:
-            bits = val_bits
-            wild = bool(addr & WILD) or not (val_bits or addr & nonparam_space or addr_bits)
-        kind &= ACC_R | ACC_W | ACC_A
-        if addr & gmask:
-            for g, j in gindex.items():
-                if addr >> (GSYM0 + j) & 1:
-                    gflags[g] = gflags.get(g, 0) | kind
-        if wild:
-            wild_any = True
-            reasons.append(f"line {line}: {op} through an address loaded from memory or unknown")
-            continue
-        if addr & UNMOD:
-            reasons.append(f"line {line}: {op} through an address from an unmodelled operation")
-            kind = ACC_R | ACC_W
-        i = 0
-        while bits:
-            if bits & 1:
-                flags[i] |= kind
-                c = counts[i]
+    compiled = ctx.compiled
+    for fname, addrs in ctx.sites.items():
+        for (kind, line, op), addr in zip(compiled[fname].sites, addrs, strict=True):
+            if kind & TENSOR:  # a tensor map passed by value is read through the parameter's address
+                bits = (addr >> a0) & pmask
+                wild = bool(addr & WILD or (addr >> p0) & pmask or not bits)
+                kind &= ACC_R | ACC_W | ACC_A
+            else:
+                bits = (addr >> p0) & pmask
+                wild = bool(addr & WILD) or not (bits or addr & nonparam_space or (addr >> a0) & pmask)
+            if addr & gmask:
+                for g, j in gindex.items():
+                    if addr >> (GSYM0 + j) & 1:
+                        gflags[g] = gflags.get(g, 0) | kind
+            if wild:
+                wild_any = True
+                reasons.append(f"line {line}: {op} through an address loaded from memory or unknown")
+                continue
+            if not bits:
                 if addr & UNMOD:
-                    c[3] += 1
-                else:
-                    c[0] += kind == ACC_R
-                    c[1] += kind == ACC_W
-                    c[2] += kind == ACC_A
-                if addr & DATA:
+                    reasons.append(f"line {line}: {op} through an address from an unmodelled operation")
+                continue
+            if addr & UNMOD:
+                reasons.append(f"line {line}: {op} through an address from an unmodelled operation")
+                kind = ACC_R | ACC_W
+                count = conservative
+            else:
+                count = reads if kind == ACC_R else writes if kind == ACC_W else atomics if kind == ACC_A else None
+            dd = addr & DATA
+            while bits:  # each parameter the address derives from, lowest first
+                low = bits & -bits
+                i = low.bit_length() - 1
+                flags[i] |= kind
+                if count is not None:
+                    count[i] += 1
+                if dd:
                     datadep[i] = True
-            bits >>= 1
-            i += 1
+                bits ^= low
     if wild_any:
         for i, ptr in enumerate(ptrs):
             if ptr:
                 flags[i] |= ACC_R | ACC_W
-                counts[i][3] += 1
-    params = tuple(
-        make(ParamAccess, {"name": p.name, "type": p.type, "access": _classify(flags[i]), "reads": c[0],
-                           "writes": c[1], "atomics": c[2], "conservative": c[3], "data_dependent": datadep[i]})
-        for i, (p, c) in enumerate(zip(entry.params, counts, strict=True))
-    )
-    return make(EntryAccess, {"name": entry.name, "params": params, "indirect": bool(reasons),
+                conservative[i] += 1
+    cls, new, setattr_ = _CLASS, parser_new, parser_set
+    params = []
+    for i, p in enumerate(entry.params):
+        obj = new(ParamAccess)
+        setattr_(obj, "__dict__", {"name": p.name, "type": p.type, "access": cls[flags[i]], "reads": reads[i],
+                                   "writes": writes[i], "atomics": atomics[i], "conservative": conservative[i],
+                                   "data_dependent": datadep[i]})
+        params.append(obj)
+    return make(EntryAccess, {"name": entry.name, "params": tuple(params), "indirect": bool(reasons),
                               "reasons": tuple(dict.fromkeys(reasons)),
-                              "globals": {g: _classify(f) for g, f in gflags.items()}})
+                              "globals": {g: cls[f] for g, f in gflags.items()}})
 
 
 def analyze_ptx(text: str, source: str = "<string>") -> dict[str, EntryAccess]:

@@ -19,9 +19,11 @@ WILD, DATA, UNMOD, LOCAL, CONST = 1, 2, 4, 8, 16
 GSYM0 = 5
 MEM = "<mem>"
 
-# transfer codes; a transfer is (code, destination names, source names, *extra), except COPY1 / SCALE1:
-# (code, [destination, sources...]) for register arithmetic with one destination, the form the fast
-# lowering gets from one split; reading the destination's own value as a source changes nothing there
+# transfer codes; a transfer is (code, destination names, source names, *extra), except SCALE1:
+# (SCALE1, [destination, sources...]) for register arithmetic with one destination, the form the fast
+# lowering gets from one split, and COPY1, the most common transfer, which is that list itself
+# ([destination, sources...], told apart by being a list: no tuple allocated per line). Reading the
+# destination's own value as a source changes nothing there.
 COPY, SCALE, MAD, PACK, SHL_HI, UNK, LOAD, ATOM_DST, CALL, COPY1, SCALE1 = range(11)
 S_GLOBAL, S_LOCAL, S_PARAM, S_GENERIC = range(4)
 _SAFE_EXTERNS = frozenset({"vprintf", "__assertfail", "free"})
@@ -76,14 +78,16 @@ class CompiledFunction:
             vals[MEM] |= mem
         if _first_pass(ctx, self.transfers, vals, amask, a0, p0):
             _fixpoint(ctx, self.transfers, vals, amask, a0, p0)
-        sites = ctx.sites
-        name = self.name
-        for site, addr in self.site_addrs:
+        # one list per function (site index -> OR of address bit sets) rather than a dict keyed by
+        # (function, site): no key tuple per site per evaluation; the dict keeps first-evaluation order
+        got = []
+        for _, addr in self.site_addrs:
             v = 0
             for s in addr:
                 v |= vals[s]
-            key = (name, site)
-            sites[key] = sites.get(key, 0) | v
+            got.append(v)
+        old = ctx.sites.get(self.name)
+        ctx.sites[self.name] = got if old is None else [a | b for a, b in zip(old, got, strict=True)]
         return tuple(vals[r] for r in self.returns), vals[MEM]
 
 
@@ -103,19 +107,25 @@ def _first_pass(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[st
     """One pass over ``transfers``; True when another pass may change something."""
     again = False
     for t in transfers:
-        code = t[0]
-        if code == COPY1:  # (COPY1, [dst, src...]): the result includes the destination's own value
-            ops = t[1]
-            d = ops[0]
-            fresh = d not in vals
-            v = 0
-            for s in ops:
-                v |= vals[s]
-            if v and vals[d] != v:
-                vals[d] = v
-                if not fresh:
+        if type(t) is list:  # COPY1 [dst, src...]: the result includes the destination's own value
+            d = t[0]
+            if d in vals:
+                old = vals[d]
+                v = 0
+                for s in t:
+                    v |= vals[s]
+                if v != old:  # v includes old: it grew
+                    vals[d] = v
                     again = True
+            else:  # absent: assigning any v is a first assignment
+                vals[d] = 0  # what reading d below would insert, without defaultdict's __missing__ call
+                v = 0
+                for s in t:
+                    v |= vals[s]
+                if v:
+                    vals[d] = v
             continue
+        code = t[0]
         if code == SCALE1:
             ops = t[1]
             d = ops[0]
@@ -124,17 +134,25 @@ def _first_pass(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[st
             for s in ops:
                 v |= vals[s]
             v &= DATA
-            if v and vals[d] | v != vals[d]:
-                vals[d] |= v
-                if not fresh:
-                    again = True
+            if v:
+                old = vals[d]
+                if old | v != old:
+                    vals[d] = old | v
+                    if not fresh:
+                        again = True
             continue
         if code == COPY:
             v = 0
             for s in t[2]:
                 v |= vals[s]
-        elif code == LOAD and t[3] == S_GLOBAL:  # the address does not matter: loaded data
-            v = DATA | t[4]
+        elif code == LOAD:
+            if t[3] == S_GLOBAL:  # the address does not matter: loaded data
+                v = DATA | t[4]
+            else:  # _transfer's LOAD case without its call
+                v = 0
+                for s in t[2]:
+                    v |= vals[s]
+                v = _load(t, v, vals, amask, a0, p0)
         elif code == CALL:
             if _call(ctx, t, vals, True):
                 again = True
@@ -158,15 +176,15 @@ def _fixpoint(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[str,
     while changed:
         changed = False
         for t in transfers:
-            code = t[0]
-            if code == COPY1:
+            if type(t) is list:  # COPY1
                 v = 0
-                for s in t[1]:
+                for s in t:
                     v |= vals[s]
-                if v and vals[t[1][0]] != v:
-                    vals[t[1][0]] = v
+                if v and vals[t[0]] != v:
+                    vals[t[0]] = v
                     changed = True
                 continue
+            code = t[0]
             if code == SCALE1:
                 v = 0
                 for s in t[1]:

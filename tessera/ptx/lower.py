@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import re
 
-from tessera.ptx.compile import _TOK, ACC_R, ACC_W, _Builder, _shift_ge_32, lower_instruction
-from tessera.ptx.evaluate import COPY, COPY1, LOAD, MAD, MEM, S_GENERIC, S_GLOBAL, S_PARAM, SCALE1, SHL_HI
+from tessera.ptx.compile import _TOK, ACC_R, ACC_W, _Builder, lower_instruction
+from tessera.ptx.evaluate import COPY, LOAD, MAD, MEM, S_GENERIC, S_GLOBAL, S_PARAM, SCALE1, SHL_HI
 from tessera.ptx.parser import Param
 from tessera.ptx.scan import (
     _KINDS,
     _LABEL,
     _RAW,
+    BLANK_ENTRY,
+    K_BLANK,
     K_COPY,
     K_CP_NOP,
     K_CVTA,
@@ -57,20 +59,23 @@ def _bail(line: int, what: str) -> Exception:
 # reference reading (compile._TOK, split_operands): a line they do not match takes the reference
 # lowering for that instruction, so being strict only costs speed.
 _NA = r"[A-Za-z_$%][\w$@]*+"
-_ARITH_RAW = re.compile(rf"[ \t]++({_NA}(?:, (?:{_NA}|-?\d\w*+))*+);\Z", re.A)
-_SPECIAL_RAW = re.compile(rf"[ \t]++({_NA}), ({_NA})\.\w++;\Z", re.A)
-_PIPE_RAW = re.compile(rf"[ \t]++({_NA})\|({_NA}), ({_NA}(?:, (?:{_NA}|-?\d\w*+))*+);\Z", re.A)
-_LD_RAW = re.compile(rf"[ \t]++({_NA}|\{{[\w$@%, \t]*+\}})[ \t]*+,[ \t]*+\[[ \t]*+({_NA})[ \t]*+"
+_ARITH_RAW = re.compile(rf"[ \t]*+({_NA}(?:, (?:{_NA}|-?\d\w*+))*+);\Z", re.A)
+_SPECIAL_RAW = re.compile(rf"[ \t]*+({_NA}), ({_NA})\.\w++;\Z", re.A)
+# _ARITH_RAW, else _SPECIAL_RAW (group 2, 3), in one call: a special register line ("%r3, %ctaid.x", one
+# register-arithmetic line in five) costs one regex call instead of a failed one and a second one
+_ARITH_OR_SPECIAL = re.compile(rf"[ \t]*+(?:({_NA}(?:, (?:{_NA}|-?\d\w*+))*+)|({_NA}), ({_NA})\.\w++);\Z", re.A)
+_PIPE_RAW = re.compile(rf"[ \t]*+({_NA})\|({_NA}), ({_NA}(?:, (?:{_NA}|-?\d\w*+))*+);\Z", re.A)
+_LD_RAW = re.compile(rf"[ \t]*+({_NA}|\{{[\w$@%, \t]*+\}})[ \t]*+,[ \t]*+\[[ \t]*+({_NA})[ \t]*+"
                      rf"(?:\+[ \t]*+-?\d++[ \t]*+)?\][ \t]*+;\Z", re.A)
-_ST_RAW = re.compile(rf"[ \t]++\[[ \t]*+({_NA})[ \t]*+(?:\+[ \t]*+-?\d++[ \t]*+)?\][ \t]*+,[ \t]*+"
+_ST_RAW = re.compile(rf"[ \t]*+\[[ \t]*+({_NA})[ \t]*+(?:\+[ \t]*+-?\d++[ \t]*+)?\][ \t]*+,[ \t]*+"
                      rf"([^,\[\]{{}}()|;\n]+|\{{[^{{}}\[\]();\n]*+\}})[ \t]*+;\Z", re.A)
 
 
 def lower_body(src: str, text: str, start: int, end: int, first_line: int, name: str,
                params: tuple[Param, ...], returns: tuple[Param, ...], is_entry: bool
-               ) -> tuple[object, dict[str, str]] | None:
-    """(lowered function, declarations) of the body between ``start`` ("{") and ``end`` (past "}"),
-    or None when the body needs the reference scanner."""
+               ) -> tuple[object, dict[str, str], int] | None:
+    """(lowered function, declarations, newlines in the body) of the body between ``start`` ("{") and
+    ``end`` (past "}"), or None when the body needs the reference scanner."""
     decls: dict[str, str] = {}
     entry_params = {p.name: i for i, p in enumerate(params)} if is_entry else {}
     b = _Builder(_bail, tuple(p.name for p in params), tuple(p.name for p in returns), entry_params, decls)
@@ -79,42 +84,56 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
     fparams = b.fparams
     rawk = _RAW.get
     findall = _TOK.findall
-    arith, special, ld_raw, st_raw = _ARITH_RAW.match, _SPECIAL_RAW.match, _LD_RAW.match, _ST_RAW.match
+    arith, ld_raw, st_raw = _ARITH_RAW.match, _LD_RAW.match, _ST_RAW.match
+    arith_special = _ARITH_OR_SPECIAL.match
     st = _Scan(src, b, decls, first_line)
-    lines = enumerate(text[start + 1 : end - 1].split("\n"))
+    body_lines = text[start + 1 : end - 1].split("\n")
+    lines = enumerate(body_lines)
     renaming: dict[str, str] = {}  # st.rename, refreshed after each line the general code reads
     try:
         for k, raw in lines:
             # nvcc and Triton write "\top \targs;": a known prefix up to the first space settles the line
             # with one dict lookup, and the operand regex below checks the rest through the final ";".
             # Anything else (blank lines, labels, a new opcode, blanks after the ";") takes _Scan.line.
-            sp = raw.find(" ")
-            h = rawk(raw[:sp] if sp > 0 else raw)  # no space: a whole line learnt as ignorable ("\tret;")
+            # partition, not find + slice: str.find parses its arguments with PyArg_ParseTuple (~1,000
+            # machine instructions a call here), partition takes one argument and yields the prefix.
+            if not raw:  # an empty line (one in six): before any other work
+                continue
+            pre, sep, post = raw.partition(" ")  # post: the text after the first space, from which the
+            h = rawk(pre)  # operand regexes match; no space: a whole line learnt as ignorable ("\tret;")
             line = raw
             if h is not None:
                 kind = h[0]
-                if kind == K_IGNORE:
-                    if raw.find(";", sp) == len(raw) - 1:
+                if kind >= K_IGNORE:  # an ignored opcode or a marker: one test on the common path
+                    # "one statement": the first ";" after the first space is the line's last character
+                    if kind == K_IGNORE:
+                        if (post.find(";") == len(post) - 1 >= 0) if sep else raw[-1] == ";":
+                            continue
+                        h = None
+                    elif kind == K_SKIPDIR and ";" not in raw:  # .loc / .file lines
                         continue
-                    h = None
-                elif kind >= K_GUARD:
-                    if kind == K_SKIPDIR and raw.find(";") < 0:  # .loc / .file lines
-                        continue
-                    if kind == K_GUARD and raw.find(";", sp) == len(raw) - 1:
-                        line = raw[sp + 1 :].lstrip()  # as s.split(None, 1)[1] gives it
-                        sp = line.find(" ")
-                        h = _KINDS.get(line[:sp]) if sp > 0 else None
+                    elif kind == K_GUARD and sep and post.find(";") == len(post) - 1 >= 0:
+                        line = post.lstrip()  # as s.split(None, 1)[1] gives it
+                        op, sep, post = line.partition(" ")
+                        h = _KINDS.get(op) if sep else None
                         if h is not None:
-                            if h[0] == K_IGNORE:
+                            kind = h[0]
+                            if kind == K_IGNORE:
                                 continue
-                            h = (*h, line[:sp])
-                    elif kind == K_REG and not st.scopes and raw.find(";", sp) == len(raw) - 1:
+                            h = (*h, op)
+                    elif kind == K_REG and sep and not st.scopes and post.find(";") == len(post) - 1 >= 0:
+                        continue
+                    elif kind == K_BLANK and not sep:  # the line is the key: blanks and tabs only
                         continue
                     else:
                         h = None
             if h is None or renaming:
-                if not raw or raw.isspace() or raw[-1] == ":" and _LABEL.match(raw) is not None:
-                    continue  # a blank line, or a label in column 0
+                if raw.isspace():  # a blank line; one without a space is learnt as such
+                    if not sep and len(_RAW) < 50_000:
+                        _RAW[raw] = BLANK_ENTRY
+                    continue
+                if raw[-1] == ":" and _LABEL.match(raw) is not None:
+                    continue  # a label in column 0
                 got = st.line(raw, k, lines)
                 renaming = st.rename
                 if got is None:
@@ -122,29 +141,31 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
                 if got is False:
                     return None
                 line, sp, h, k = got
-            kind = h[0]
+                post, sep = line[sp + 1 :], " "
+                kind = h[0]
             if kind <= K_SHL:  # K_COPY, K_SCALE, K_SHL: "%rd6, %rd4, 16" as _TOK reads it
-                m = arith(line, sp)
+                m = arith_special(post)
                 if m is not None:
-                    ops = m[1].split(", ")  # numbers among the sources never hold a value
+                    text_ = m[1]
+                    if text_ is None:  # "%r3, %ctaid.x"
+                        ops = [m[2], m[3]]
+                        append(ops if kind == K_COPY else (SCALE1, ops))
+                        continue
+                    ops = text_.split(", ")  # numbers among the sources never hold a value
                     if kind == K_COPY:
-                        append((COPY1, ops))
-                    elif kind == K_SHL and _shift_ge_32(ops[-1]):
+                        append(ops)  # a COPY1 transfer is the bare list (evaluate.py): no tuple per line
+                    elif kind == K_SHL and ops[-1].isdecimal() and int(ops[-1]) >= 32:  # _shift_ge_32
                         append((SHL_HI, ops[:1], ops[1:]))
                     else:
                         append((SCALE1, ops))
                     continue
-                m = special(line, sp)
-                if m is not None:  # "%r3, %ctaid.x"
-                    append((COPY1 if kind == K_COPY else SCALE1, m.groups()))
-                    continue
                 if kind == K_COPY:
-                    m = _PIPE_RAW.match(line, sp)
+                    m = _PIPE_RAW.match(post)
                     if m is not None:  # shfl's "%r9|%p1, %r8, 16, 31, -1"
                         append((COPY, m.groups()[:2], m[3].split(", ")))
                         continue
             elif kind == K_LD:
-                m = ld_raw(line, sp)
+                m = ld_raw(post)
                 if m is not None:
                     dst_text, base = m.groups()
                     dst = (dst_text,) if dst_text[0] != "{" else tuple(findall(dst_text))
@@ -160,7 +181,7 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
                         sites.append((ACC_R, first_line + k, h[4]))
                     continue
             elif kind == K_ST:
-                m = st_raw(line, sp)
+                m = st_raw(post)
                 if m is not None:
                     base, srcs_text = m.groups()
                     space = h[1]
@@ -176,24 +197,24 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
                         sites.append((ACC_W, first_line + k, h[4]))
                     continue
             elif kind == K_CVTA:
-                m = arith(line, sp)
+                m = arith(post)
                 if m is not None:
                     ops = m[1].split(", ")
                     append((COPY, ops[:1], ("<local>",) if h[1] else ops[1:]))
                     continue
             elif kind == K_MAD:
-                m = arith(line, sp)
+                m = arith(post)
                 if m is not None:
                     ops = m[1].split(", ")
                     if len(ops) == 4:
                         append((MAD, ops[:1], ops[1:3], ops[3:]))
                         continue
-            elif kind == K_CP_NOP and sp > 0 and line.find(";", sp) == len(line) - 1:
-                args = line[sp + 1 : -1]
+            elif kind == K_CP_NOP and sep and post.find(";") == len(post) - 1 >= 0:
+                args = post[:-1]
                 if ("," not in args and "[" not in args and "{" not in args and "(" not in args
                         and "]" not in args and "}" not in args and ")" not in args):
                     continue
-            if line is raw and (sp < 0 or raw.find(";", sp) != len(raw) - 1):  # not one statement: general code
+            if line is raw and not (sep and post.find(";") == len(post) - 1 >= 0):  # not one statement: general code
                 got = st.line(raw, k, lines)
                 renaming = st.rename
                 if got is None:
@@ -201,9 +222,10 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
                 if got is False:
                     return None
                 line, sp, h, k = got
-            lower_instruction(b, h[4], line[sp + 1 : -1].lstrip(), first_line + k, h[2], h[3])  # type: ignore[arg-type]
+                post = line[sp + 1 :]
+            lower_instruction(b, h[4], post[:-1].lstrip(), first_line + k, h[2], h[3])  # type: ignore[arg-type]
         if st.scopes:
             return None
     except Exception:  # _Bail, PtxSyntaxError, or anything else: the reference path reproduces it in order
         return None
-    return b.finish(name), decls
+    return b.finish(name), decls, len(body_lines) - 1

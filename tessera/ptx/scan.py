@@ -44,8 +44,10 @@ from tessera.ptx.evaluate import S_GENERIC, S_GLOBAL, S_LOCAL, WILD
 
 _LABEL = re.compile(r"[A-Za-z_$%][\w$]*:\Z")
 
-# fast kinds of an opcode; _KINDS: opcode -> (kind, detail, category, opcode parts)
-K_IGNORE, K_COPY, K_SCALE, K_SHL, K_MAD, K_LD, K_ST, K_CVTA, K_CP_NOP, K_CALL, K_OTHER = range(11)
+# fast kinds of an opcode; _KINDS: opcode -> (kind, detail, category, opcode parts). Ordered by how
+# lower.py tests them: register arithmetic first (most lines), K_IGNORE last so `kind >= K_IGNORE` also
+# catches the prefix markers below with one comparison on the common path.
+K_COPY, K_SCALE, K_SHL, K_LD, K_ST, K_CVTA, K_MAD, K_CP_NOP, K_CALL, K_OTHER, K_IGNORE = range(11)
 _KINDS: dict[str, tuple[int, object, int, list[str]]] = {}
 
 
@@ -81,12 +83,16 @@ def _kind(op: str) -> tuple[int, object, int, list[str]]:
     return hit
 
 
-# Markers in _RAW for raw-line prefixes that are no opcode (values share _KINDS' shape).
-K_GUARD, K_REG, K_SKIPDIR = 100, 101, 102
+# Markers in _RAW for raw-line prefixes that are no opcode (values share _KINDS' shape). K_BLANK keys a
+# whole line of blanks/tabs (a comment-only line once comments are stripped); it applies only to a line
+# without a space that equals the key.
+K_GUARD, K_REG, K_SKIPDIR, K_BLANK = 100, 101, 102, 103
+BLANK_ENTRY: tuple[int, object, int, list[str], str] = (K_BLANK, None, 0, [], "")
 # The text of a raw line up to its first space ("\tadd.s64", "\t@%p1", "\t.reg") -> (kind, detail, category,
 # opcode parts, opcode), or a marker. Filled from lines the general per-line code classified, only with
 # prefixes that are blanks and tabs followed by a checked opcode or guard, so a hit means exactly what the
-# general code would have concluded for the same line. It caches opcode classification, not results.
+# general code would have concluded for the same line (lower.py also learns whole lines of blanks and tabs
+# as K_BLANK). It caches opcode classification, not results.
 _RAW: dict[str, tuple[int, object, int, list[str], str]] = {}
 
 class _Scan:
@@ -221,6 +227,8 @@ def _learn(raw: str, h: tuple[int, object, int, list[str]] | None, op: str) -> N
     if sp == 0:
         return
     pre = raw[:sp]
+    if pre in _RAW:  # learnt already (lines in brace scopes come here every time): same prefix, same entry
+        return
     word = pre.lstrip(" \t")
     if not word or pre[: len(pre) - len(word)].strip(" \t"):
         return
