@@ -144,12 +144,12 @@ def plan_graphs(model: str, phases: list[str], source: GraphSource, pool: Pool, 
         def f(specs: tuple[tuple[str, int], ...]) -> float:
             key = (batch, specs)
             if key not in bounds:
-                act = _act_reserve(order, source, pool, cost, wb, mode)
                 parts = []
                 for phase, m in specs:
                     seq, ctx, n = phase_shape(phase, wb)
                     g = source(phase, max(1, batch // m), seq, ctx)
-                    parts.append(BoundPhase(prob=prepare(g, pool, cost, m=m, act_bytes=act), m=m, steps=n))
+                    # no activation reserve: a baseline scored by its own peak live set must stay within the bound
+                    parts.append(BoundPhase(prob=prepare(g, pool, cost, m=m, act_bytes=0), m=m, steps=n))
                 bounds[key] = cycle_bound(parts, mode=mode)
             return bounds[key]
         return f
