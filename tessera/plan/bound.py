@@ -13,7 +13,8 @@ Rows:
   assign[p,g]:   Σ_d x[p,g,d] = 1
   resident[w,p,g,d]: z[w,d] ≥ x[p,g,d]                  g ∈ touch_p(w)
   compute[p,d]:  Σ_g t_p[g,d]·x[p,g,d] ≤ T[p]
-  memory[d]:     Σ_w size[w]·z[w,d] ≤ capacity[d] − activations
+  memory[d]:     Σ_w size[w]·z[w,d] ≤ capacity[d]   (no activation reserve: score charges each plan its own
+                 peak live set, which can be far below the planner's reserve)
 Objective: Σ_p n_p·((m_p−1)·T[p] + Σ_g,d t_p[g,d]·x[p,g,d])  (throughput; latency mode drops T):
 the planner's objective (score.phase_objective_s) with transfers free, so a lower bound on it for any
 placement of these phases (cycle_bound adds disjoint device splits). size[w] is the smallest size any phase gives the name (kv × m differs by
@@ -25,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from tessera.plan.highs import Model
+from tessera.plan.highs import INFEASIBLE, Model
 from tessera.plan.problem import PhaseProblem
 
 
@@ -37,8 +38,9 @@ class BoundPhase:
     devices: frozenset[int] | None = None  # the devices the phase may use (None: all)
 
 
-def lp_bound_joint(phases: list[BoundPhase], *, mode: str = "throughput") -> float:
-    """min Σ_p n_p·objective_p over the joint relaxation (seconds per cycle)."""
+def lp_bound_joint(phases: list[BoundPhase], *, mode: str = "throughput") -> float | None:
+    """min Σ_p n_p·objective_p over the joint relaxation (seconds per cycle); inf when nothing fits, None
+    when HiGHS did not finish (a time limit)."""
     assert phases and mode in ("throughput", "latency"), mode
     D = phases[0].prob.D  # noqa: N806
     m = Model("bound[joint]")
@@ -73,26 +75,27 @@ def lp_bound_joint(phases: list[BoundPhase], *, mode: str = "throughput") -> flo
                 m.row(f"resident[{wi},{c},{d}]", {z: 1.0, c: -1.0}, lb=0.0)
             mem[d][z] = size[name]
     for d in range(D):
-        cap = min(float(ph.prob.free_bytes(d)) for ph in phases)  # activations: the largest reserve
+        cap = min(float(ph.prob.free_bytes(d)) for ph in phases)  # the problems' own reserve (planner: 0)
         m.row(f"memory[{d}]", mem[d], ub=cap)
     sol = m.solve(relax=True)
-    if sol.status == "infeasible":  # these phases do not fit these devices at all
+    if sol.status in INFEASIBLE:  # these phases do not fit these devices at all
         return math.inf
-    assert sol.status == "optimal", f"joint LP bound: {sol.status}"
-    return sol.objective
+    return sol.objective if sol.status == "optimal" else None  # no bound rather than a wrong one
 
 
-def cycle_bound(phases: list[BoundPhase], *, mode: str = "throughput") -> float:
+def cycle_bound(phases: list[BoundPhase], *, mode: str = "throughput") -> float | None:
     """Lower bound on Σ n·objective (phases sharing devices) and on max n·objective (two phases on
     disjoint device sets, prefill/decode disaggregation, whose cycle overlaps them): the smaller of the
     joint bound and, for every split of the pool, the larger of the two phases' bounds on their sides."""
     best = lp_bound_joint(phases, mode=mode)
     n = phases[0].prob.D
-    if len(phases) != 2 or n < 2:
+    if best is None or len(phases) != 2 or n < 2:
         return best
     for mask in range(1, 2 ** n - 1):
         side = frozenset(d for d in range(n) if mask >> d & 1)
         a = lp_bound_joint([replace(phases[0], devices=side)], mode=mode)
         b = lp_bound_joint([replace(phases[1], devices=frozenset(range(n)) - side)], mode=mode)
+        if a is None or b is None:  # a split left unbounded would make the minimum too high
+            return None
         best = min(best, max(a, b))
     return best

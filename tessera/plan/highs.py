@@ -23,6 +23,7 @@ INF = math.inf
 # 1e-7), so solutions 1e-8 s apart looked equal and "optimal" was not. HiGHS sees the objective in
 # microseconds; Solution.objective is reported back in the model's units.
 OBJ_SCALE = 1e6
+INFEASIBLE = ("infeasible", "Primal infeasible or unbounded")  # HiGHS's status texts for "does not fit"
 
 
 @contextlib.contextmanager
@@ -167,6 +168,7 @@ class Resolver:
         if not relax:
             h.clearSolver()  # forget the previous point's incumbent (an LP keeps its basis: a warm start)
         n = self._model.n_cols
+        h.setOptionValue("time_limit", h.getRunTime() + self._limit)  # HiGHS's limit counts all runs so far
         h.changeColsCost(n, np.arange(n, dtype=np.int32), costs.astype(float) * OBJ_SCALE)
         return _run(h, n, relax, None)
 

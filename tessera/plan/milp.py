@@ -21,11 +21,12 @@ Objective: throughput  min T (+ ε·total work as a tie-break);
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from tessera.plan.highs import INF, Model, Solution
+from tessera.plan.highs import INF, INFEASIBLE, Model, Solution
 from tessera.plan.problem import PhaseProblem
 
 TIE_BREAK = 1e-4  # weight of total work in the throughput objective, relative to T
@@ -261,5 +262,7 @@ def lp_bound_memory(prob: PhaseProblem, objective: str = "throughput", m: int = 
     if objective == "throughput":
         model.col_cost = [1.0 if j == idx.T else 0.0 for j in range(model.n_cols)]  # no tie-break in a bound
     sol = model.solve(relax=True)
+    if sol.status in INFEASIBLE:  # no placement fits memory at all
+        return math.inf
     assert sol.status == "optimal", f"LP bound with memory: {sol.status}"
     return float(sol.values[idx.T]) if objective == "throughput" else sol.objective

@@ -34,6 +34,9 @@ class Segment:
     layers: list[int]  # consecutive layer numbers
     groups: list[list[int]]  # [layer][offset] -> group id
     patterns: list[tuple[int, ...]] = field(default_factory=list)  # offset -> device
+    # the layers' signature without where an earlier phase keeps their weights: segments that differ only
+    # there have the same single-layer problem, hence the same patterns
+    shape: tuple = ()
 
 
 def _layer_groups(prob: PhaseProblem) -> dict[int, list[int]]:
@@ -88,7 +91,8 @@ def find_segments(prob: PhaseProblem, min_layers: int = 3) -> list[Segment]:
             j += 1
         # the last layer's stream goes elsewhere; all earlier ones must stream alike
         if j - i + 1 >= min_layers and all(sigs[q] == sigs[i] for q in range(i, j)):
-            segs.append(Segment(layers=layers[i:j + 1], groups=[by_layer[q] for q in layers[i:j + 1]]))
+            segs.append(Segment(layers=layers[i:j + 1], groups=[by_layer[q] for q in layers[i:j + 1]],
+                                shape=sigs[i][:4]))
         i = j + 1
     return segs
 
@@ -183,9 +187,11 @@ def solve_patterns(prob: PhaseProblem, segs: list[Segment], *, objective: str = 
                    omega: float = 1.0, background: Background | None = None, mip_rel_gap: float = 1e-2,
                    time_limit_s: float = 30.0, m_micro: int = 1) -> PatternResult:
     t0 = time.perf_counter()
+    made: dict[tuple, list[tuple[int, ...]]] = {}
     for s in segs:
         if not s.patterns:
-            s.patterns = generate_patterns(prob, s)
+            s.patterns = made[s.shape] if s.shape and s.shape in made else generate_patterns(prob, s)
+        made.setdefault(s.shape, s.patterns)
     D, pairs = prob.D, prob.pool.pairs()  # noqa: N806
     thr = objective == "throughput"
     rows_t = objective in ("throughput", "step")

@@ -29,7 +29,7 @@ def step_time_s(m: int, t_s: float, latency_s: float) -> float:
 
 def phase_objective_s(mode: str, m: int, bottleneck_s: float, busy_s: float, link_s: float) -> float:
     """The objective the planner minimises in ``mode`` (milp.objective_value), from a placement's verified
-    loads; solve.bound_s is its LP relaxation."""
+    loads; bound.cycle_bound relaxes it."""
     total = busy_s + link_s
     return total + (m - 1) * bottleneck_s if mode == "throughput" else total
 
@@ -127,9 +127,12 @@ def score(*, model: str, strategy: str, mode: str, pool: Pool, workload: Workloa
         mode, p.m, evals[p.phase].bottleneck_s, sum(evals[p.phase].device_busy_s),
         sum(evals[p.phase].link_busy_s.values())) for p in phases]
     t_cycle = max(per_phase) if disjoint else sum(per_phase)  # as the cycle combines phases
-    t_bound = bound_s(tuple((p.phase, p.m) for p in phases)) if bound_s else None
-    # a relaxation of every placement these phases can have: above a plan means the bound is wrong
-    assert t_bound is None or reason is not None or t_bound <= t_cycle * (1 + 1e-6), (strategy, t_bound, t_cycle)
+    t_bound = bound_s(tuple((p.phase, p.m) for p in phases)) if bound_s and reason is None else None
+    if t_bound is not None and t_bound > t_cycle * (1 + 1e-6):
+        # the bound relaxes placements that keep each kv/state group on one device: every MILP plan does,
+        # so above one of those it is wrong; a baseline that splits a group is simply outside it
+        assert strategy != "tessera", (strategy, t_bound, t_cycle)
+        t_bound = None
     dit = "denoise" in step
     per_cell = w.batch / cycle if dit else w.batch * w.output / cycle
     thr = per_cell * replicas if reason is None else None
@@ -144,7 +147,7 @@ def score(*, model: str, strategy: str, mode: str, pool: Pool, workload: Workloa
         throughput_tokens_per_s=None if dit else thr, throughput_images_per_s=thr if dit else None,
         latency_s=cycle, usd_per_hour=usd,
         usd_per_million_tokens=(usd / 3600 / thr * 1e6) if thr else None,
-        bound_ratio=min(1.0, t_bound / t_cycle) if t_bound and t_cycle > 0 else None,  # 1 + roundoff: 1
+        bound_ratio=min(1.0, t_bound / t_cycle) if t_bound and t_cycle > 0 else None,  # 1 + roundoff -> 1
         solve_s=solve_s, workload={"batch": w.batch, "prompt": w.prompt, "output": w.output, "steps": w.steps},
         notes=notes + ((reason,) if reason else ()))
     return Scored(plan=plan, feasible=reason is None, reason=reason, cycle_s=cycle, evals=evals)

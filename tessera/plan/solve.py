@@ -101,7 +101,9 @@ def resident_bytes(prob: PhaseProblem, gd: tuple[int, ...]) -> list[int]:
 
 
 def _fits(prob: PhaseProblem, gd: tuple[int, ...]) -> bool:
-    return all(b <= prob.free_bytes(d) for d, b in enumerate(resident_bytes(prob, gd)))
+    # slack: HiGHS's integrality tolerance (x = 1 − 1e-6 lets z sit that far under the memory row)
+    slack = 1e-6 * sum(w.bytes for w in prob.residents)
+    return all(b <= prob.free_bytes(d) + slack for d, b in enumerate(resident_bytes(prob, gd)))
 
 
 def check_agreement(prob: PhaseProblem, assignment: tuple[int, ...], cost: CostModel, m: int) -> None:

@@ -69,7 +69,7 @@ class Plan:
     latency_s: float | None = None
     usd_per_hour: float = 0.0
     usd_per_million_tokens: float | None = None
-    bound_ratio: float | None = None  # T_bound / T_plan, <= 1
+    bound_ratio: float | None = None  # LP bound / the planner's objective for this plan, <= 1 (docs/plan.md)
     solve_s: float = 0.0
     workload: dict[str, Any] = field(default_factory=dict, hash=False)
     notes: tuple[str, ...] = ()

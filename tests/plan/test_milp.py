@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.plan.milp import build_flat, loads, lp_bound, solve_flat, weighted_costs
+from tessera.plan.milp import build_flat, loads, lp_bound, lp_bound_memory, solve_flat, weighted_costs
 from tessera.plan.problem import build_problem
 from tessera.plan.solve import check_agreement
 from tessera.plan.verify import evaluate
@@ -95,3 +95,20 @@ def test_sweep_costs_and_resolver_equal_a_fresh_build(alpha, beta, gamma) -> Non
     for _ in range(2):  # a re-solve after another point must not depend on the previous one
         assert solver.solve(costs).objective == pytest.approx(fresh.solve().objective, rel=1e-9)
         solver.solve(costs[::-1].copy())
+
+
+def test_resolver_time_limit_is_per_solve_not_per_sweep() -> None:
+    """HiGHS counts a time limit over every run of one instance: a long sweep must not run the LP out of
+    time and fall back to the MILP for the rest of it."""
+    p = build_problem(chain3(), POOL, COST)
+    model, idx = build_flat(p, objective="weighted", memory=False, mem_price=(0.0, 0.0))
+    solver = model.resolver(time_limit_s=0.002)  # one solve takes ~30 µs; 600 take ~15 ms in all
+    for k in range(600):
+        a = (1.0, 0.5 + k / 400)
+        assert solver.solve(weighted_costs(p, idx, model.n_cols, alpha=a, beta=1.0)).status == "optimal"
+    assert solver._mip is None  # every point answered by the (integral) LP
+
+
+def test_memory_bound_of_a_model_that_fits_nowhere_is_infinite() -> None:
+    p = build_problem(chain3(weight_bytes=200 * GB), POOL, COST)  # 200 GB weights: neither GPU holds one
+    assert lp_bound_memory(p) == float("inf")
