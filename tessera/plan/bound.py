@@ -29,6 +29,8 @@ from dataclasses import dataclass, replace
 from tessera.plan.highs import INFEASIBLE, Model
 from tessera.plan.problem import PhaseProblem
 
+MAX_SPLIT_DEVICES = 6  # pools up to this size get every disjoint split bounded (62 splits at 6)
+
 
 @dataclass(frozen=True, kw_only=True)
 class BoundPhase:
@@ -91,6 +93,8 @@ def cycle_bound(phases: list[BoundPhase], *, mode: str = "throughput") -> float 
     n = phases[0].prob.D
     if best is None or len(phases) != 2 or n < 2:
         return best
+    if n > MAX_SPLIT_DEVICES:  # 2^n − 2 splits: no bound rather than one a disjoint plan could beat
+        return None
     for mask in range(1, 2 ** n - 1):
         side = frozenset(d for d in range(n) if mask >> d & 1)
         a = lp_bound_joint([replace(phases[0], devices=side)], mode=mode)
