@@ -135,13 +135,13 @@ def plan_graphs(model: str, phases: list[str], source: GraphSource, pool: Pool, 
     order = sorted(phases, key=lambda p: 0 if p == "decode" else 1) if "decode" in phases else list(phases)
     _check_pool_fits(model, order[0], source, pool, w)
     t0 = time.perf_counter()
-    bounds: dict[tuple, float] = {}
+    bounds: dict[tuple, float | None] = {}
 
     def bound_fn(batch: int):
-        """(phase, m) pairs of a plan -> the joint LP bound on its Σ n·objective at this batch."""
+        """(phase, m) pairs of a plan -> bound.cycle_bound on its objective at this batch (None: none)."""
         wb = replace(w, batch=batch)
 
-        def f(specs: tuple[tuple[str, int], ...]) -> float:
+        def f(specs: tuple[tuple[str, int], ...]) -> float | None:
             key = (batch, specs)
             if key not in bounds:
                 parts = []

@@ -75,7 +75,8 @@ def _mem(ev: Evaluation, m: int) -> list[dict[str, int]]:
 
 def score(*, model: str, strategy: str, mode: str, pool: Pool, workload: Workload, phases: list[PhaseSpec],
           source: GraphSource, cost: CostModel, replicas: int = 1, solve_s: float = 0.0,
-          bound_s: Callable[[tuple[tuple[str, int], ...]], float] | None = None, notes: tuple[str, ...] = (), points: bool = True) -> Scored:
+          bound_s: Callable[[tuple[tuple[str, int], ...]], float | None] | None = None, notes: tuple[str, ...] = (),
+          points: bool = True) -> Scored:
     w = workload
     evals: dict[str, Evaluation] = {}
     step: dict[str, float] = {}
@@ -120,7 +121,7 @@ def score(*, model: str, strategy: str, mode: str, pool: Pool, workload: Workloa
         d, x = max(over, key=lambda o: o[1])
         reason = (f"needs {sum(mem[d].values()) / GB:.1f} GB on {pool.gpus[d].name} (device {d}), "
                   f"capacity {pool.gpus[d].mem_bytes / GB:.1f} GB: {x / GB:.1f} GB short")
-    # bound ratio on the planner's objective: Σ n·bound(phase, m) / Σ n·objective(phase), where the objective
+    # bound ratio on the planner's objective: bound / Σ n·objective(phase) (max when disjoint), where the objective
     # is the step (m−1)·T + Σ work + Σ transfers (throughput) or Σ work + Σ transfers (latency) and the bound
     # its LP relaxation with free transfers and the memory rows kept, all phases at once (bound.cycle_bound)
     per_phase = [n_steps[p.phase] * phase_objective_s(
