@@ -39,7 +39,9 @@ def resolve(qualified: str) -> Any:
 
 
 def view_of(storages: dict[int, torch.UntypedStorage], ref: TensorRef) -> torch.Tensor:
-    return torch.empty(0, dtype=ref.dtype).set_(storages[ref.buffer], ref.storage_offset, ref.size, ref.stride)
+    """The recorded view over a storage, on the storage's device (``set_`` refuses a device mismatch)."""
+    st = storages[ref.buffer]
+    return torch.empty(0, dtype=ref.dtype, device=st.device).set_(st, ref.storage_offset, ref.size, ref.stride)
 
 
 def materialise(storages: dict[int, torch.UntypedStorage], tree: Any) -> Any:

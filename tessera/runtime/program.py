@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from tessera.capture.program import Capture, run_op
+from tessera.capture.program import Capture, materialise, run_op, view_of
 from tessera.capture.recorder import OpRecord, TensorRef
 from tessera.graph import KernelGraph, Role
 from tessera.runtime.device import HOST, as_bytes, zero_storage
@@ -79,22 +79,6 @@ def iter_refs(x: Any) -> Iterator[TensorRef]:
             yield from iter_refs(y)
 
 
-def view_of(storages: Storages, ref: TensorRef) -> torch.Tensor:
-    """The recorded view over a storage, on the storage's device (``set_`` refuses a device mismatch)."""
-    st = storages[ref.buffer]
-    return torch.empty(0, dtype=ref.dtype, device=st.device).set_(st, ref.storage_offset, ref.size, ref.stride)
-
-
-def materialise(storages: Storages, tree: Any) -> Any:
-    if isinstance(tree, TensorRef):
-        return view_of(storages, tree)
-    if isinstance(tree, tuple | list):
-        return type(tree)(materialise(storages, x) for x in tree)
-    if isinstance(tree, dict):
-        return {k: materialise(storages, v) for k, v in tree.items()}
-    return tree
-
-
 Wire = tuple[str, tuple[int, ...], Any]  # (dtype name, shape, numpy uint8 array)
 
 
@@ -112,8 +96,8 @@ def from_wire(w: Wire) -> torch.Tensor:
 
 
 def replay_step(program: Program, storages: Storages) -> list[torch.Tensor]:
-    """Single-process execution of every op in order against ``storages`` (updated in place), on the host:
-    ``run_op`` is tessera.capture's, whose views are host tensors."""
+    """Single-process execution of every op in order against ``storages`` (updated in place); zeroed
+    allocations are made on the host."""
     for b in program.zeroed():
         storages.setdefault(b, zero_storage(program.nbytes(b), HOST))
     for op in program.ops:
