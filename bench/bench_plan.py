@@ -19,6 +19,7 @@ import json
 import time
 from pathlib import Path
 
+from tessera.plan.bound import BoundPhase, lp_bound_joint
 from tessera.plan.milp import loads, lp_bound, lp_bound_memory, solve_flat
 from tessera.plan.patterns import find_segments, solve_patterns
 from tessera.plan.planner import _act_reserve, capture_source, plan_graphs
@@ -62,7 +63,7 @@ def exact_rows(src, cost) -> list[dict]:
         pool = Pool.parse(gpus, LINK)
         act = _act_reserve(["decode", "prefill"], src, pool, cost, wb, "throughput")
         prob = prepare(src("decode", wb.batch, seq, ctx), pool, cost, m=1, act_bytes=act)
-        lp = lp_bound_memory(prob, "step", 1)
+        lp = lp_bound_joint([BoundPhase(prob=prob, m=1, steps=1)])  # the m = 1 step: Σ work
         pat = solve_phase(prob, m=1)
         start = tuple(prob.group_assignment(pat.assignment))
         fr = solve_flat(prob, objective="step", m=1, mip_rel_gap=1e-3, time_limit_s=240.0, starts=[start])

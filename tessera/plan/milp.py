@@ -251,18 +251,17 @@ def objective_value(prob: PhaseProblem, group_dev: list[int] | tuple[int, ...], 
     return total + (m - 1) * t if objective == "step" else total
 
 
-def lp_bound_memory(prob: PhaseProblem, objective: str = "throughput", m: int = 1) -> float:
-    """The relaxation of ``objective`` (x, z relaxed) with free transfers, keeping the memory rows: a lower
-    bound on that objective for any placement, and one a memory-bound pool (weights barely fit) can
-    approach. throughput: min T; step: min (m−1)·T + Σ t·x; weighted: min Σ t·x."""
+def lp_bound_memory(prob: PhaseProblem) -> float:
+    """The same relaxation keeping the memory rows (z relaxed): still an upper bound on throughput, and
+    the one a memory-bound pool (weights barely fit) can approach; inf when nothing fits. The step and
+    latency objectives' relaxations are bound.lp_bound_joint's."""
     from dataclasses import replace
 
     free = replace(prob, values=[], xfer_s=np.zeros(0), handoffs=[])
-    model, idx = build_flat(free, objective=objective, micro=m)
-    if objective == "throughput":
-        model.col_cost = [1.0 if j == idx.T else 0.0 for j in range(model.n_cols)]  # no tie-break in a bound
+    model, idx = build_flat(free, objective="throughput")
+    model.col_cost = [1.0 if j == idx.T else 0.0 for j in range(model.n_cols)]  # no tie-break in a bound
     sol = model.solve(relax=True)
     if sol.status in INFEASIBLE:  # no placement fits memory at all
         return math.inf
     assert sol.status == "optimal", f"LP bound with memory: {sol.status}"
-    return float(sol.values[idx.T]) if objective == "throughput" else sol.objective
+    return float(sol.values[idx.T])

@@ -20,7 +20,7 @@ from tessera.graph import KernelGraph, Role
 from tessera.plan.bound import BoundPhase, cycle_bound
 from tessera.plan.milp import lp_bound_memory
 from tessera.plan.pool import Pool, Workload
-from tessera.plan.problem import default_cost
+from tessera.plan.problem import PhaseProblem, default_cost
 from tessera.plan.score import GB, GraphSource, PhaseSpec, Scored, phase_shape, score
 from tessera.plan.solve import check_agreement, prepare, solve_phase
 from tessera.plan.types import Plan
@@ -136,6 +136,7 @@ def plan_graphs(model: str, phases: list[str], source: GraphSource, pool: Pool, 
     _check_pool_fits(model, order[0], source, pool, w)
     t0 = time.perf_counter()
     bounds: dict[tuple, float | None] = {}
+    bound_probs: dict[tuple[str, int, int], PhaseProblem] = {}  # (phase, batch, m): shared across plans
 
     def bound_fn(batch: int):
         """(phase, m) pairs of a plan -> bound.cycle_bound on its objective at this batch (None: none)."""
@@ -147,9 +148,11 @@ def plan_graphs(model: str, phases: list[str], source: GraphSource, pool: Pool, 
                 parts = []
                 for phase, m in specs:
                     seq, ctx, n = phase_shape(phase, wb)
-                    g = source(phase, max(1, batch // m), seq, ctx)
-                    # no activation reserve: a baseline scored by its own peak live set must stay within the bound
-                    parts.append(BoundPhase(prob=prepare(g, pool, cost, m=m, act_bytes=0), m=m, steps=n))
+                    if (phase, batch, m) not in bound_probs:
+                        g = source(phase, max(1, batch // m), seq, ctx)
+                        # no activation reserve: a baseline scored by its own peak live set must stay within it
+                        bound_probs[phase, batch, m] = prepare(g, pool, cost, m=m, act_bytes=0)
+                    parts.append(BoundPhase(prob=bound_probs[phase, batch, m], m=m, steps=n))
                 bounds[key] = cycle_bound(parts, mode=mode)
             return bounds[key]
         return f

@@ -9,7 +9,6 @@ import pytest
 from tessera.graph import Buffer, Kernel, KernelGraph, KernelKind, Role, build_graph
 from tessera.hardware import LinkSpec
 from tessera.plan.bound import BoundPhase, cycle_bound, lp_bound_joint
-from tessera.plan.milp import lp_bound_memory
 from tessera.plan.pool import Pool, resolve_gpu
 from tessera.plan.problem import build_problem
 
@@ -50,8 +49,8 @@ def test_joint_bound_shares_residency_by_hand() -> None:
     # together H holds a fraction zA of A and zK of K with zA + zK <= 1: total (2 − zA) + (4 − 3 zK)
     # + (2 − zA) = 8 − 2 zA − 3 zK, least at zK = 1: 5 s.
     p, q = build_problem(_prefill(), POOL, COST), build_problem(_decode(), POOL, COST)
-    assert lp_bound_memory(p, "weighted") == pytest.approx(3.0)
-    assert lp_bound_memory(q, "weighted") == pytest.approx(1.0)
+    assert lp_bound_joint([BoundPhase(prob=p, m=1, steps=1)], mode="latency") == pytest.approx(3.0)
+    assert lp_bound_joint([BoundPhase(prob=q, m=1, steps=1)], mode="latency") == pytest.approx(1.0)
     joint = [BoundPhase(prob=p, m=1, steps=1), BoundPhase(prob=q, m=1, steps=1)]
     assert lp_bound_joint(joint, mode="latency") == pytest.approx(5.0)
     # decode run 10 times per cycle: now A on H pays (10·1 saved per unit zA vs 3 per unit zK)
