@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_ptx_fuzz import mutated
-from test_ptx_lower import SHAPES, _fast, _reference
+from test_ptx_lower import SHAPES, _fast, _reference, splice
 
 from tessera.ptx import evaluate, lower
 from tessera.ptx.analysis import Access, EntryAccess, ParamAccess, analyze_ptx
@@ -80,12 +80,8 @@ def test_triton_shapes_agree_with_reference_and_are_lowered() -> None:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_fast_path_matches_reference_on_mutated_triton_shapes(data: st.DataObject) -> None:
-    text = TRITON
-    for _ in range(data.draw(st.integers(1, 3))):
-        i = data.draw(st.integers(0, len(text)))
-        j = data.draw(st.integers(i, min(len(text), i + 12)))
-        text = text[:i] + data.draw(st.sampled_from(
-            ["", ".", "|", "%r9", ", ", "{", "}", ";", " ", "\t", "-", "+4", "\n", "ret;", ": ", "@%p1 "])) + text[j:]
+    text = splice(data, TRITON, ["", ".", "|", "%r9", ", ", "{", "}", ";", " ", "\t", "-", "+4", "\n", "ret;", ": ",
+                                 "@%p1 "])
     assert _fast(text) == _reference(text)
 
 

@@ -22,6 +22,15 @@ def _reference(text: str) -> object:
         return str(e)
 
 
+def splice(data: st.DataObject, text: str, tokens: list[str]) -> str:
+    """1-3 spans of up to 12 characters replaced by one of ``tokens`` each."""
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(text)))
+        j = data.draw(st.integers(i, min(len(text), i + 12)))
+        text = text[:i] + data.draw(st.sampled_from(tokens)) + text[j:]
+    return text
+
+
 def _fast(text: str) -> object:
     try:
         return {k: v.to_dict() for k, v in analyze_ptx(text, "f.ptx").items()}
@@ -106,10 +115,5 @@ def test_fast_path_shapes_agree_with_reference_and_are_lowered() -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_fast_path_matches_reference_on_mutated_shapes(data: st.DataObject) -> None:
-    text = SHAPES
-    for _ in range(data.draw(st.integers(1, 3))):
-        i = data.draw(st.integers(0, len(text)))
-        j = data.draw(st.integers(i, min(len(text), i + 12)))
-        text = text[:i] + data.draw(st.sampled_from(["", ".", "|", "%r9", ", ", "{", "}", "-", "+4", "\n"])) \
-            + text[j:]
+    text = splice(data, SHAPES, ["", ".", "|", "%r9", ", ", "{", "}", "-", "+4", "\n"])
     assert _fast(text) == _reference(text)
