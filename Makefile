@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 .PHONY: install test demo lint bench clean
 
 # Idempotent: rebuilt only when pyproject.toml changes.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py tessera/ptx/_fastscan.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)

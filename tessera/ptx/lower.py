@@ -20,10 +20,11 @@ to the same results.
 
 from __future__ import annotations
 
+import os
 import re
 
 from tessera.ptx.compile import _TOK, ACC_R, ACC_W, _Builder, lower_instruction
-from tessera.ptx.evaluate import COPY, LOAD, MAD, MEM, S_GENERIC, S_GLOBAL, S_PARAM, SCALE1, SHL_HI
+from tessera.ptx.evaluate import COPY, LOAD, MAD, MEM, S_GENERIC, S_GLOBAL, S_LOCAL, S_PARAM, SCALE1, SHL_HI
 from tessera.ptx.parser import Param
 from tessera.ptx.scan import (
     _KINDS,
@@ -31,6 +32,7 @@ from tessera.ptx.scan import (
     _RAW,
     BLANK_ENTRY,
     K_BLANK,
+    K_CALL,
     K_COPY,
     K_CP_NOP,
     K_CVTA,
@@ -38,12 +40,29 @@ from tessera.ptx.scan import (
     K_IGNORE,
     K_LD,
     K_MAD,
+    K_OTHER,
     K_REG,
+    K_SCALE,
     K_SHL,
     K_SKIPDIR,
     K_ST,
     _Scan,
 )
+
+
+def _native() -> type | None:
+    """The C scanner (_fastscan.c) when it was built and agrees with these constants; TESSERA_PTX_NATIVE=0
+    turns it off (the tests run both ways)."""
+    if os.environ.get("TESSERA_PTX_NATIVE", "1") == "0":
+        return None
+    try:
+        from tessera.ptx import _fastscan
+    except ImportError:
+        return None
+    layout = (K_COPY, K_SCALE, K_SHL, K_LD, K_ST, K_CVTA, K_MAD, K_CP_NOP, K_CALL, K_OTHER, K_IGNORE, K_GUARD,
+              K_REG, K_SKIPDIR, K_BLANK, COPY, MAD, SHL_HI, LOAD, SCALE1, S_GLOBAL, S_LOCAL, S_PARAM, S_GENERIC,
+              ACC_R, ACC_W, MEM, "<local>")
+    return _fastscan.Scanner if _fastscan.LAYOUT == layout else None
 
 
 class _Bail(Exception):
@@ -71,6 +90,9 @@ _ST_RAW = re.compile(rf"[ \t]*+\[[ \t]*+({_NA})[ \t]*+(?:\+[ \t]*+-?\d++[ \t]*+)
                      rf"([^,\[\]{{}}()|;\n]+|\{{[^{{}}\[\]();\n]*+\}})[ \t]*+;\Z", re.A)
 
 
+_NATIVE = _native()
+
+
 def lower_body(src: str, text: str, start: int, end: int, first_line: int, name: str,
                params: tuple[Param, ...], returns: tuple[Param, ...], is_entry: bool
                ) -> tuple[object, dict[str, str], int] | None:
@@ -90,8 +112,12 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
     body_lines = text[start + 1 : end - 1].split("\n")
     lines = enumerate(body_lines)
     renaming: dict[str, str] = {}  # st.rename, refreshed after each line the general code reads
+    # the native scanner settles the lines this loop would settle by prefix + operand regex, the same
+    # way, and yields the rest; st.line reads a call's continuation lines from `lines` either way
+    it = lines if _NATIVE is None else _NATIVE(lines, st.scopes, _RAW, _KINDS, b.transfers, sites, site_addrs,
+                                                 entry_params, fparams, decls, first_line)
     try:
-        for k, raw in lines:
+        for k, raw in it:
             # nvcc and Triton write "\top \targs;": a known prefix up to the first space settles the line
             # with one dict lookup, and the operand regex below checks the rest through the final ";".
             # Anything else (blank lines, labels, a new opcode, blanks after the ";") takes _Scan.line.
