@@ -479,7 +479,189 @@ static PyTypeObject ScannerType = {
     .tp_iternext = (iternextfunc)scanner_next,
 };
 
-static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_fastscan", NULL, -1, NULL};
+/* ---- evaluate.py's _first_pass over bit sets (Python ints), the transfers it reads most ----------
+ * first_pass(ctx, transfers, vals, amask, a0, p0, load, call, transfer) is _first_pass exactly: COPY1
+ * lists, SCALE1, COPY and global LOADs here; other loads, calls and the rare codes through the Python
+ * functions it is given (_load, _call, _transfer). `vals` is the defaultdict(int): a read of a missing
+ * name inserts 0 as defaultdict does, `.get` does not; the early-stop proof depends on which. */
+enum { E_DATA = 2, E_COPY = 0, E_LOAD = 6, E_CALL = 8, E_SCALE1 = 10 };
+static PyObject *ZERO, *DATA_O;
+
+/* vals[s] (new reference) */
+static PyObject *get0(PyObject *vals, PyObject *s) {
+    PyObject *v = PyDict_GetItemWithError(vals, s);
+    if (v != NULL) { Py_INCREF(v); return v; }
+    if (PyErr_Occurred() || PyDict_SetItem(vals, s, ZERO) < 0) return NULL;
+    Py_INCREF(ZERO);
+    return ZERO;
+}
+
+/* OR of vals[s] for s in seq (a list or tuple of names); new reference */
+static PyObject *or_all(PyObject *vals, PyObject *seq) {
+    PyObject *fast = PySequence_Fast(seq, "transfer sources must be a list or tuple");
+    if (fast == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    PyObject *acc = ZERO;
+    Py_INCREF(acc);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = get0(vals, items[i]);
+        if (x == NULL) { Py_DECREF(acc); acc = NULL; break; }
+        if (acc == ZERO) { Py_DECREF(acc); acc = x; continue; }
+        PyObject *y = PyNumber_Or(acc, x);
+        Py_DECREF(acc);
+        Py_DECREF(x);
+        acc = y;
+        if (acc == NULL) break;
+    }
+    Py_DECREF(fast);
+    return acc;
+}
+
+/* vals[d] = old | v when that grows it; 1 grown, 0 not, -1 error */
+static int join(PyObject *vals, PyObject *d, PyObject *old, PyObject *v) {
+    PyObject *nv = PyNumber_Or(old, v);
+    if (nv == NULL) return -1;
+    int ne = PyObject_RichCompareBool(nv, old, Py_NE);
+    int r = ne <= 0 ? ne : (PyDict_SetItem(vals, d, nv) < 0 ? -1 : 1);
+    Py_DECREF(nv);
+    return r;
+}
+
+static int step(PyObject *t, PyObject *ctx, PyObject *vals, PyObject *amask, PyObject *a0, PyObject *p0,
+                PyObject *load, PyObject *call, PyObject *transfer) {
+    if (PyList_CheckExact(t)) { /* COPY1 [d, sources...]: includes d's own value */
+        if (PyList_GET_SIZE(t) == 0) { PyErr_SetString(PyExc_AssertionError, "empty COPY1"); return -1; }
+        PyObject *d = PyList_GET_ITEM(t, 0);
+        Py_INCREF(d);
+        PyObject *old = PyDict_GetItemWithError(vals, d);
+        int r = 0;
+        if (old != NULL) {
+            Py_INCREF(old);
+            PyObject *v = or_all(vals, t);
+            if (v == NULL) r = -1;
+            else {
+                int ne = PyObject_RichCompareBool(v, old, Py_NE);
+                r = ne <= 0 ? ne : (PyDict_SetItem(vals, d, v) < 0 ? -1 : 1);
+                Py_DECREF(v);
+            }
+            Py_DECREF(old);
+        } else if (PyErr_Occurred() || PyDict_SetItem(vals, d, ZERO) < 0) {
+            r = -1;
+        } else { /* absent: a first assignment, never a reason for another pass */
+            PyObject *v = or_all(vals, t);
+            if (v == NULL) r = -1;
+            else {
+                int truth = PyObject_IsTrue(v);
+                r = truth < 0 ? -1 : (truth && PyDict_SetItem(vals, d, v) < 0 ? -1 : 0);
+                Py_DECREF(v);
+            }
+        }
+        Py_DECREF(d);
+        return r;
+    }
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) < 2) {
+        PyErr_SetString(PyExc_AssertionError, "malformed transfer");
+        return -1;
+    }
+    PyObject *code_o = PyTuple_GET_ITEM(t, 0);
+    long code = PyLong_AsLong(code_o);
+    if (code == -1 && PyErr_Occurred()) return -1;
+    PyObject *v;
+    if (code == E_SCALE1) {
+        PyObject *ops = PyTuple_GET_ITEM(t, 1);
+        if (!PyList_Check(ops) || PyList_GET_SIZE(ops) == 0) {
+            PyErr_SetString(PyExc_AssertionError, "malformed SCALE1");
+            return -1;
+        }
+        PyObject *d = PyList_GET_ITEM(ops, 0);
+        Py_INCREF(d);
+        int present = PyDict_Contains(vals, d);
+        PyObject *w = present < 0 ? NULL : or_all(vals, ops);
+        v = w == NULL ? NULL : PyNumber_And(w, DATA_O);
+        Py_XDECREF(w);
+        int r = v == NULL ? -1 : PyObject_IsTrue(v);
+        if (r > 0) {
+            PyObject *old = get0(vals, d);
+            r = old == NULL ? -1 : join(vals, d, old, v);
+            Py_XDECREF(old);
+            if (r > 0 && present == 0) r = 0; /* absent before: a first assignment */
+        }
+        Py_XDECREF(v);
+        Py_DECREF(d);
+        return r;
+    }
+    if (code == E_COPY) {
+        if (PyTuple_GET_SIZE(t) < 3) { PyErr_SetString(PyExc_AssertionError, "malformed COPY"); return -1; }
+        v = or_all(vals, PyTuple_GET_ITEM(t, 2));
+    } else if (code == E_LOAD) {
+        if (PyTuple_GET_SIZE(t) < 5) { PyErr_SetString(PyExc_AssertionError, "malformed LOAD"); return -1; }
+        long space = PyLong_AsLong(PyTuple_GET_ITEM(t, 3));
+        if (space == -1 && PyErr_Occurred()) return -1;
+        if (space == S_GLOBAL) {
+            v = PyNumber_Or(DATA_O, PyTuple_GET_ITEM(t, 4));
+        } else {
+            PyObject *w = or_all(vals, PyTuple_GET_ITEM(t, 2));
+            v = w == NULL ? NULL : PyObject_CallFunctionObjArgs(load, t, w, vals, amask, a0, p0, NULL);
+            Py_XDECREF(w);
+        }
+    } else if (code == E_CALL) {
+        PyObject *r = PyObject_CallFunctionObjArgs(call, ctx, t, vals, Py_True, NULL);
+        if (r == NULL) return -1;
+        int truth = PyObject_IsTrue(r);
+        Py_DECREF(r);
+        return truth;
+    } else {
+        v = PyObject_CallFunctionObjArgs(transfer, t, code_o, vals, amask, a0, p0, NULL);
+    }
+    if (v == NULL) return -1;
+    int truth = PyObject_IsTrue(v);
+    if (truth <= 0) { Py_DECREF(v); return truth; }
+    PyObject *dsts = PySequence_Fast(PyTuple_GET_ITEM(t, 1), "transfer destinations must be a list or tuple");
+    if (dsts == NULL) { Py_DECREF(v); return -1; }
+    int again = 0;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(dsts); i++) {
+        PyObject *d = PySequence_Fast_GET_ITEM(dsts, i);
+        PyObject *old = PyDict_GetItemWithError(vals, d); /* vals.get(d): no insertion */
+        int r;
+        if (old == NULL)
+            r = PyErr_Occurred() || PyDict_SetItem(vals, d, v) < 0 ? -1 : 0;
+        else {
+            Py_INCREF(old);
+            r = join(vals, d, old, v);
+            Py_DECREF(old);
+        }
+        if (r < 0) { again = -1; break; }
+        again |= r;
+    }
+    Py_DECREF(dsts);
+    Py_DECREF(v);
+    return again;
+}
+
+static PyObject *first_pass(PyObject *self, PyObject *args) {
+    PyObject *ctx, *transfers, *vals, *amask, *a0, *p0, *load, *call, *transfer;
+    if (!PyArg_ParseTuple(args, "OO!O!OOOOOO:first_pass", &ctx, &PyList_Type, &transfers, &PyDict_Type, &vals,
+                          &amask, &a0, &p0, &load, &call, &transfer))
+        return NULL;
+    int again = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(transfers); i++) {
+        PyObject *t = PyList_GET_ITEM(transfers, i);
+        Py_INCREF(t);
+        int r = step(t, ctx, vals, amask, a0, p0, load, call, transfer);
+        Py_DECREF(t);
+        if (r < 0) return NULL;
+        again |= r;
+    }
+    return PyBool_FromLong(again);
+}
+
+static PyMethodDef methods[] = {
+    {"first_pass", first_pass, METH_VARARGS, "evaluate._first_pass, natively."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "_fastscan", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__fastscan(void) {
     if (PyType_Ready(&ScannerType) < 0) return NULL;
@@ -489,6 +671,14 @@ PyMODINIT_FUNC PyInit__fastscan(void) {
     LOCAL_T = Py_BuildValue("(s)", "<local>");
     PARAM_S = PyUnicode_FromString(".param");
     EQ_S = PyUnicode_FromString("=");
+    ZERO = PyLong_FromLong(0);
+    DATA_O = PyLong_FromLong(E_DATA);
+    PyObject *eval_layout = Py_BuildValue("(iiiiii)", E_DATA, E_COPY, E_LOAD, E_CALL, E_SCALE1, S_GLOBAL);
+    if (ZERO == NULL || DATA_O == NULL || eval_layout == NULL || PyModule_AddObject(mod, "EVAL_LAYOUT", eval_layout) < 0) {
+        Py_XDECREF(eval_layout);
+        Py_DECREF(mod);
+        return NULL;
+    }
     /* (K_COPY..K_IGNORE, K_GUARD..K_BLANK, COPY, MAD, SHL_HI, LOAD, SCALE1, S_GLOBAL.., ACC_R, ACC_W,
      * MEM, "<local>") as lower.py must see them */
     PyObject *layout = Py_BuildValue("(iiiiiiiiiii iiii iiiii iiii ii ss)", K_COPY, K_SCALE, K_SHL, K_LD, K_ST,

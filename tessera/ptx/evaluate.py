@@ -8,9 +8,13 @@ content of parameter p), "<local>" / "<wild>" (constant sources).
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from tessera.ptx.body import PtxSyntaxError
 
 if TYPE_CHECKING:
     from tessera.ptx.analysis import _EntryContext
@@ -170,6 +174,26 @@ def _first_pass(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[st
     return again
 
 
+def _native_first_pass() -> Callable[..., bool] | None:
+    """_first_pass in C (_fastscan.c) when built and agreeing on these constants; TESSERA_PTX_NATIVE=0
+    turns it off (the tests run both ways)."""
+    if os.environ.get("TESSERA_PTX_NATIVE", "1") == "0":
+        return None
+    try:
+        from tessera.ptx import _fastscan
+    except ImportError:
+        return None
+    if _fastscan.EVAL_LAYOUT != (DATA, COPY, LOAD, CALL, SCALE1, S_GLOBAL):
+        return None
+    native = _fastscan.first_pass
+
+    def first_pass(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
+                   amask: int, a0: int, p0: int) -> bool:
+        return native(ctx, transfers, vals, amask, a0, p0, _load, _call, _transfer)  # type: ignore[no-any-return]
+
+    return first_pass
+
+
 def _fixpoint(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
               amask: int, a0: int, p0: int) -> None:
     changed = True
@@ -265,6 +289,10 @@ def _call(ctx: _EntryContext, t: tuple, vals: dict[str, int], first: bool) -> bo
             ctx.unknown.append(f"line {line}: call to {callee}, which has no body here")
             ret, mem_out = tuple(WILD | DATA for _ in rets), WILD | DATA
     else:
+        if len(args) != len(fn.params) or len(rets) != len(fn.returns):  # ptxas rejects it; zip would not
+            raise PtxSyntaxError(f"{ctx.module.source}:{line}: call to {callee} passes {len(args)} argument(s) "
+                                 f"and {len(rets)} result(s); {callee} takes {len(fn.params)} and returns "
+                                 f"{len(fn.returns)}")
         ret, mem_out = ctx.run(fn, tuple(vals[a] for a in args), vals[MEM])
     changed = False
     for r, v in zip((*rets, MEM), (*ret, mem_out), strict=True):
@@ -276,3 +304,7 @@ def _call(ctx: _EntryContext, t: tuple, vals: dict[str, int], first: bool) -> bo
             vals[r] = old | v
             changed = True
     return changed
+
+
+_python_first_pass = _first_pass
+_first_pass = _native_first_pass() or _first_pass  # type: ignore[assignment]

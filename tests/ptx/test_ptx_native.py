@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import sysconfig
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from hypothesis import strategies as st
 from test_ptx_fuzz import mutated
 from test_ptx_lower import splice
 
-from tessera.ptx import lower
+from tessera.ptx import evaluate, lower
+from tessera.ptx.analysis import analyze_ptx
 from tessera.ptx.parser import parse_ptx
 from tessera.ptx.scan import _KINDS, _RAW
 
@@ -124,6 +126,7 @@ $L__BB0_2:
 \t.reg .b32 \t%q<4>;
 \t.loc\t1 28 0
 \t.loc\t1 28 0;
+\t.loc\t1 28 0; mov.u64 \t%rd7, %rd1;
 \tbar.sync \t0;\r
 \tadd.s64 \t%rd6, %rd4, %rd5;\r
 \tadd.s64 \t%rd6, %rd4, %rd\xe9;
@@ -156,3 +159,77 @@ def test_mutated_line_shapes_lower_identically(data: st.DataObject) -> None:
 @given(mutated())
 def test_mutated_ptx_lowers_identically(text: str) -> None:
     _same(text)
+
+
+NATIVE_PASS = evaluate._native_first_pass()
+
+
+def _both_passes(ctx: object, transfers: list, vals: defaultdict, *rest: int) -> bool:  # type: ignore[type-arg]
+    """evaluate._first_pass run both ways on copies of the same values: the same answer, and the same
+    names present with the same bit sets (presence is what the early-stop proof reads)."""
+    mine = defaultdict(int, vals)
+    again = evaluate._python_first_pass(ctx, transfers, vals, *rest)  # type: ignore[arg-type]
+    assert NATIVE_PASS is not None
+    assert NATIVE_PASS(ctx, transfers, mine, *rest) == again  # type: ignore[arg-type]
+    assert dict(mine) == dict(vals)
+    return again
+
+
+def _analysed_both_ways(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as m:
+        m.setattr(evaluate, "_first_pass", _both_passes)
+        try:
+            checked = {k: v.to_dict() for k, v in analyze_ptx(text, "f.ptx").items()}
+        except ValueError as e:
+            checked = str(e)  # type: ignore[assignment]
+    with monkeypatch.context() as m:
+        m.setattr(evaluate, "_first_pass", evaluate._python_first_pass)
+        try:
+            plain = {k: v.to_dict() for k, v in analyze_ptx(text, "f.ptx").items()}
+        except ValueError as e:
+            plain = str(e)  # type: ignore[assignment]
+    assert checked == plain
+
+
+def test_native_first_pass_on_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    for f in sorted(CORPUS.glob("*/*.ptx")):
+        _analysed_both_ways(f.read_text(), monkeypatch)
+    _analysed_both_ways(BODY, monkeypatch)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutated())
+def test_native_first_pass_on_mutated_ptx(text: str) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        _analysed_both_ways(text, mp)
+
+
+# One transfer of every kind first_pass reads itself, and of those it hands to Python: (transfers,
+# initial values, expected "again", expected values of some names). Bits: DATA = 2, LOCAL = 8, P = 32.
+D, P = evaluate.DATA, 32
+PASS_CASES = [
+    ([["%a", "%p"]], {"%p": P}, False, {"%a": P}),  # COPY1 to an absent name: a first assignment
+    ([["%a", "%p"]], {"%p": P, "%a": D}, True, {"%a": P | D}),  # grows a present name
+    ([["%a", "%z"]], {}, False, {"%a": 0, "%z": 0}),  # reads insert 0, as defaultdict does
+    ([(evaluate.SCALE1, ["%a", "%d", "4"])], {"%d": D | P}, False, {"%a": D, "4": 0}),  # offset: DATA only
+    ([(evaluate.SCALE1, ["%a", "%d"])], {"%d": D, "%a": 0}, True, {"%a": D}),  # second assignment
+    ([(evaluate.SCALE1, ["%a", "%p"])], {"%p": P, "%a": 0}, False, {"%a": 0}),  # no DATA: unchanged
+    ([(evaluate.COPY, ("%a", "%b"), ("%p",))], {"%p": P, "%b": D}, True, {"%a": P, "%b": P | D}),
+    ([(evaluate.LOAD, ("%a",), ("%x",), evaluate.S_GLOBAL, evaluate.WILD)], {}, False, {"%a": D | 1}),
+    ([(evaluate.LOAD, ("%a",), ("%x",), evaluate.S_LOCAL, 0)], {evaluate.MEM: P}, False, {"%a": P | D}),
+    ([(evaluate.MAD, ("%a",), ("%d", "%p"), ("%q",))], {"%d": D, "%p": P, "%q": 4 * P}, False,
+     {"%a": D | 4 * P}),
+    ([(evaluate.SHL_HI, ["%a"], ["%d", "32"])], {"%d": D}, False, {"%a": D | evaluate.WILD}),
+    ([["%a", "%a"], (evaluate.SCALE1, ["%b", "%a"]), ["%a", "%p"]], {"%p": P}, True, {"%a": P, "%b": 0}),
+]
+
+
+@pytest.mark.skipif(NATIVE_PASS is None, reason="no native first pass")
+@pytest.mark.parametrize(("transfers", "init", "again", "expect"), PASS_CASES)
+def test_first_pass_each_transfer_kind(transfers: list, init: dict, again: bool, expect: dict) -> None:  # type: ignore[type-arg]
+    py, nat = defaultdict(int, init), defaultdict(int, init)
+    args = (None, 0, 0, 0)  # amask, a0, p0: no parameter addresses in these cases
+    assert evaluate._python_first_pass(args[0], transfers, py, *args[1:]) is again  # type: ignore[arg-type]
+    assert NATIVE_PASS(args[0], transfers, nat, *args[1:]) is again  # type: ignore[misc, arg-type]
+    assert dict(nat) == dict(py)
+    assert {k: py[k] for k in expect} == expect

@@ -88,6 +88,18 @@ def test_call_into_func_and_return_value() -> None:
     assert [str(p.access) for p in e.params] == ["untouched", "written"] and not e.indirect
 
 
+@pytest.mark.parametrize(("args", "rets"), [("param0, param1", "(retval0)"), ("", "(retval0)"), ("param0", "")])
+def test_call_with_the_wrong_arity_is_a_clean_error(args: str, rets: str) -> None:
+    # found by fuzzing: a recursive call with one argument fewer ended in zip()'s own ValueError
+    text = HEAD + ".func (.param .b64 func_retval0) id(.param .b64 id_param_0)\n{\n" \
+        "ld.param.u64 %rd1, [id_param_0];\nst.param.b64 [func_retval0+0], %rd1;\nret;\n}\n" \
+        ".visible .entry k(.param .u64 k_param_0)\n{\n{ // callseq 0, 0\n.param .b64 param0;\n" \
+        ".param .b64 param1;\n.param .b64 retval0;\n" + f"call.uni {rets}{',' if rets else ''} id, ({args});\n}}\nret;\n}}\n"
+    with pytest.raises(ValueError, match=r"^f\.ptx:\d+: call to id passes \d argument\(s\) and \d result\(s\); "
+                       r"id takes 1 and returns 1$"):
+        analyze_ptx(text, "f.ptx")
+
+
 def test_call_to_function_without_body_is_wild() -> None:
     text = HEAD + ".extern .func mystery(.param .b64 mystery_param_0);\n" \
         ".visible .entry k(.param .u64 k_param_0)\n{\n{\n.param .b64 param0;\ncall.uni mystery, (param0);\n}\nret;\n}\n"
