@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install test demo lint bench clean
 
-# Idempotent: rebuilt only when pyproject.toml changes.
+# Idempotent: rebuilt only when pyproject.toml, setup.py or the C module (tessera/ptx/_fastscan.c) change.
 $(STAMP): pyproject.toml setup.py tessera/ptx/_fastscan.c
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
@@ -16,6 +16,7 @@ install: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check tessera tests bench
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
+	TESSERA_PTX_NATIVE=0 $(BIN)/python -m pytest -q tests/ptx  # the pure-Python path the C module replaces
 
 demo: $(STAMP)
 	$(BIN)/python -m tessera.demo
@@ -24,4 +25,4 @@ bench: $(STAMP)
 	for f in bench/bench_*.py; do OMP_NUM_THREADS=1 $(BIN)/python $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .ruff_cache
+	rm -rf $(VENV) out .pytest_cache .ruff_cache build tessera/ptx/*.so

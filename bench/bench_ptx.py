@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/bench_ptx.py [--repeat 20] [--fuzz 10000]
 
+Both paths are timed in one run: the default (the C scanner and first pass of tessera/ptx/_fastscan.c,
+built by `make install`) and the pure-Python code it replaces, with the same results (tests/ptx).
+
 Writes bench/results/ptx.json and bench/results/ptx.md.
 """
 
@@ -13,6 +16,8 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -22,29 +27,47 @@ sys.path.insert(0, str(ROOT / "tests" / "ptx"))
 
 from test_ptx_fuzz import check_clean, mutated  # noqa: E402
 
+from tessera.ptx import evaluate, lower  # noqa: E402
 from tessera.ptx.analysis import analyze_ptx  # noqa: E402
 
 CORPUS = ROOT / "tests" / "ptx" / "corpus"
 
 
-def throughput(repeat: int, rounds: int = 7) -> dict[str, float]:
-    """Every corpus module parsed and analysed ``repeat`` times per round; best of ``rounds`` rounds, in
-    wall-clock and in process CPU time (the machine is shared: CPU time is less disturbed by other
-    processes, wall time is what a user waits)."""
+@contextmanager
+def _path(native: bool) -> Iterator[None]:
+    """The C scanner and first pass (tessera/ptx/_fastscan.c) on, or the pure-Python code they replace."""
+    saved = lower._NATIVE, evaluate._first_pass
+    if not native:
+        lower._NATIVE, evaluate._first_pass = None, evaluate._python_first_pass
+    try:
+        yield
+    finally:
+        lower._NATIVE, evaluate._first_pass = saved
+
+
+def throughput(repeat: int, rounds: int = 7) -> dict[str, object]:
+    """Every corpus module parsed and analysed ``repeat`` times per round, both paths in alternate rounds
+    (so a slow spell of this shared machine hits both); best of ``rounds`` rounds each, in wall-clock and
+    in process CPU time (CPU time is less disturbed by other processes, wall time is what a user waits)."""
     files = [(str(p), p.read_text()) for p in sorted(CORPUS.glob("*/*.ptx"))]
     total = sum(len(t) for _, t in files)
-    best_wall = best_cpu = float("inf")
+    paths = ["native", "python"] if lower._NATIVE is not None else ["python"]
+    best = {m: [float("inf"), float("inf")] for m in paths}
     load_before = os.getloadavg()[0]
     for _ in range(rounds):
-        t0, c0 = time.perf_counter(), time.process_time()
-        for _ in range(repeat):
-            for name, text in files:
-                analyze_ptx(text, name)
-        best_wall = min(best_wall, time.perf_counter() - t0)
-        best_cpu = min(best_cpu, time.process_time() - c0)
+        for mode in paths:
+            with _path(mode == "native"):
+                t0, c0 = time.perf_counter(), time.process_time()
+                for _ in range(repeat):
+                    for name, text in files:
+                        analyze_ptx(text, name)
+                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            best[mode] = [min(best[mode][0], wall), min(best[mode][1], cpu)]
+    per = {m: {"seconds": w, "mb_per_s": total * repeat / w / 1e6, "cpu_seconds": c,
+               "cpu_mb_per_s": total * repeat / c / 1e6} for m, (w, c) in best.items()}
     return {"modules": len(files), "corpus_bytes": total, "repeat": repeat, "rounds": rounds,
-            "seconds": best_wall, "mb_per_s": total * repeat / best_wall / 1e6,
-            "cpu_seconds": best_cpu, "cpu_mb_per_s": total * repeat / best_cpu / 1e6,
+            "default_path": paths[0], "paths": per, "mb_per_s": per[paths[0]]["mb_per_s"],
+            "native_over_python": (per["python"]["seconds"] / per["native"]["seconds"]) if "native" in per else None,
             "load_avg_1min": os.getloadavg()[0], "load_avg_1min_before": load_before}
 
 
@@ -80,16 +103,22 @@ def main() -> None:
     res = ROOT / "bench" / "results"
     res.mkdir(parents=True, exist_ok=True)
     (res / "ptx.json").write_text(json.dumps(out, indent=1))
+    paths = tp["paths"]
     md = ["# PTX benchmark", "", "| metric | value |", "| --- | --- |",
-          f"| corpus modules | {tp['modules']} ({tp['corpus_bytes'] / 1e3:.0f} kB) |",
-          f"| parse + analyse, wall | {tp['mb_per_s']:.1f} MB/s (target 20; best of {tp['rounds']}) |",
-          f"| parse + analyse, CPU time | {tp['cpu_mb_per_s']:.1f} MB/s |",
-          f"| 1-min load average before / after (2 cores, shared) | {tp['load_avg_1min_before']:.2f} / "
-          f"{tp['load_avg_1min']:.2f} |",
-          f"| fuzz cases | {fz['cases']} |",
-          f"| clean one-line errors | {fz['clean_errors']} |",
-          f"| other exceptions | {fz['other_exceptions']} |",
-          f"| fuzz time | {fz['seconds']:.0f} s |", ""]
+          f"| corpus modules | {tp['modules']} ({tp['corpus_bytes'] / 1e3:.0f} kB) |"]
+    for mode, r in paths.items():
+        what = "C scanner + first pass (default)" if mode == "native" else "pure Python" + (
+            " (TESSERA_PTX_NATIVE=0)" if "native" in paths else " (C module not built)")
+        md.append(f"| parse + analyse, {what} | {r['mb_per_s']:.1f} MB/s wall, {r['cpu_mb_per_s']:.1f} MB/s CPU "
+                  f"(target 20; best of {tp['rounds']}) |")
+    if tp["native_over_python"] is not None:
+        md.append(f"| native / pure Python, same run | {tp['native_over_python']:.2f}x |")
+    md += [f"| 1-min load average before / after (2 cores, shared) | {tp['load_avg_1min_before']:.2f} / "
+           f"{tp['load_avg_1min']:.2f} |",
+           f"| fuzz cases (default path) | {fz['cases']} |",
+           f"| clean one-line errors | {fz['clean_errors']} |",
+           f"| other exceptions | {fz['other_exceptions']} |",
+           f"| fuzz time | {fz['seconds']:.0f} s |", ""]
     (res / "ptx.md").write_text("\n".join(md))
     print("\n".join(md))
 
