@@ -167,6 +167,9 @@ static int settle_op(Scanner *sc, Py_ssize_t k, PyObject *u, str_t s, Py_ssize_t
 
 /* One line: 1 settled (transfers appended), 0 the Python loop must read it, -1 error. `u`/`s`/`n`:
  * the raw line. */
+static int settle_entry(Scanner *sc, Py_ssize_t k, PyObject *u, str_t s, Py_ssize_t n, Py_ssize_t sp0,
+                        PyObject *h);
+
 static int settle(Scanner *sc, Py_ssize_t k, PyObject *u, str_t s, Py_ssize_t n) {
     Py_ssize_t sp0 = -1;
     const unsigned char *q = memchr(s, ' ', (size_t)n);
@@ -183,6 +186,14 @@ static int settle(Scanner *sc, Py_ssize_t k, PyObject *u, str_t s, Py_ssize_t n)
             if (!is_w(s[i]) && s[i] != '$') return 0;
         return 1;
     }
+    Py_INCREF(h); /* the prefix table's entry, held while this line's work may run Python code */
+    int r = settle_entry(sc, k, u, s, n, sp0, h);
+    Py_DECREF(h);
+    return r;
+}
+
+static int settle_entry(Scanner *sc, Py_ssize_t k, PyObject *u, str_t s, Py_ssize_t n, Py_ssize_t sp0,
+                        PyObject *h) {
     if (!PyTuple_Check(h) || PyTuple_GET_SIZE(h) < 5) return 0;
     long kind = PyLong_AsLong(PyTuple_GET_ITEM(h, 0));
     if (kind == -1 && PyErr_Occurred()) return -1;
@@ -454,6 +465,10 @@ static void scanner_dealloc(Scanner *sc) {
 static PyObject *scanner_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     PyObject *o[10];
     Py_ssize_t first_line;
+    if (kw != NULL && PyDict_GET_SIZE(kw) != 0) {
+        PyErr_SetString(PyExc_TypeError, "Scanner() takes no keyword arguments");
+        return NULL;
+    }
     if (!PyArg_ParseTuple(args, "OO!O!O!O!O!O!O!OO!n:Scanner", &o[0], &PyList_Type, &o[1], &PyDict_Type, &o[2],
                           &PyDict_Type, &o[3], &PyList_Type, &o[4], &PyList_Type, &o[5], &PyList_Type, &o[6],
                           &PyDict_Type, &o[7], &o[8], &PyDict_Type, &o[9], &first_line))
