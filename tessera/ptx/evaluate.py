@@ -8,13 +8,13 @@ content of parameter p), "<local>" / "<wild>" (constant sources).
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tessera.ptx.body import PtxSyntaxError
+from tessera.ptx.native import load as load_native
 
 if TYPE_CHECKING:
     from tessera.ptx.analysis import _EntryContext
@@ -175,17 +175,11 @@ def _first_pass(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[st
 
 
 def _native_first_pass() -> Callable[..., bool] | None:
-    """_first_pass in C (_fastscan.c) when built and agreeing on these constants; TESSERA_PTX_NATIVE=0
-    turns it off (the tests run both ways)."""
-    if os.environ.get("TESSERA_PTX_NATIVE", "1") == "0":
+    """_first_pass in C (native.py), or None."""
+    mod = load_native("EVAL_LAYOUT", (DATA, COPY, LOAD, CALL, SCALE1, S_GLOBAL))
+    if mod is None:
         return None
-    try:
-        from tessera.ptx import _fastscan
-    except ImportError:
-        return None
-    if _fastscan.EVAL_LAYOUT != (DATA, COPY, LOAD, CALL, SCALE1, S_GLOBAL):
-        return None
-    native = _fastscan.first_pass
+    native = mod.first_pass
 
     def first_pass(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
                    amask: int, a0: int, p0: int) -> bool:

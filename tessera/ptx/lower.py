@@ -20,11 +20,11 @@ to the same results.
 
 from __future__ import annotations
 
-import os
 import re
 
 from tessera.ptx.compile import _TOK, ACC_R, ACC_W, _Builder, lower_instruction
 from tessera.ptx.evaluate import COPY, LOAD, MAD, MEM, S_GENERIC, S_GLOBAL, S_LOCAL, S_PARAM, SCALE1, SHL_HI
+from tessera.ptx.native import load as load_native
 from tessera.ptx.parser import Param
 from tessera.ptx.scan import (
     _KINDS,
@@ -51,18 +51,11 @@ from tessera.ptx.scan import (
 
 
 def _native() -> type | None:
-    """The C scanner (_fastscan.c) when it was built and agrees with these constants; TESSERA_PTX_NATIVE=0
-    turns it off (the tests run both ways)."""
-    if os.environ.get("TESSERA_PTX_NATIVE", "1") == "0":
-        return None
-    try:
-        from tessera.ptx import _fastscan
-    except ImportError:
-        return None
-    layout = (K_COPY, K_SCALE, K_SHL, K_LD, K_ST, K_CVTA, K_MAD, K_CP_NOP, K_CALL, K_OTHER, K_IGNORE, K_GUARD,
-              K_REG, K_SKIPDIR, K_BLANK, COPY, MAD, SHL_HI, LOAD, SCALE1, S_GLOBAL, S_LOCAL, S_PARAM, S_GENERIC,
-              ACC_R, ACC_W, MEM, "<local>")
-    return _fastscan.Scanner if _fastscan.LAYOUT == layout else None
+    """The C scanner (native.py), or None."""
+    mod = load_native("LAYOUT", (K_COPY, K_SCALE, K_SHL, K_LD, K_ST, K_CVTA, K_MAD, K_CP_NOP, K_CALL, K_OTHER,
+                                 K_IGNORE, K_GUARD, K_REG, K_SKIPDIR, K_BLANK, COPY, MAD, SHL_HI, LOAD, SCALE1,
+                                 S_GLOBAL, S_LOCAL, S_PARAM, S_GENERIC, ACC_R, ACC_W, MEM, "<local>"))
+    return None if mod is None else mod.Scanner  # type: ignore[no-any-return]
 
 
 class _Bail(Exception):
