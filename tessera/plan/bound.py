@@ -103,3 +103,22 @@ def cycle_bound(phases: list[BoundPhase], *, mode: str = "throughput") -> float 
             return None
         best = min(best, max(a, b))
     return best
+
+
+def async_bound(g, pool, cost, m: int) -> float | None:
+    """Lower bound on the async period max(m·T, L) of any placement of micro-batch graph ``g`` on ``pool``:
+    the flat MILP with x relaxed to [0,1], transfers free and the memory rows kept, rows
+    compute[d]: Σ_g t·x ≤ T and latency: Σ_g,d t·x ≤ m·T; the bound is m·T (inf when nothing fits, None
+    when HiGHS did not finish)."""
+    import numpy as np
+
+    from tessera.plan.milp import build_flat
+    from tessera.plan.solve import prepare
+
+    prob = replace(prepare(g, pool, cost, m=m, act_bytes=0), values=[], xfer_s=np.zeros(0), handoffs=[])
+    model, idx = build_flat(prob, objective="async", micro=m)
+    model.col_cost = [1.0 if j == idx.T else 0.0 for j in range(model.n_cols)]  # no tie-break in a bound
+    sol = model.solve(relax=True)
+    if sol.status in INFEASIBLE:
+        return math.inf
+    return m * float(sol.values[idx.T]) if sol.status == "optimal" else None

@@ -16,7 +16,10 @@ Objective: throughput  min T (+ ε·total work as a tie-break);
            step        min (m−1)·T + Σ_d Σ_g t·x + Σ transfer s·y: an upper bound on the pipeline step
                        max(m·T, latency + (m−1)·T), since the sequential sum bounds one micro-batch's latency;
            weighted    min Σ_d α_d·Σ_g t·x + β·Σ transfer s·y  (latency mode: α = β = 1, the sequential
-                       critical path of a chain; pattern generation sweeps α, β).
+                       critical path of a chain; pattern generation sweeps α, β);
+           async       min T with the extra row latency: Σ_g t·x + Σ s·y ≤ m·T, so that m·T is the period
+                       max(m·T, L) of m micro-batches advancing independently (L, one micro-batch's path
+                       through a chain placement, is its sequential sum); + ε·(Σ t·x + Σ s·y) as a tie-break.
 """
 
 from __future__ import annotations
@@ -57,11 +60,27 @@ class _Index:
     T: int | None  # noqa: N815
 
 
+def make_async(model: Model, t_col: int, micro: int) -> None:
+    """Turn a model built for the ``step`` objective (column costs = one micro-batch's sequential work and
+    transfers, T's cost m−1) into the ``async`` one: row latency[·]: Σ_j c_j·col_j − m·T ≤ 0, objective
+    T + ε·Σ_j c_j·col_j."""
+    terms = {j: c for j, c in enumerate(model.col_cost) if j != t_col and c != 0.0}
+    terms[t_col] = -float(micro)
+    model.row("latency", terms, ub=0.0)
+    model.col_cost = [1.0 if j == t_col else TIE_BREAK * c for j, c in enumerate(model.col_cost)]
+
+
 def build_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: float = 1.0,
                background: Background | None = None, alpha: tuple[float, ...] | None = None,
                beta: float = 1.0, memory: bool = True, micro: int = 1,
                mem_price: tuple[float, ...] | None = None) -> tuple[Model, _Index]:
-    assert objective in ("throughput", "weighted", "step")
+    assert objective in ("throughput", "weighted", "step", "async")
+    if objective == "async":
+        model, idx = build_flat(prob, objective="step", omega=omega, background=background, memory=memory,
+                                micro=micro)
+        assert idx.T is not None
+        make_async(model, idx.T, micro)
+        return model, idx
     D, G = prob.D, prob.G  # noqa: N806
     pairs = prob.pool.pairs()
     m = Model(f"place[{prob.graph.model}/{prob.graph.phase}]")
@@ -150,7 +169,9 @@ def weighted_costs(prob: PhaseProblem, idx: _Index, n_cols: int, *, alpha: tuple
 
 
 def start_vector(prob: PhaseProblem, model: Model, idx: _Index, group_dev: list[int] | tuple[int, ...],
-                 *, omega: float = 1.0, background: Background | None = None) -> np.ndarray:
+                 *, omega: float = 1.0, background: Background | None = None,
+                 micro: int | None = None) -> np.ndarray:
+    """``micro``: the async objective's m (T must also cover one micro-batch's sequential work / m)."""
     """A full column vector for a given group assignment (a MIP start hint)."""
     v = np.zeros(model.n_cols)
     D = prob.D  # noqa: N806
@@ -174,7 +195,8 @@ def start_vector(prob: PhaseProblem, model: Model, idx: _Index, group_dev: list[
         comp = [bg.device_s[d] + omega * sum(prob.t[g, d] for g in range(prob.G) if group_dev[g] == d)
                 for d in range(D)]
         links = [bg.link_s.get(p, 0.0) + omega * s for p, s in link.items()]
-        v[idx.T] = max(comp + links)
+        total = [(sum(comp) + sum(links)) / micro] if micro else []
+        v[idx.T] = max(comp + links + total)
     return v
 
 
@@ -185,7 +207,9 @@ def solve_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: floa
     """Solve the flat MILP; ``starts`` are group assignments handed to HiGHS as MIP starts."""
     model, idx = build_flat(prob, objective=objective, omega=omega, background=background, alpha=alpha,
                             beta=beta, micro=m)
-    hints = [start_vector(prob, model, idx, s, omega=omega, background=background) for s in starts or []]
+    micro = m if objective == "async" else None
+    hints = [start_vector(prob, model, idx, s, omega=omega, background=background, micro=micro)
+             for s in starts or []]
     sol = model.solve(mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s, starts=hints)
     return _result(prob, idx, sol, objective)
 
@@ -195,7 +219,7 @@ def _result(prob: PhaseProblem, idx: _Index, sol: Solution, objective: str) -> F
         return FlatResult(group_dev=(), objective=INF, status=sol.status, solve_s=sol.solve_s, mip_gap=INF)
     xs = sol.values[idx.x]
     gd = tuple(int(i) for i in np.argmax(xs, axis=1))
-    obj = float(sol.values[idx.T]) if idx.T is not None and objective == "throughput" else sol.objective
+    obj = float(sol.values[idx.T]) if idx.T is not None and objective in ("throughput", "async") else sol.objective
     return FlatResult(group_dev=gd, objective=obj, status=sol.status, solve_s=sol.solve_s, mip_gap=sol.mip_gap)
 
 
@@ -248,6 +272,8 @@ def objective_value(prob: PhaseProblem, group_dev: list[int] | tuple[int, ...], 
     if objective == "throughput":
         return t
     total = sum(dev) + sum(lk.values())
+    if objective == "async":  # per micro-batch: the period is m times this
+        return max(t, total / m)
     return total + (m - 1) * t if objective == "step" else total
 
 

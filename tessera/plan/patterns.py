@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tessera.plan.highs import Model
-from tessera.plan.milp import Background, build_flat, loads, objective_value, weighted_costs
+from tessera.plan.milp import Background, build_flat, loads, make_async, objective_value, weighted_costs
 from tessera.plan.problem import Handoff, PhaseProblem, Resident, Value
 
 
@@ -193,8 +193,9 @@ def solve_patterns(prob: PhaseProblem, segs: list[Segment], *, objective: str = 
             s.patterns = made[s.shape] if s.shape and s.shape in made else generate_patterns(prob, s)
         made.setdefault(s.shape, s.patterns)
     D, pairs = prob.D, prob.pool.pairs()  # noqa: N806
+    asyn = objective == "async"  # built as "step", then turned into the async period (milp.make_async)
     thr = objective == "throughput"
-    rows_t = objective in ("throughput", "step")
+    rows_t = objective in ("throughput", "step", "async")
     seg_of: dict[int, tuple[int, int, int]] = {}  # group -> (segment, layer index, offset)
     for si, s in enumerate(segs):
         for li, gs in enumerate(s.groups):
@@ -327,6 +328,9 @@ def solve_patterns(prob: PhaseProblem, segs: list[Segment], *, objective: str = 
             m.row(f"link[{p[0]},{p[1]}]", {**link[p], T: -1.0}, ub=-bg.link_s.get(p, 0.0))
     for d in range(D):
         m.row(f"memory[{d}]", mem[d], ub=prob.free_bytes(d))
+    if asyn:
+        assert T is not None
+        make_async(m, T, m_micro)
     sol = m.solve(mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s)
     if not sol.ok:
         return PatternResult(group_dev=(), objective=float("inf"), status=sol.status,
@@ -337,7 +341,7 @@ def solve_patterns(prob: PhaseProblem, segs: list[Segment], *, objective: str = 
         if sol.values[col] > 0.5:
             base[g] = d
     gd = _expand(prob, segs, counts, base, objective=objective, m=m_micro, background=background)
-    obj = float(sol.values[T]) if T is not None and thr else sol.objective
+    obj = float(sol.values[T]) if T is not None and (thr or asyn) else sol.objective
     return PatternResult(group_dev=gd, objective=obj, status=sol.status, solve_s=time.perf_counter() - t0,
                          counts=counts, n_patterns=sum(len(s.patterns) for s in segs))
 

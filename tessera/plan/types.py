@@ -73,6 +73,16 @@ class Plan:
     solve_s: float = 0.0
     workload: dict[str, Any] = field(default_factory=dict, hash=False)
     notes: tuple[str, ...] = ()
+    # The serving model's operating point (docs/plan.md): batch in flight per cell and micro-batches, the
+    # predicted TPOT (the period) and TTFT, the throughput of the synchronous schedule on the same
+    # placement, the busy fraction of each device, and the SLO the point was chosen under.
+    batch: int = 0
+    microbatches: int = 0
+    tpot_s: float | None = None
+    ttft_s: float | None = None
+    sync_throughput: float | None = None
+    device_busy: tuple[float, ...] = ()
+    slo: dict[str, float] = field(default_factory=dict, hash=False)
     # Independent replicas of *different* cells (the homogeneous baseline on a mixed pool: one replica
     # per GPU type). When non-empty the headline figures above are their sum, ``devices`` and
     # ``memory_bytes`` list one entry per member, and the simulator serves the members as one pool.
@@ -106,10 +116,12 @@ class Plan:
             )
             for name, p in d["phases"].items()
         }
-        rest = {k: v for k, v in d.items() if k not in ("phases", "devices", "memory_bytes", "notes", "members")}
+        rest = {k: v for k, v in d.items()
+                if k not in ("phases", "devices", "memory_bytes", "notes", "members", "device_busy")}
         return cls(
             **rest, phases=phases, devices=tuple(Device(**x) for x in d["devices"]),
             memory_bytes=tuple(dict(m) for m in d["memory_bytes"]), notes=tuple(d.get("notes", ())),
+            device_busy=tuple(d.get("device_busy", ())),
             members=tuple(cls.from_dict(m) for m in d.get("members", ())),
         )
 

@@ -1,0 +1,196 @@
+"""The serving model every plan is scored under: continuous-batching iterations, asynchronous micro-batches,
+batch and micro-batch count chosen by memory and SLO (docs/plan.md "The serving model").
+
+Steady state of an engine serving requests of P prompt and O output tokens at batch B (sequences in flight):
+  - one iteration decodes B tokens and prefills a chunk of C = B·P/O prompt tokens (each finishing request
+    is replaced by a new one), split over m micro-batches: b = ⌈B/m⌉ decode sequences and c = ⌈C/m⌉ chunk
+    tokens each (shapes.IterShape); decode attention at the mean context P + O/2; a chunk shorter than a
+    prompt attends to a mean prefix of (P − c)/2, a longer one holds ⌈c/P⌉ whole prompts;
+  - KV resident per micro-batch: b·(P + ⌈O/2⌉) tokens + one prompt being prefilled (P);
+  - the m micro-batches advance independently through the placement: with T the busiest device's or
+    link's time per micro-batch and L one micro-batch's latency through it,
+        period = max(m·T, L)                      (synchronous form, kept for comparison:
+                                                   max(m·T, L + (m−1)·T))
+    TPOT = period; output throughput = B / period tokens/s; TTFT = ⌈P / c⌉·period (a prompt is chunked
+    at c tokens per iteration of its micro-batch), plus the vision encoder's latency for a VLM;
+  - image models (denoise): B images per step, m micro-batches; images/s = B / (steps·period); the
+    latency of an image is steps·period.
+Goodput is the throughput of an operating point that meets the SLO (TTFT and TPOT; image latency), else 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tessera.errors import UserError
+from tessera.graph import KernelGraph, Role
+from tessera.hardware import GpuSpec, LinkSpec
+from tessera.plan.shapes import IterShape
+from tessera.plan.verify import Evaluation, evaluate
+
+# Batch sizes searched (sequences or images in flight): powers of two and the halfway points.
+BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slo:
+    """Service-level objective; defaults as in `tessera plan --help`."""
+
+    ttft_s: float = 2.0  # time to first token
+    tpot_s: float = 0.1  # time per output token
+    image_s: float = 60.0  # latency of one image (diffusion)
+
+    def __post_init__(self) -> None:
+        for k in ("ttft_s", "tpot_s", "image_s"):
+            v = getattr(self, k)
+            if not (isinstance(v, int | float) and v > 0 and math.isfinite(v)):
+                raise UserError(f"SLO {k}={v!r} must be a positive number of seconds")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Traffic:
+    """What requests look like: prompt and output tokens (LLM), denoising steps per image (diffusion)."""
+
+    prompt: int = 1024
+    output: int = 256
+    steps: int = 28
+
+    def __post_init__(self) -> None:
+        for k in ("prompt", "output", "steps"):
+            v = getattr(self, k)
+            if not isinstance(v, int) or v < 1:
+                raise UserError(f"{k}={v!r} must be a positive integer")
+
+
+def steady_shape(batch: int, m: int, t: Traffic) -> IterShape:
+    """One micro-batch's iteration at batch ``batch`` split ``m`` ways (module doc)."""
+    b = math.ceil(batch / m)
+    c = math.ceil(batch * t.prompt / t.output / m)
+    prefix = max(0, (t.prompt - c) // 2) if c < t.prompt else 0
+    return IterShape(decode=b, context=t.prompt + t.output // 2, chunk=c, chunk_len=min(c, t.prompt),
+                     prefix=prefix, kv_tokens=b * (t.prompt + math.ceil(t.output / 2)) + t.prompt)
+
+
+def image_shape(batch: int, m: int) -> IterShape:
+    return IterShape(images=math.ceil(batch / m))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Point:
+    """One strategy's placement at one batch and micro-batch count, scored by the serving model."""
+
+    batch: int
+    microbatches: int
+    assignment: tuple[int, ...]
+    evaluation: Evaluation  # the verifier's loads at the micro-batch shape
+    memory_bytes: tuple[dict[str, int], ...]  # whole step: weights, kv/state × m, activations
+    period_s: float
+    sync_period_s: float
+    ttft_s: float
+    throughput: float  # output tokens/s (images/s for image models), one cell
+    images: bool
+    fits: bool
+    meets_slo: bool
+    reason: str | None  # why it does not fit or misses the SLO
+
+    @property
+    def goodput(self) -> float:
+        return self.throughput if self.fits and self.meets_slo else 0.0
+
+    @property
+    def tpot_s(self) -> float | None:
+        return None if self.images else self.period_s
+
+
+def whole_step_memory(ev: Evaluation, m: int) -> tuple[dict[str, int], ...]:
+    """Bytes per device for the whole step: kv/state of all m micro-batches, activations of one."""
+    return tuple({k: (v * m if k in ("kv", "state") else v) for k, v in d.items()} for d in ev.memory_bytes)
+
+
+def over_memory(mem: tuple[dict[str, int], ...], units: tuple[GpuSpec, ...]) -> str | None:
+    short = [(sum(md.values()) - u.mem_bytes, i) for i, (md, u) in enumerate(zip(mem, units, strict=True))]
+    worst = max(short)
+    if worst[0] <= 0:
+        return None
+    i = worst[1]
+    return (f"needs {sum(mem[i].values()) / 1e9:.1f} GB on {units[i].name} (device {i}), capacity "
+            f"{units[i].mem_bytes / 1e9:.1f} GB")
+
+
+def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: int, units: tuple[GpuSpec, ...],
+                link: LinkSpec, cost, traffic: Traffic, slo: Slo, extra_latency_s: float = 0.0) -> Point:
+    """Score a placement of micro-batch graph ``g`` (built at steady_shape(batch, m) or image_shape)."""
+    ev = evaluate(g, assignment, units, link, cost)
+    mem = whole_step_memory(ev, m)
+    t = ev.bottleneck_s
+    period = max(m * t, ev.latency_s)
+    sync = max(m * t, ev.latency_s + (m - 1) * t)
+    images = g.phase != "mixed"
+    if images:
+        thr = batch / (traffic.steps * period)
+        ttft = traffic.steps * period
+        meets = ttft <= slo.image_s
+        why = None if meets else f"image latency {ttft:.2f} s > SLO {slo.image_s:g} s"
+    else:
+        c = g.shape.get("chunk", 0)
+        ttft = max(1, math.ceil(traffic.prompt / max(1, c))) * period + extra_latency_s
+        thr = batch / period
+        meets = ttft <= slo.ttft_s and period <= slo.tpot_s
+        why = None if meets else (f"TPOT {period * 1e3:.1f} ms > SLO {slo.tpot_s * 1e3:g} ms"
+                                  if period > slo.tpot_s else f"TTFT {ttft:.2f} s > SLO {slo.ttft_s:g} s")
+    over = over_memory(mem, units)
+    return Point(batch=batch, microbatches=m, assignment=tuple(assignment), evaluation=ev, memory_bytes=mem,
+                 period_s=period, sync_period_s=sync, ttft_s=ttft, throughput=thr, images=images,
+                 fits=over is None, meets_slo=meets, reason=over or why)
+
+
+Placer = Callable[[KernelGraph, int, int], tuple[int, ...] | None]  # (graph, batch, m) -> assignment or None
+
+
+def batch_ceiling(base: KernelGraph, units: tuple[GpuSpec, ...], traffic: Traffic, images: bool,
+                  cap: int | None) -> int:
+    """Largest batch worth trying: KV of that many sequences fits beside the weights in all memory."""
+    weights = sum(b.bytes for b in base.buffers if b.role == Role.WEIGHT)
+    free = sum(u.mem_bytes for u in units) - weights
+    if free <= 0:
+        return 0
+    r = base.shape.get("batch", 1)
+    per_seq = sum(b.bytes for b in base.buffers if b.role in (Role.KV, Role.STATE)) / max(1, r)
+    if not images:
+        slots = base.shape.get("context", 0) + 1
+        per_seq = per_seq / slots * (traffic.prompt + traffic.output) if any(
+            b.role == Role.KV for b in base.buffers) else per_seq
+    top = int(free // per_seq) if per_seq > 0 else BATCHES[-1]
+    return max(1, min(top, cap or BATCHES[-1], BATCHES[-1]))
+
+
+def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units: tuple[GpuSpec, ...],
+           link: LinkSpec, cost, traffic: Traffic, slo: Slo, ms: tuple[int, ...], ceiling: int,
+           extra_latency_s: Callable[[tuple[int, ...]], float] | None = None) -> tuple[Point | None, Point | None]:
+    """(best point meeting memory and SLO, best point that fits at all) over batches ≤ ceiling and ms.
+
+    Per m, batches are tried from the ceiling down: memory and both latencies grow with the batch, so the
+    first point that fits and meets the SLO is that m's largest feasible batch (throughput B/period grows
+    with B on a fixed placement). The second answer explains failure when no point meets the SLO.
+    """
+    best: Point | None = None
+    best_fit: Point | None = None
+    for m in ms:
+        for b in [x for x in BATCHES if x <= ceiling][::-1]:
+            if m > b:
+                continue
+            g = graph_at(b, m)
+            a = placer(g, b, m)
+            if a is None:
+                continue
+            p = score_point(g, a, batch=b, m=m, units=units, link=link, cost=cost, traffic=traffic, slo=slo,
+                            extra_latency_s=extra_latency_s(a) if extra_latency_s else 0.0)
+            if p.fits and (best_fit is None or p.throughput > best_fit.throughput):
+                best_fit = p
+            if p.fits and p.meets_slo:
+                if best is None or p.throughput > best.throughput:
+                    best = p
+                break
+    return best, best_fit

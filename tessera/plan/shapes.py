@@ -1,0 +1,140 @@
+"""Shapes of one serving iteration, and the kernel graph of a micro-batch at any shape from one capture.
+
+A continuous-batching engine (vLLM v1, Sarathi-Serve) runs *iterations*: every running sequence decodes
+one token and, in the same iteration, a chunk of some waiting prompt is prefilled. The GEMMs, norms and
+element-wise kernels see all tokens of the iteration at once (decode tokens + chunk tokens, flattened as
+vLLM does); attention is the only kernel whose work depends on which token belongs to which sequence.
+
+So one capture is enough per model: a decode step at a reference batch R (or, for diffusion and vision
+encoders, a step at R images). ``iteration_graph`` rescales it to a micro-batch's shape:
+  - token-parallel kernels: FLOPs and activation bytes × s, s = tokens / R; GEMM ``m`` and ``numel`` × s;
+    resident (weight) bytes a kernel reads are not scaled (weights are read once per iteration);
+  - each attention kernel becomes up to two kernels with the same reads and writes: decode attention
+    (``decode`` sequences, q_len 1, at the mean ``context``) and the chunk's causal attention (q_len
+    ``chunk`` against ``prefix`` earlier tokens); FLOPs 4·heads·head_dim·(query·key pairs);
+  - KV buffers hold ``kv_tokens`` tokens (bytes per token from the capture); state buffers (SSM) one
+    entry per sequence.
+Image steps (``images`` > 0) scale every kernel, attention included, by images / R.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from tessera.graph import Buffer, Kernel, KernelGraph, KernelKind, Role, build_graph
+
+ATTENTION_KINDS = (KernelKind.ATTENTION, KernelKind.ATTENTION_DECODE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IterShape:
+    """One micro-batch's iteration. Token counts are per micro-batch."""
+
+    decode: int = 0  # sequences decoding one token each
+    context: int = 0  # mean KV length the decoding sequences attend to
+    chunk: int = 0  # prefill tokens in this iteration
+    chunk_len: int = 0  # tokens of one prompt in the chunk (0: the whole chunk is one prompt's piece)
+    prefix: int = 0  # mean number of earlier prompt tokens a chunk piece attends to
+    kv_tokens: int = 0  # KV tokens resident for this micro-batch (all its sequences, memory)
+    images: int = 0  # image steps (denoise / encode): images in the micro-batch
+
+    def __post_init__(self) -> None:
+        for k in ("decode", "context", "chunk", "chunk_len", "prefix", "kv_tokens", "images"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"IterShape {k}={getattr(self, k)} must be >= 0")
+        if self.images and (self.decode or self.chunk):
+            raise ValueError(f"IterShape: images={self.images} excludes decode={self.decode}/chunk={self.chunk}")
+        if not (self.images or self.decode or self.chunk):
+            raise ValueError("IterShape: an iteration needs decode sequences, a chunk or images")
+
+    @property
+    def tokens(self) -> int:
+        return self.decode + self.chunk
+
+    @property
+    def sequences(self) -> int:
+        """Sequences whose state the micro-batch holds (decoding ones + the one being prefilled)."""
+        return self.decode + (1 if self.chunk else 0)
+
+
+def _elem_bytes(dtype: str) -> int:
+    return 4 if "32" in dtype else 1 if "8" in dtype else 2
+
+
+def attention_kernels(k: Kernel, shape: IterShape) -> list[Kernel]:
+    """The decode and chunk attention kernels replacing captured attention kernel ``k`` (ids unset)."""
+    d = k.dims
+    heads, kvh, hd = d.get("heads", 1), d.get("kv_heads", d.get("heads", 1)), d.get("head_dim", 64)
+    e = _elem_bytes(k.dtype)
+    out = []
+    if shape.decode:
+        n, ctx = shape.decode, max(1, shape.context)
+        out.append(replace(k, kind=KernelKind.ATTENTION_DECODE, flops=4 * n * heads * hd * ctx,
+                           bytes_read=(n * heads * hd + n * ctx * kvh * hd * 2) * e,
+                           bytes_written=n * heads * hd * e,
+                           dims={"batch": n, "heads": heads, "kv_heads": kvh, "q_len": 1, "kv_len": ctx,
+                                 "head_dim": hd}))
+    if shape.chunk:
+        q, p = min(shape.chunk_len or shape.chunk, shape.chunk), shape.prefix
+        n = math.ceil(shape.chunk / q)  # prompts (pieces) in the chunk
+        pairs = q * p + q * (q + 1) // 2  # causal: token i of a piece sees the prefix and i piece tokens
+        out.append(replace(k, kind=KernelKind.ATTENTION, name=k.name + "[chunk]", flops=4 * heads * hd * pairs * n,
+                           bytes_read=n * (q * heads * hd + (p + q) * kvh * hd * 2) * e,
+                           bytes_written=n * q * heads * hd * e,
+                           dims={"batch": n, "heads": heads, "kv_heads": kvh, "q_len": q, "kv_len": p + q,
+                                 "head_dim": hd}))
+    return out
+
+
+def _scaled_kernel(k: Kernel, s: float, resident_read: int) -> Kernel:
+    fixed = min(resident_read, k.bytes_read)
+    dims = dict(k.dims)
+    for key in ("m", "numel"):
+        if key in dims:
+            dims[key] = max(1, math.ceil(dims[key] * s - 1e-9))
+    return replace(k, flops=int(k.flops * s), bytes_read=int(fixed + (k.bytes_read - fixed) * s),
+                   bytes_written=int(k.bytes_written * s), dims=dims)
+
+
+def _scaled_buffer(b: Buffer, s: float, base: KernelGraph, shape: IterShape) -> Buffer:
+    if b.role == Role.WEIGHT:
+        return b
+    r = base.shape.get("batch", 1)
+    if b.role == Role.KV and not shape.images:
+        slots = base.shape.get("context", 0) + base.shape.get("seq", 1)  # decode cache: context + 1 slots
+        per_token = b.bytes / max(1, r * slots)
+        return replace(b, bytes=max(1, math.ceil(per_token * shape.kv_tokens)))
+    if b.role in (Role.KV, Role.STATE):
+        n = shape.images or shape.sequences
+        return replace(b, bytes=max(1, math.ceil(b.bytes * n / r)))
+    return replace(b, bytes=max(1, math.ceil(b.bytes * s)))
+
+
+def iteration_graph(base: KernelGraph, shape: IterShape) -> KernelGraph:
+    """The graph of one micro-batch's iteration at ``shape``, rescaled from ``base`` (see module doc).
+
+    ``base`` is a decode capture (one token per sequence) for token shapes, or an image step for
+    ``shape.images``; its ``shape["batch"]`` is the reference R.
+    """
+    r = base.shape.get("batch", 1)
+    if shape.images:
+        s = shape.images / r
+    else:
+        if base.shape.get("seq", 1) != 1:
+            raise ValueError(f"iteration_graph needs a decode capture (seq 1), got shape {base.shape}")
+        s = shape.tokens / r
+    resident = {b.id for b in base.buffers if b.role == Role.WEIGHT}
+    kernels: list[Kernel] = []
+    for k in base.kernels:
+        if k.kind in ATTENTION_KINDS and not shape.images:
+            parts = attention_kernels(k, shape)
+        else:
+            parts = [_scaled_kernel(k, s, sum(base.buffers[b].bytes for b in k.reads if b in resident))]
+        for p in parts:
+            kernels.append(replace(p, id=len(kernels)))
+    buffers = [_scaled_buffer(b, s, base, shape) for b in base.buffers]
+    dims = {"batch": shape.images or shape.decode, "chunk": shape.chunk, "context": shape.context,
+            "prefix": shape.prefix, "kv_tokens": shape.kv_tokens, "tokens": shape.images or shape.tokens}
+    return build_graph(model=base.model, phase="mixed" if not shape.images else base.phase, shape=dims,
+                       kernels=kernels, buffers=buffers, meta={**base.meta, "rescaled_from": dict(base.shape)})
