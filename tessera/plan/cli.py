@@ -7,36 +7,14 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from tessera.errors import UserError
-from tessera.plan.planner import STRATEGIES, PlanResult, plan_model
 from tessera.plan.pool import Workload
+from tessera.plan.report import result_table
+from tessera.plan.serve import PlannerConfig, plan_serving
+from tessera.plan.serving import Slo, Traffic
 
 out = Console(width=None if Console().is_terminal else 140)
-
-
-def result_table(r: PlanResult) -> Table:
-    img = r.workload_is_images
-    t = Table(title=f"{r.model} on {' + '.join(r.gpus)} ({r.link}, {r.mode}), solve {r.solve_s:.2f} s")
-    for c in ("strategy", "images/s" if img else "tokens/s", "$/h", "$/1M tok" if not img else "$/1k img",
-              "latency s", "memory GB per GPU", "bound", "note"):
-        t.add_column(c, justify="right" if c not in ("strategy", "note") else "left", no_wrap=c == "strategy")
-    for name in STRATEGIES:
-        o = r.strategies[name]
-        p = o.plan
-        if not o.applicable or not o.feasible or p is None:
-            t.add_row(name, "n/a" if not o.applicable else "infeasible", f"{p.usd_per_hour:.2f}" if p else "",
-                      "", "", "", "", o.reason or "")
-            continue
-        thr = o.throughput
-        usd = (f"{p.usd_per_million_tokens:.3f}" if not img else f"{p.usd_per_hour / 3.6 / thr:.3f}")
-        mem = " / ".join(f"{sum(m.values()) / 1e9:.1f}" for m in p.memory_bytes)
-        note = next((n.replace("chosen: the ", "= ").replace(" placement", "") for n in p.notes
-                     if n.startswith("chosen") or n.startswith("micro")), "")
-        t.add_row(name, f"{thr:,.1f}", f"{p.usd_per_hour:.2f}", usd, f"{p.latency_s:.3f}", mem,
-                  f"{p.bound_ratio:.3f}" if p.bound_ratio else "", note)
-    return t
 
 
 def register(app: typer.Typer) -> None:
@@ -47,34 +25,40 @@ def register(app: typer.Typer) -> None:
         pool: Path | None = typer.Option(None, "--pool", help="a many-GPU pool file (TOML, see README)"),
         objective: str = typer.Option("throughput", "--objective", help="with --pool: throughput | per_dollar"),
         link: str = typer.Option("pcie5", "--link", help="link between the GPUs (catalog name)"),
-        mode: str = typer.Option("throughput", "--mode", help="throughput | latency"),
-        batch: int = typer.Option(32, "--batch", help="sequences (images) in flight per GPU"),
-        prompt: int = typer.Option(1024, "--prompt", help="prompt tokens"),
-        output: int = typer.Option(256, "--output", help="output tokens"),
+        batch: int | None = typer.Option(None, "--batch", help="cap on the batch (sequences or images in flight "
+                                         "per cell); default: the largest that fits memory and meets the SLO"),
+        prompt: int = typer.Option(1024, "--prompt", help="prompt tokens per request"),
+        output: int = typer.Option(256, "--output", help="output tokens per request"),
+        steps: int = typer.Option(28, "--steps", help="denoising steps per image (diffusion models)"),
+        slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="SLO: time to first token, ms"),
+        slo_tpot_ms: float = typer.Option(100.0, "--slo-tpot-ms", help="SLO: time per output token, ms"),
+        slo_image_s: float = typer.Option(60.0, "--slo-image-s", help="SLO: latency of one image, s (diffusion)"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON contract"),
         save: Path | None = typer.Option(None, "-o", "--out",
                                           help="write Tessera's Plan file here (with --pool: the fleet plan file)"),
     ) -> None:
-        """Place every kernel of MODEL on the pool; Tessera against every baseline."""
-        wl = Workload(batch=batch, prompt=prompt, output=output)
+        """Place every kernel of MODEL on the pool under the serving model (continuous batching, async
+        micro-batches, batch chosen by memory and SLO); Tessera against every baseline at its best."""
         if pool is not None:
             if gpus is not None:
                 raise UserError("give either --gpus (one cell) or --pool (a many-GPU pool), not both")
-            if mode != "throughput" or link != "pcie5":
-                raise UserError("--pool plans in throughput mode with the link named in the pool file; "
-                                "drop --mode/--link")
+            if link != "pcie5":
+                raise UserError("--pool plans with the link named in the pool file; drop --link")
             from tessera.fleet.cli import plan_pool_command
 
-            plan_pool_command(model, pool, objective, as_json, save, wl)
+            plan_pool_command(model, pool, objective, as_json, save,
+                              Workload(batch=batch or 32, prompt=prompt, output=output))
             return
         if gpus is None:
             raise UserError("missing --gpus A,B (one cell) or --pool pool.toml (a many-GPU pool)")
-        r = plan_model(model, gpus, link=link, mode=mode,
-                       workload=wl)
+        cfg = PlannerConfig(traffic=Traffic(prompt=prompt, output=output, steps=steps),
+                            slo=Slo(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3, image_s=slo_image_s),
+                            link=link, batch_cap=batch)
+        r = plan_serving(model, gpus, cfg)
         if save is not None:
-            if r.tessera is None:
+            if r.tessera.plan is None:
                 raise UserError(f"no feasible plan to write to {save}")
-            r.tessera.save(save)
+            r.tessera.plan.save(save)
         if as_json:
             print(json.dumps(r.to_json()))
         else:

@@ -1,7 +1,8 @@
 """Prefill/decode disaggregation on a pair, rate-matched (DistServe).
 
-Prefill GPU: steps of n whole prompts (n·P tokens, causal attention within each prompt); the largest n
-whose step fits memory and leaves TTFT = step + KV transfer within the SLO; rate_p = n / step requests/s.
+Prefill GPU: steps of n whole prompts (n·P tokens, causal attention within each prompt); the n with the
+highest rate whose step fits memory and leaves TTFT = 2·step + KV transfer within the SLO (a request waits
+for the step in flight, then runs in the next); rate_p = n / step requests/s.
 Decode GPU: pure decode iterations of B sequences at the mean context P + O/2; the largest B that fits
 memory and meets the TPOT SLO; rate_d = B / (O · period) requests/s.
 Link: each request's KV (P tokens) crosses once: rate_l = 1 / transfer time.
@@ -50,7 +51,7 @@ def rate_matched(shapes, specs: tuple[GpuSpec, ...], a: int, b: int, lk: LinkSpe
         if cfg.batch_cap and n > cfg.batch_cap:
             break
         s, mem, _ = _step(shapes, prefill_shape(n, t.prompt), specs[a], lk, cost)
-        if not _fits(mem, specs[a]) or s + xfer > slo.ttft_s:
+        if not _fits(mem, specs[a]) or 2 * s + xfer > slo.ttft_s:  # wait for the step in flight, then its own
             break
         if pre is None or n / s > pre[0] / pre[1]:
             pre = (n, s)
@@ -124,7 +125,7 @@ def _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit)
         throughput_tokens_per_s=thr, latency_s=dec[1], usd_per_hour=usd,
         usd_per_million_tokens=usd / 3600 / thr * 1e6,
         workload={"batch": n_dec, "prompt": t.prompt, "output": t.output, "steps": t.steps},
-        batch=n_dec, microbatches=1, tpot_s=dec[1], ttft_s=pre[1] + cost.transfer_time_s(kv_req, lk),
+        batch=n_dec, microbatches=1, tpot_s=dec[1], ttft_s=2 * pre[1] + cost.transfer_time_s(kv_req, lk),
         sync_throughput=thr, device_busy=_busy(a, b, pre, dec, thr, t),
         slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s},
         notes=(f"rate-matched: limited by {limit}; prefill {n_pre} prompts/step, decode batch {n_dec}",))

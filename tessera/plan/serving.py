@@ -11,8 +11,8 @@ Steady state of an engine serving requests of P prompt and O output tokens at ba
     link's time per micro-batch and L one micro-batch's latency through it,
         period = max(m·T, L)                      (synchronous form, kept for comparison:
                                                    max(m·T, L + (m−1)·T))
-    TPOT = period; output throughput = B / period tokens/s; TTFT = ⌈P / c⌉·period (a prompt is chunked
-    at c tokens per iteration of its micro-batch), plus the vision encoder's latency for a VLM;
+    TPOT = period; output throughput = B / period tokens/s; TTFT = (⌈P / c⌉ + 1)·period (a prompt is
+    chunked at c tokens per iteration of its micro-batch, after waiting up to one iteration to join);
   - image models (denoise): B images per step, m micro-batches; images/s = B / (steps·period); the
     latency of an image is steps·period.
 Goodput is the throughput of an operating point that meets the SLO (TTFT and TPOT; image latency), else 0.
@@ -135,7 +135,7 @@ def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: i
         why = None if meets else f"image latency {ttft:.2f} s > SLO {slo.image_s:g} s"
     else:
         c = g.shape.get("chunk", 0)
-        ttft = max(1, math.ceil(traffic.prompt / max(1, c))) * period + extra_latency_s
+        ttft = (max(1, math.ceil(traffic.prompt / max(1, c))) + 1) * period + extra_latency_s
         thr = batch / period
         meets = ttft <= slo.ttft_s and period <= slo.tpot_s
         why = None if meets else (f"TPOT {period * 1e3:.1f} ms > SLO {slo.tpot_s * 1e3:g} ms"
@@ -169,11 +169,12 @@ def batch_ceiling(base: KernelGraph, units: tuple[GpuSpec, ...], traffic: Traffi
 def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units: tuple[GpuSpec, ...],
            link: LinkSpec, cost, traffic: Traffic, slo: Slo, ms: tuple[int, ...], ceiling: int,
            extra_latency_s: Callable[[tuple[int, ...]], float] | None = None) -> tuple[Point | None, Point | None]:
-    """(best point meeting memory and SLO, best point that fits at all) over batches ≤ ceiling and ms.
+    """(best point meeting memory and SLO, the fastest point that fits at all) over batches ≤ ceiling and ms.
 
     Per m, batches are tried from the ceiling down: memory and both latencies grow with the batch, so the
     first point that fits and meets the SLO is that m's largest feasible batch (throughput B/period grows
-    with B on a fixed placement). The second answer explains failure when no point meets the SLO.
+    with B on a fixed placement). The second answer (lowest TPOT, then TTFT) says how far the SLO is when
+    no point meets it.
     """
     best: Point | None = None
     best_fit: Point | None = None
@@ -187,7 +188,7 @@ def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units
                 continue
             p = score_point(g, a, batch=b, m=m, units=units, link=link, cost=cost, traffic=traffic, slo=slo,
                             extra_latency_s=extra_latency_s(a) if extra_latency_s else 0.0)
-            if p.fits and (best_fit is None or p.throughput > best_fit.throughput):
+            if p.fits and (best_fit is None or (p.period_s, p.ttft_s) < (best_fit.period_s, best_fit.ttft_s)):
                 best_fit = p
             if p.fits and p.meets_slo:
                 if best is None or p.throughput > best.throughput:

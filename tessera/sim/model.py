@@ -10,7 +10,9 @@ from tessera.plan.types import Plan
 from tessera.sim.timing import StepTable, lanes
 
 FIRST_PHASES = ("prefill", "encode")  # run once per request, before the iterative phase
-ITER_PHASES = ("decode", "denoise")  # run once per output token / denoising step
+ITER_PHASES = ("mixed", "decode", "denoise")  # run once per output token / denoising step
+# "mixed": the serving model's iteration (decode tokens + a prefill chunk in one step, one step table over
+# all its tokens); requests are prefilled in chunks inside it.
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +46,8 @@ class PlanModel:
     max_prefill_tokens: int
     chunked: bool
     names: tuple[str, ...] = field(default=())
+    mixed: bool = False  # one table prices decode and chunk tokens together (a "mixed" phase)
+    chunk_cap: int | None = None  # prompt tokens one request may prefill per iteration (its micro-batch's chunk)
 
     @classmethod
     def build(cls, plan: Plan, cfg: SchedulerConfig) -> PlanModel:
@@ -52,6 +56,8 @@ class PlanModel:
             raise UserError(f"plan {plan.model}/{plan.strategy} has no decode or denoise phase "
                             f"(phases: {', '.join(sorted(plan.phases)) or 'none'}); nothing to serve")
         image = it_name == "denoise"
+        if it_name == "mixed":
+            return cls._mixed(plan, cfg)
         first_name = "encode" if image else "prefill"
         if not image and first_name not in plan.phases:
             raise UserError(f"plan {plan.model}/{plan.strategy} has decode but no prefill phase")
@@ -70,3 +76,18 @@ class PlanModel:
         return cls(plan=plan, first=first, iter=it, shared=shared, emits_token=first_name == "prefill",
                    image=image, kv_cap=kv_cap, max_batch=cfg.max_batch or it.max_batch,
                    max_prefill_tokens=max_pf, chunked=cfg.chunked_prefill, names=tuple(names))
+
+    @classmethod
+    def _mixed(cls, plan: Plan, cfg: SchedulerConfig) -> PlanModel:
+        """A serving-model plan: every iteration is one lookup of the mixed table at (decode + chunk tokens,
+        mean context); batch and token budget default to the planned B and B + C, and a request prefills at
+        most its micro-batch's chunk ⌈C/m⌉ per iteration."""
+        it = StepTable.build(plan, "mixed")
+        w = plan.workload
+        batch = plan.batch or it.max_batch
+        m = max(1, plan.microbatches)
+        chunk = math.ceil(batch * w.get("prompt", 1) / max(1, w.get("output", 1)))
+        kv_cap = float(plan.kv_capacity_tokens) if plan.kv_bytes_per_token > 0 else math.inf
+        return cls(plan=plan, first=it, iter=it, shared=True, emits_token=True, image=False, kv_cap=kv_cap,
+                   max_batch=cfg.max_batch or batch, max_prefill_tokens=cfg.max_prefill_tokens or batch + chunk,
+                   chunked=True, names=("mixed",), mixed=True, chunk_cap=math.ceil(chunk / m))

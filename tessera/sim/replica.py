@@ -137,6 +137,8 @@ class Replica:
             parts.append(("first", self._start_first(t, pm.max_prefill_tokens)))
         elif self.split or pm.first is None:
             parts.append(("iter", self._start_iter(t)))
+        elif pm.mixed:  # the serving model's iteration: decode + chunk tokens priced together
+            parts += self._start_mixed(t)
         elif pm.chunked:  # one mixed iteration: every running decode + prefill chunks up to the budget
             d = self._start_iter(t)
             parts += [("iter", d), ("first", self._start_first(t + (d or 0.0), pm.max_prefill_tokens - self.n))]
@@ -166,13 +168,31 @@ class Replica:
         if win is not None and win[0] <= t <= win[1]:
             self.st.trace.append((self.idx, lane, self.mode, phase, t, dur, w, batch))
 
-    def _start_first(self, t: float, budget: int) -> float | None:
+    def _start_mixed(self, t: float) -> list[tuple[str, float | None]]:
+        """Every running sequence decodes and prompts are prefilled up to the token budget, in one step
+        priced at (decode + chunk tokens, mean decode context) on the plan's mixed table."""
+        pm = self.pm
+        dec = self._start_iter(t, price=False)
+        pf = self._start_first(t, pm.max_prefill_tokens - self.n, price=False)
+        if dec is None and pf is None:
+            return []
+        tokens = (dec[0] if dec else 0) + (pf[0] if pf else 0)
+        ctx = dec[1] if dec else pf[1]
+        dur, w = pm.iter.time(tokens, ctx)
+        self._record(0, pm.iter.phase, t, dur, w, self.n)
+        if dec and pf:
+            return [("iter", dur), ("first", 0.0)]
+        return [("iter", dur)] if dec else [("first", dur)]
+
+    def _start_first(self, t: float, budget: int, price: bool = True):
+        """Admit and chunk prompts up to ``budget`` tokens; the step's duration (or, with price=False,
+        (tokens, mean prompt length) for the caller to price), None when there is nothing to prefill."""
         st, pm = self.st, self.pm
         batch: list[tuple[int, int]] = []
         tokens = 0
         for r in self.prefilling:  # partial prefills first (chunked): already admitted, KV reserved
             rem = st.need[r] - st.pf_done[r]
-            c = min(rem, budget - tokens) if pm.chunked else rem
+            c = min(rem, budget - tokens, pm.chunk_cap or rem) if pm.chunked else rem
             if c <= 0 or (not pm.chunked and batch and tokens + rem > budget):
                 break
             batch.append((r, c))
@@ -186,7 +206,7 @@ class Replica:
             nd = st.need[r]
             if self.kv_other + self.S + self.n * self.it + nd > self.kv_cap:
                 break
-            c = min(nd, budget - tokens) if pm.chunked else nd
+            c = min(nd, budget - tokens, pm.chunk_cap or nd) if pm.chunked else nd
             if c <= 0 or (not pm.chunked and batch and tokens + nd > budget):
                 break
             self.waiting.popleft()
@@ -200,8 +220,10 @@ class Replica:
         if not batch:
             return None
         ctx = sum(st.need[r] for r, _ in batch) / len(batch)
-        dur, w = pm.first.time(tokens, ctx)
         self.pf_batch = batch
+        if not price:
+            return tokens, ctx
+        dur, w = pm.first.time(tokens, ctx)
         self._record(0, pm.first.phase, t, dur, w, len(batch))
         return dur
 
@@ -241,7 +263,9 @@ class Replica:
         self.joined.append((r, st.epoch[r]))
         self.new.append((r, st.epoch[r]))
 
-    def _start_iter(self, t: float) -> float | None:
+    def _start_iter(self, t: float, price: bool = True):
+        """Join pending requests and start a decode step: its duration (or, with price=False, (tokens,
+        mean context) for the caller to price), None when nothing runs."""
         st, pm = self.st, self.pm
         self.new = []
         room = max(0, pm.max_batch - self.n) if self.split else len(self.pending)
@@ -266,6 +290,8 @@ class Replica:
         if not self.n:
             return None
         ctx = self.S / self.n + self.it
+        if not price:
+            return self.n, ctx
         dur, w = pm.iter.time(self.n * pm.iter.tokens_per_item, ctx)
         self._record(1 if self.split else 0, pm.iter.phase, t, dur, w, self.n)
         return dur
