@@ -1,0 +1,122 @@
+"""Planner vs simulator under the serving model, over a matrix of models and GPU pairs.
+
+For every cell: `plan_serving` (Tessera and each baseline at its best batch and micro-batch count, wall
+and solve time, Tessera's chosen placement, plan/LP-bound), then every feasible plan simulated with
+Poisson arrivals at 95% and at 120% of its predicted goodput. Steady-state throughput is the mean of the
+simulator's throughput series over the windows between 25% of the arrival span and its end (ramp-up and
+drain left out). Checks: at 95% the simulated throughput is within 5% of the offered load and ≥ 90% of
+requests meet the SLO; at 120% it saturates within 5% of the prediction.
+
+    OMP_NUM_THREADS=1 .venv/bin/python bench/bench_serving.py [--quick]
+writes bench/results/serving.json and serving.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tessera.plan.serve import PlannerConfig, plan_serving
+from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
+
+OUT = Path(__file__).parent / "results"
+MODELS = ("llama-3-8b", "mixtral-8x7b", "mamba2-2.7b", "qwen2.5-7b")
+PAIRS = ("H100,L40S", "H100,H20", "A100,L40S", "H20,L40S", "H100,A100", "H100,H100")
+QUICK = (("llama-3-8b", "H100,L40S"), ("mixtral-8x7b", "H100,H20"), ("mamba2-2.7b", "A100,L40S"))
+REQUESTS = 3000
+
+
+def steady(res, requests: int, rate: float) -> float:
+    ser = np.array(res.series_per_s)
+    span = requests / rate
+    w = res.series_window_s
+    i0, i1 = int(0.25 * span / w) + 1, max(int(span / w), int(0.25 * span / w) + 2)
+    return float(ser[i0:i1].mean())
+
+
+def sim_point(plan, cfg: PlannerConfig, goodput: float, load: float) -> dict:
+    t = cfg.traffic
+    rate = load * goodput / t.output
+    wl = WorkloadSpec(kind="poisson", requests=REQUESTS, rate_per_s=rate, prompt=LengthSpec(lo=t.prompt, hi=t.prompt),
+                      output=LengthSpec(lo=t.output, hi=t.output))
+    res = simulate(plan, wl, seed=0, slo=SLO(ttft_s=cfg.slo.ttft_s, tpot_s=cfg.slo.tpot_s))
+    thr = steady(res, REQUESTS, rate)
+    return {"load": load, "rate_per_s": rate, "steady_tokens_per_s": thr, "vs_offered": thr / (load * goodput),
+            "vs_predicted": thr / goodput, "slo_attainment": res.slo_attainment, "tpot_p50_s": res.tpot_s["p50"],
+            "ttft_p50_s": res.ttft_s["p50"], "lost": res.lost}
+
+
+def cell(model: str, gpus: str) -> dict:
+    cfg = PlannerConfig()
+    t0 = time.perf_counter()
+    r = plan_serving(model, gpus, cfg)
+    out = {"model": model, "gpus": list(r.gpus), "wall_s": time.perf_counter() - t0, "solve_s": r.solve_s,
+           "chosen": r.tessera.chosen, "load_1min": os.getloadavg()[0], "strategies": {}}
+    bound = r.tessera.plan.bound_ratio if r.tessera.plan and r.tessera.chosen == "milp" else None
+    mil = r.tessera.detail.get("milp_goodput")
+    out["bound_ratio"] = bound
+    out["milp_goodput"] = mil if mil is not None else r.tessera.goodput
+    for name, s in r.strategies.items():
+        ent = {"goodput_tokens_per_s": s.goodput, "usd_per_hour": s.usd_per_hour, "reason": s.reason}
+        if s.feasible and s.plan is not None and not s.plan.members:
+            ent["sim"] = [sim_point(s.plan, cfg, s.goodput, load) for load in (0.95, 1.2)]
+            ent["batch"], ent["microbatches"] = s.plan.batch, s.plan.microbatches
+        out["strategies"][name] = ent
+    return out
+
+
+def markdown(cells: list[dict], wall: float) -> str:
+    lines = [f"# Planner vs simulator, serving model (Poisson, {REQUESTS} requests, prompt 1024 / output 256, "
+             f"SLO TTFT 2 s / TPOT 100 ms); {len(cells)} cells in {wall:.0f} s", "",
+             "| model | pool | chosen | plan s (solve) | bound | strategy | goodput tok/s | B×m | "
+             "95%: sim/offered, SLO | 120%: sim/predicted |", "|---|---|---|---|---|---|---|---|---|---|"]
+    worst95, worst120, worst_slo = 1.0, 0.0, 1.0
+    for c in cells:
+        first = True
+        for name, s in c["strategies"].items():
+            if "sim" not in s:
+                continue
+            a, b = s["sim"]
+            dev95 = abs(a["vs_offered"] - 1)
+            worst95 = max(worst95 if worst95 != 1.0 else 0.0, dev95)
+            worst120 = max(worst120, abs(b["vs_predicted"] - 1))
+            worst_slo = min(worst_slo, a["slo_attainment"] or 0.0)
+            head = (f"| {c['model']} | {'+'.join(c['gpus'])} | {c['chosen']} | {c['wall_s']:.1f} ({c['solve_s']:.1f}) | "
+                    f"{c['bound_ratio']:.3f} |" if c["bound_ratio"] else
+                    f"| {c['model']} | {'+'.join(c['gpus'])} | {c['chosen']} | {c['wall_s']:.1f} ({c['solve_s']:.1f}) | |")
+            lines.append((head if first else "| | | | | |") +
+                         f" {name} | {s['goodput_tokens_per_s']:,.0f} | {s['batch']}×{s['microbatches']} | "
+                         f"{a['vs_offered']:.3f}, {a['slo_attainment']:.2f} | {b['vs_predicted']:.3f} |")
+            first = False
+    lines += ["", f"Worst deviation at 95% load from the offered load: {worst95:.1%}; worst SLO attainment at 95%: "
+              f"{worst_slo:.1%}; worst deviation at 120% from the predicted capacity: {worst120:.1%}.",
+              "Homogeneous pools of different GPU types (independent replicas) are not simulated here."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="three cells instead of the whole matrix")
+    args = ap.parse_args()
+    todo = QUICK if args.quick else tuple((m, p) for m in MODELS for p in PAIRS)
+    t0 = time.perf_counter()
+    cells = []
+    for m, p in todo:
+        print(f"[{time.perf_counter() - t0:6.0f} s] {m} on {p}", flush=True)
+        cells.append(cell(m, p))
+    wall = time.perf_counter() - t0
+    OUT.mkdir(exist_ok=True)
+    name = "serving_quick" if args.quick else "serving"
+    (OUT / f"{name}.json").write_text(json.dumps({"wall_s": wall, "cells": cells}, indent=1))
+    md = markdown(cells, wall)
+    (OUT / f"{name}.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

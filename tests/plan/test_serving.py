@@ -1,0 +1,101 @@
+"""The serving model: the async MILP objective and its bound worked by hand on chain3, the steady-state
+shape, tensor-parallel costs, and the rescaled iteration graph against a direct capture."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.graph import KernelKind, Role
+from tessera.hardware import link
+from tessera.plan.bound import async_bound
+from tessera.plan.milp import solve_flat
+from tessera.plan.problem import build_problem
+from tessera.plan.serving import Slo, Traffic, steady_shape
+from tessera.plan.shapes import IterShape, iteration_graph
+from tessera.plan.units import allreduce_s, shard
+
+from .helpers import COST, POOL, chain3
+
+
+def test_async_objective_by_hand() -> None:
+    # chain3, (H100, L40S) times a (2, 4), b (3, 3), c (4, 2), a cut costs 0.5 s on the link.
+    # per micro-batch: max(T, (Σ work + Σ transfers) / m); {a,b}|{c}: T = 5, total = 7.5.
+    # m = 2: max(5, 3.75) = 5 (all on one GPU: max(9, 4.5) = 9); m = 1: max(5, 7.5) = 7.5 (all on one: 9).
+    p = build_problem(chain3(), POOL, COST)
+    assert solve_flat(p, objective="async", m=2, mip_rel_gap=0.0).objective == pytest.approx(5.0, rel=1e-3)
+    assert solve_flat(p, objective="async", m=1, mip_rel_gap=0.0).objective == pytest.approx(7.5, rel=1e-3)
+
+
+def test_async_bound_by_hand() -> None:
+    # relaxed, transfers free: a -> H100 (2), c -> L40S (2), b split so both carry 3.5: T = 3.5 and the
+    # total 7 ≤ 2·T; the bound on the period m·T is 7.0 (the best integral plan's period is 10).
+    assert async_bound(chain3(), POOL, COST, 2) == pytest.approx(7.0, rel=1e-6)
+
+
+def test_steady_shape_by_hand() -> None:
+    # B = 64, m = 2, P = 1024, O = 256: b = 32 decode sequences, C = 64·1024/256 = 256 → c = 128 per
+    # micro-batch; mean context P + O/2 = 1152; a chunk piece attends to (1024 − 128)/2 = 448 earlier tokens;
+    # KV: 32·(1024 + 128) + one prompt (1024) = 37888 tokens.
+    s = steady_shape(64, 2, Traffic(prompt=1024, output=256))
+    assert (s.decode, s.chunk, s.context, s.prefix, s.kv_tokens) == (32, 128, 1152, 448, 37888)
+    # a chunk longer than a prompt holds whole prompts: B = 64, m = 1, P = 128, O = 16 → C = 512 = 4 prompts
+    s2 = steady_shape(64, 1, Traffic(prompt=128, output=16))
+    assert (s2.chunk, s2.chunk_len, s2.prefix) == (512, 128, 0)
+
+
+def test_slo_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="tpot_s"):
+        Slo(tpot_s=0)
+
+
+def test_allreduce_by_hand() -> None:
+    # ring all-reduce over 2 GPUs on NVLink 4 (450 GB/s per direction, efficiency 0.706, 3.29 µs):
+    # 2·(1/2)·1 MB / (450e9·0.706) + 2·3.29 µs
+    lk = link("nvlink4")
+    want = 1e6 / (450e9 * 0.706) + 2 * 3.29e-6
+    assert allreduce_s(1_000_000, 2, lk) == pytest.approx(want)
+    assert allreduce_s(1_000_000, 1, lk) == 0.0
+
+
+def test_shard_splits_gemms_by_megatron_rules() -> None:
+    from tessera.graph import Kernel
+
+    # q_proj is column-parallel (n split), o_proj row-parallel (k split); each GPU does half the FLOPs
+    q = Kernel(id=0, name="mm", kind=KernelKind.GEMM, flops=2 * 8 * 4096 * 4096, bytes_read=0, bytes_written=0,
+               reads=(), writes=(), module="model.layers.0.self_attn.q_proj", dims={"m": 8, "n": 4096, "k": 4096})
+    o = Kernel(id=1, name="mm", kind=KernelKind.GEMM, flops=2 * 8 * 4096 * 4096, bytes_read=0, bytes_written=0,
+               reads=(), writes=(), module="model.layers.0.self_attn.o_proj", dims={"m": 8, "n": 4096, "k": 4096})
+    assert shard(q, 2).dims == {"m": 8, "n": 2048, "k": 4096}
+    assert shard(o, 2).dims == {"m": 8, "n": 4096, "k": 2048}
+    assert shard(q, 2).flops == q.flops // 2
+
+
+@pytest.mark.slow
+def test_iteration_graph_matches_a_direct_capture() -> None:
+    """Rescaling a batch-8 decode capture to 4 sequences at context 99 gives what capturing that shape
+    directly gives: GEMM FLOPs, weight bytes, KV bytes; decode attention FLOPs by hand."""
+    from tessera.capture import capture_model
+
+    base = capture_model("llama-3-8b", "decode", batch=8, context=16)
+    direct = capture_model("llama-3-8b", "decode", batch=4, context=99)  # 100 KV slots per sequence
+    g = iteration_graph(base, IterShape(decode=4, context=100, kv_tokens=4 * 100))
+
+    def gemm_flops(x):
+        return sum(k.flops for k in x.kernels if k.kind is KernelKind.GEMM)
+
+    def role_bytes(x, role):
+        return sum(b.bytes for b in x.buffers if b.role == role)
+
+    assert gemm_flops(g) == gemm_flops(direct)
+    assert role_bytes(g, Role.WEIGHT) == role_bytes(direct, Role.WEIGHT)
+    assert role_bytes(g, Role.KV) == role_bytes(direct, Role.KV)
+    att = [k for k in g.kernels if k.kind is KernelKind.ATTENTION_DECODE]
+    assert len(att) == 32  # one per layer
+    # Llama-3-8B: 32 heads of 128; QK and PV: 4·seqs·heads·head_dim·kv_len
+    assert att[0].flops == 4 * 4 * 32 * 128 * 100
+    # a chunk adds one causal attention kernel per layer: 16 tokens against 48 earlier ones
+    g2 = iteration_graph(base, IterShape(decode=4, context=100, chunk=16, prefix=48, kv_tokens=464))
+    ch = [k for k in g2.kernels if k.kind is KernelKind.ATTENTION]
+    assert len(ch) == 32
+    assert ch[0].flops == 4 * 32 * 128 * (16 * 48 + 16 * 17 // 2)
+    assert gemm_flops(g2) == gemm_flops(direct) * 20 // 4  # 20 tokens instead of 4
