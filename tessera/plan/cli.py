@@ -63,18 +63,3 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(r.to_json()))
         else:
             out.print(result_table(r))
-
-    @app.command("compare")
-    def compare_cmd(
-        as_json: bool = typer.Option(False, "--json", help="print the list of cells as JSON"),
-        out_dir: Path = typer.Option(Path("bench/results"), "--out-dir", help="where compare.json/.md go"),
-        batch: int = typer.Option(32, "--batch", help="sequences (images) in flight per GPU"),
-    ) -> None:
-        """Five GPU pairs x one model per family: writes compare.json and compare.md."""
-        from tessera.plan.compare import run_compare
-
-        cells, md = run_compare(out_dir=out_dir, workload=Workload(batch=batch))
-        if as_json:
-            print(json.dumps(cells))
-        else:
-            out.print(md, markup=False, highlight=False)

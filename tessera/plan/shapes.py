@@ -13,7 +13,8 @@ encoders, a step at R images). ``iteration_graph`` rescales it to a micro-batch'
     (``decode`` sequences, q_len 1, at the mean ``context``) and the chunk's causal attention (q_len
     ``chunk`` against ``prefix`` earlier tokens); FLOPs 4·heads·head_dim·(query·key pairs);
   - KV buffers hold ``kv_tokens`` tokens (bytes per token from the capture); state buffers (SSM) one
-    entry per sequence.
+    entry per sequence; kernels that update a recurrent state scale with sequences, not tokens
+    (per_sequence_kernels: a chunked scan touches the state once per prompt piece).
 Image steps (``images`` > 0) scale every kernel, attention included, by images / R.
 """
 
@@ -53,9 +54,14 @@ class IterShape:
         return self.decode + self.chunk
 
     @property
+    def pieces(self) -> int:
+        """Prompts the chunk holds pieces of."""
+        return math.ceil(self.chunk / (self.chunk_len or self.chunk)) if self.chunk else 0
+
+    @property
     def sequences(self) -> int:
-        """Sequences whose state the micro-batch holds (decoding ones + the one being prefilled)."""
-        return self.decode + (1 if self.chunk else 0)
+        """Sequences whose state the micro-batch holds (decoding ones + the ones being prefilled)."""
+        return self.decode + self.pieces
 
 
 def _elem_bytes(dtype: str) -> int:
@@ -111,6 +117,22 @@ def _scaled_buffer(b: Buffer, s: float, base: KernelGraph, shape: IterShape) -> 
     return replace(b, bytes=max(1, math.ceil(b.bytes * s)))
 
 
+STATE_MIN_BYTES = 4096  # smaller state buffers are counters (a static cache's length), not recurrent state
+
+
+def per_sequence_kernels(base: KernelGraph) -> set[int]:
+    """Kernels whose work is per sequence, not per token: they read or write a recurrent state (an SSM's
+    state update, its conv window), or are batched GEMMs (batch > 1: per sequence × head) in a layer that
+    holds such a state. A decode token runs them once per sequence; a prefill chunk, with a chunked scan,
+    once per prompt piece: they scale with the sequences of the iteration, not its tokens."""
+    big = {b.id for b in base.buffers if b.role == Role.STATE and b.bytes >= STATE_MIN_BYTES}
+    touch = {k.id for k in base.kernels if big & {*k.reads, *k.writes}}
+    layers = {base.kernels[i].layer for i in touch} - {None}
+    batched = {k.id for k in base.kernels if k.kind is KernelKind.GEMM and k.dims.get("batch", 1) > 1
+               and k.layer in layers}
+    return touch | batched
+
+
 def iteration_graph(base: KernelGraph, shape: IterShape) -> KernelGraph:
     """The graph of one micro-batch's iteration at ``shape``, rescaled from ``base`` (see module doc).
 
@@ -125,12 +147,15 @@ def iteration_graph(base: KernelGraph, shape: IterShape) -> KernelGraph:
             raise ValueError(f"iteration_graph needs a decode capture (seq 1), got shape {base.shape}")
         s = shape.tokens / r
     resident = {b.id for b in base.buffers if b.role == Role.WEIGHT}
+    per_seq = per_sequence_kernels(base)
+    s_seq = shape.sequences / r
     kernels: list[Kernel] = []
     for k in base.kernels:
         if k.kind in ATTENTION_KINDS and not shape.images:
             parts = attention_kernels(k, shape)
         else:
-            parts = [_scaled_kernel(k, s, sum(base.buffers[b].bytes for b in k.reads if b in resident))]
+            f = s_seq if k.id in per_seq and not shape.images else s
+            parts = [_scaled_kernel(k, f, sum(base.buffers[b].bytes for b in k.reads if b in resident))]
         for p in parts:
             kernels.append(replace(p, id=len(kernels)))
     buffers = [_scaled_buffer(b, s, base, shape) for b in base.buffers]
