@@ -159,7 +159,9 @@ def parse_strategy(name: str, d: dict[str, Any], where: str) -> StrategyResult:
     where = f"{where} strategy {name!r}"
     if not isinstance(d, dict) or "applicable" not in d:
         raise UserError(f"{where}: expected an object with 'applicable', got {str(d)[:60]!r}")
-    tp_key = "throughput_images_per_s" if "throughput_images_per_s" in d else "throughput_tokens_per_s"
+    # `tessera plan --json` has throughput_*; `tessera compare --json` goodput_* (at the SLO)
+    keys = ("throughput_images_per_s", "goodput_images_per_s", "throughput_tokens_per_s", "goodput_tokens_per_s")
+    tp_key = next((k for k in keys if k in d), "throughput_tokens_per_s")
     mem = d.get("memory_bytes") or {}
     if not isinstance(mem, dict):
         raise UserError(f"{where}: 'memory_bytes' must map device -> bytes")
@@ -179,7 +181,8 @@ def parse_cell(d: dict[str, Any], where: str) -> CompareCell:
         raise UserError(f"{where}: expected an object with model, gpus and strategies")
     where = f"{where} ({d['model']} on {'+'.join(map(str, d['gpus']))})"
     strategies = {n: parse_strategy(n, s, where) for n, s in d["strategies"].items()}
-    images = any("throughput_images_per_s" in s for s in d["strategies"].values() if isinstance(s, dict))
+    images = any(k in s for s in d["strategies"].values() if isinstance(s, dict)
+                 for k in ("throughput_images_per_s", "goodput_images_per_s"))
     return CompareCell(
         model=str(d["model"]), gpus=tuple(str(g) for g in d["gpus"]), mode=str(d.get("mode", "throughput")),
         solve_s=_num(d, "solve_s", where, optional=True), bound_ratio=_num(d, "bound_ratio", where, optional=True),
@@ -219,9 +222,11 @@ def read_json(path: Path, what: str) -> Any:
 
 
 def load_compare(path: Path) -> tuple[CompareCell, ...]:
-    """A `tessera compare --json` list, or a single `tessera plan --json` object."""
+    """A `tessera compare` file ({"cells": [...]}, or a plain list of cells), or a `tessera plan --json` object."""
     raw = read_json(path, "compare")
-    cells = raw if isinstance(raw, list) else [raw]
+    if isinstance(raw, dict) and isinstance(raw.get("cells"), list):
+        raw = raw["cells"]
+    cells = [c for c in raw if "error" not in c] if isinstance(raw, list) else [raw]
     if not cells:
         raise UserError(f"compare file {path} holds no cells")
     return tuple(parse_cell(c, f"{path} cell {i}") for i, c in enumerate(cells))
