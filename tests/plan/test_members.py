@@ -36,21 +36,3 @@ def test_homogeneous_mixed_pool_has_one_member_per_gpu_and_simulates_as_a_pool(t
     c = simulate_pool([(h, 2)], wl, seed=3).to_json()
     d = simulate(h, wl, replicas=2, seed=3).to_json()
     assert c == d and h.kv_capacity_tokens == sum(m.kv_capacity_tokens for m in h.members)
-
-
-def test_compare_cell_gains_a_simulated_column_for_every_feasible_strategy() -> None:
-    from tessera.plan.compare import _simulated_table, simulate_cell
-
-    r = plan_graphs("synth", ["prefill", "decode"], _source(CFG), Pool.parse("H100,L40S", "pcie5"),
-                    workload=W, points=True)
-    cell = r.to_json()
-    simulate_cell(r, cell, W)
-    for name, o in r.strategies.items():
-        sim = cell["strategies"][name].get("simulated")
-        assert (sim is not None) == o.feasible, name
-        if sim is not None:
-            # offered load is 70% of Tessera's capacity: nobody serves more than is offered (+ sampling noise)
-            assert 0 < sim["throughput_per_s"] <= 0.7 * r.strategies["tessera"].throughput * 1.15
-            assert sim["tpot_p99_s"] > 0
-    table = _simulated_table([cell])
-    assert len(table) == 6 and table[4].startswith("| synth | H100-SXM+L40S | ")

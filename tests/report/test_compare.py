@@ -1,0 +1,37 @@
+"""compare.md statements from hand-made cells (no capture): gains, the 2×H100 headline, the chosen column."""
+
+from __future__ import annotations
+
+from tessera.plan.serve import STRATEGIES, PlannerConfig
+from tessera.report.compare import gains, markdown
+
+
+def _cell(gpus: list[str], usd: float, good: dict[str, float], chosen: str, ref_per_usd: float) -> dict:
+    return {"model": "m", "gpus": gpus, "chosen": chosen, "images": False, "bound_ratio": None, "solve_s": 0.1,
+            "strategies": {n: {"goodput_tokens_per_s": good[n], "usd_per_hour": usd,
+                               "tokens_per_usd": good[n] * 3600 / usd, "applicable": True,
+                               "feasible": good[n] > 0, "reason": None, "batch": 8, "microbatches": 1}
+                           for n in STRATEGIES},
+            "best_homogeneous_same_budget": {"gpus": [gpus[0]] * 2, "goodput": 1.0, "usd_per_hour": 1.0,
+                                             "tokens_per_usd": ref_per_usd, "tp": [1, 1]},
+            "reference": {"gpus": ["H100-SXM"] * 2, "goodput": 100.0, "usd_per_hour": 5.98,
+                          "tokens_per_usd": 100.0 * 3600 / 5.98, "tp": [1, 1]},
+            "placement": {}}
+
+
+def test_gains_and_headline_by_hand() -> None:
+    # pair at $4.09/h: Tessera 150 tok/s, best baseline prefill_decode 75 -> 2.00x; tokens per $: 150·3600/4.09
+    # = 132,029 against a same-size homogeneous 66,000 -> 2.00x. 2×H100 serves 100 at $5.98: the pair is
+    # faster and cheaper.
+    het = _cell(["H100-SXM", "L40S"], 4.09, {"tessera": 150.0, "homogeneous": 60.0, "prefill_decode": 75.0,
+                                              "attention_ffn": 0.0, "layer_pipeline": 50.0}, "milp", 66_000.0)
+    tie = _cell(["A100-80GB-SXM", "L40S"], 3.0, {"tessera": 60.0, "homogeneous": 60.0, "prefill_decode": 30.0,
+                                                  "attention_ffn": 0.0, "layer_pipeline": 40.0}, "homogeneous",
+                72_000.0)
+    g = gains([het, tie])
+    assert [round(x[0], 3) for x in g] == [2.0, 1.0]
+    assert round(g[0][1], 3) == round(150 * 3600 / 4.09 / 66_000, 3) == 2.0
+    md = markdown([het, tie], PlannerConfig(), 1.0)
+    assert "| goodput vs best baseline | 2.00× (m on H100-SXM+L40S) | 1.50× | 1.00× | up to 2.3× |" in md
+    assert "Tessera's choice: milp in 1 cell, homogeneous in 1 cell." in md
+    assert "- **m**: yes. H100-SXM+L40S: 150 vs 100 (faster), $4.09/h vs $5.98/h (cheaper)" in md
