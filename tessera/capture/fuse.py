@@ -128,7 +128,7 @@ def _short(name: str) -> str:
     return parts[1] if len(parts) == 3 and parts[0] == "aten" else name
 
 
-def groups(graph: KernelGraph) -> list[list[int]] | None:
+def fused_from(graph: KernelGraph) -> list[list[int]] | None:
     """The eager kernel ids of each kernel of a fused view; None for an eager graph."""
     got = graph.meta.get("fused_from")
     return None if got is None else [list(g) for g in got]
@@ -139,7 +139,7 @@ def unfuse(graph: KernelGraph, assignment: Sequence[int]) -> tuple[int, ...]:
     eager kernel runs where its fused kernel runs. An eager graph's placement is returned unchanged."""
     if len(assignment) != len(graph.kernels):
         raise ValueError(f"assignment has {len(assignment)} entries for {len(graph.kernels)} kernels")
-    gs = groups(graph)
+    gs = fused_from(graph)
     if gs is None:
         return tuple(assignment)
     out = [-1] * sum(len(g) for g in gs)
