@@ -38,18 +38,21 @@ def trace(
         help="cached tokens (decode), text tokens (denoise) or image patches per prompt (VL prefill)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="write the KernelGraph JSON here")] = None,
+    eager: Annotated[bool, typer.Option("--eager", help="one kernel per ATen operator instead of the "
+                                        "production-fused view (elementwise/norm/copy chains fused)")] = False,
 ) -> None:
-    """Capture one step of MODEL and summarise its kernels."""
+    """Capture one step of MODEL and summarise its kernels (fused view unless --eager)."""
     from tessera.capture import capture_model, summarize
 
-    graph = capture_model(model, phase, batch=batch, seq=seq, context=context)
+    graph = capture_model(model, phase, batch=batch, seq=seq, context=context, eager=eager)
     if output is not None:
         graph.save(output)
     s = summarize(graph)
     if as_json:
         print(json.dumps(s))
         return
-    head = (f"{s['model']} {s['phase']} {s['shape']}: {s['kernels']} kernels, {s['layers']} layers, "
+    head = (f"{s['model']} {s['phase']} {s['shape']}: {s['kernels']} kernels ({s['view']} view; "
+            f"{s['eager_kernels']} eager), {s['layers']} layers, "
             f"{s['flops'] / 1e12:.3f} TFLOP, read {_gb(s['bytes_read'])} GB, written {_gb(s['bytes_written'])} GB, "
             f"weights {_gb(s['weight_bytes'])} GB, kv {_gb(s['kv_bytes'])} GB, state {_gb(s['state_bytes'])} GB, "
             f"captured in {s['capture_s']:.2f} s")

@@ -13,6 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten
 
 from tessera.capture import steps, vlm
+from tessera.capture.fuse import fuse
 from tessera.capture.program import Capture
 from tessera.capture.recorder import Recorder
 from tessera.capture.zoo import PHASES, ModelSpec, resolve
@@ -110,28 +111,41 @@ def record(name: str, phase: str, *, batch: int, seq: int | None, context: int |
             if rec.buffers[rec.buffer_of(t)].role is Role.ACTIVATION:
                 rec.set_role(t, Role.OUTPUT)
     meta: dict[str, Any] = {"source": spec.source, "family": spec.family, "capture_s": time.perf_counter() - t0,
-                            "mode": "real" if real else "fake"}
+                            "mode": "real" if real else "fake", "view": "eager"}
     graph = build_graph(model=spec.name, phase=phase, shape=step.shape, kernels=rec.kernels,
                         buffers=rec.graph_buffers(), meta=meta)
     return graph, rec, outs
 
 
 def capture_model(name: str, phase: str, *, batch: int, seq: int | None = None, context: int | None = None,
-                  dtype: torch.dtype = torch.bfloat16) -> KernelGraph:
-    """KernelGraph of one step under fake tensors (no memory for weights; any size); bf16 unless told."""
-    return record(name, phase, batch=batch, seq=seq, context=context, real=False, dtype=dtype)[0]
+                  dtype: torch.dtype = torch.bfloat16, eager: bool = False) -> KernelGraph:
+    """KernelGraph of one step under fake tensors (no memory for weights; any size); bf16 unless told.
+
+    The production-fused view (``tessera.capture.fuse``) unless ``eager``: one kernel per ATen operator."""
+    graph, rec, _ = record(name, phase, batch=batch, seq=seq, context=context, real=False, dtype=dtype)
+    return graph if eager else fused_view(graph, rec)
+
+
+def fused_view(graph: KernelGraph, rec: Recorder) -> KernelGraph:
+    """The fused view of a recording, its capture time included."""
+    t0 = time.perf_counter()
+    fused = fuse(graph, rec.access)
+    fused.meta["capture_s"] = graph.meta["capture_s"] + time.perf_counter() - t0
+    return fused
 
 
 def capture_program(name: str, phase: str, *, batch: int, seq: int | None = None, context: int | None = None,
                     seed: int = 0) -> Capture:
-    """Real fp32 CPU capture of a tiny model: the graph plus a replayable program (kernel i = op i)."""
+    """Real fp32 CPU capture of a tiny model: the eager graph plus a replayable program (kernel i = op i), and
+    the fused view (``Capture.fused``) whose kernels each run a consecutive group of those ops."""
     spec = resolve(name)
     if not spec.tiny:
         raise UserError(f"real-mode capture needs a tiny model, not {name!r}; valid: "
                         + ", ".join(n for n, s in _tiny_specs().items()))
     graph, rec, outs = record(name, phase, batch=batch, seq=seq, context=context, real=True, seed=seed)
     return Capture(graph=graph, program=tuple(rec.program), initial=dict(rec.initial),
-                   outputs=tuple(rec.ref(t) for t in outs), expected=tuple(t.detach().clone() for t in outs))
+                   outputs=tuple(rec.ref(t) for t in outs), expected=tuple(t.detach().clone() for t in outs),
+                   fused=fused_view(graph, rec))
 
 
 def _tiny_specs() -> dict[str, ModelSpec]:

@@ -25,9 +25,14 @@ class Capture:
     initial: dict[int, torch.Tensor]
     outputs: tuple[TensorRef, ...]
     expected: tuple[torch.Tensor, ...]  # the module's own outputs from the capturing run
+    # the production-fused view of ``graph`` (tessera.capture.fuse): meta["fused_from"] maps its kernels to ops
+    fused: KernelGraph | None = None
 
     def __post_init__(self) -> None:
         assert len(self.program) == len(self.graph.kernels), "one op record per kernel"
+        if self.fused is not None:
+            covered = sorted(i for g in self.fused.meta["fused_from"] for i in g)
+            assert covered == list(range(len(self.program))), "the fused view must cover every op exactly once"
         for op, k in zip(self.program, self.graph.kernels, strict=True):
             assert op.func == k.name, f"op {op.func} does not match kernel {k.id} {k.name}"
 

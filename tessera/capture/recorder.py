@@ -43,6 +43,20 @@ class OpRecord:
     outputs: tuple[TensorRef, ...]  # flattened tensor outputs, in pytree order
 
 
+@dataclass(frozen=True, kw_only=True)
+class Access:
+    """Bytes one kernel reads from / writes to each buffer it touches (buffer id -> bytes); they sum to
+    the kernel's bytes_read / bytes_written."""
+
+    reads: dict[int, int]
+    writes: dict[int, int]
+
+    def __post_init__(self) -> None:
+        bad = {b: n for b, n in (*self.reads.items(), *self.writes.items()) if n < 0}
+        if bad:
+            raise ValueError(f"negative bytes per buffer: {bad}")
+
+
 @dataclass
 class _Buf:
     name: str
@@ -70,6 +84,7 @@ class Recorder(TorchDispatchMode):
     program: list[OpRecord] = field(default_factory=list)
     initial: dict[int, torch.Tensor] = field(default_factory=dict)  # real mode: starting bytes (uint8)
     stack: list[tuple[str, int | None]] = field(default_factory=list)
+    access: list[Access] = field(default_factory=list)  # kernel i's bytes per buffer (for fusion)
     _ids: dict[StorageWeakRef, int] = field(default_factory=dict)
     _alive: list[torch.Tensor] = field(default_factory=list)  # storage identities must not be reused
 
@@ -180,22 +195,41 @@ class Recorder(TorchDispatchMode):
                 # (pack_gqa): report the logical shape, heads = kv_heads · group, q_len = 1
                 dims = {**dims, "heads": dims["heads"] * dims["q_len"], "q_len": 1}
         written_ids = [self.buffer_of(t) for t in writes + outs]
-        if indirect and writes:
-            # scatter-like in-place writes touch only as many bytes as the source, not the whole target
-            wbytes = sum(_spanned_bytes(t) for t in reads if not any(t is w for w in writes))
-            rbytes = wbytes
-        elif indirect:  # a gather reads the rows it returns and its indices, not the whole table
-            wbytes = sum(_spanned_bytes(t) for t in fresh)
-            rbytes = wbytes + sum(_spanned_bytes(t) for t in reads if not t.is_floating_point())
-        else:  # outputs of in-place / out= ops alias the written arguments: count those once
-            wbytes = sum(_spanned_bytes(t) for t in writes + fresh)
-            rbytes = sum(_spanned_bytes(t) for t in reads)
+        rb, wb = self._access(reads, writes, fresh, indirect)
+        self.access.append(Access(reads=rb, writes=wb))
         path, layer = self.stack[-1] if self.stack else ("", None)
         self.kernels.append(Kernel(
             id=len(self.kernels), name=str(func), kind=kind, flops=flops_of(func, args, kwargs, out),
-            bytes_read=rbytes, bytes_written=wbytes,
+            bytes_read=sum(rb.values()), bytes_written=sum(wb.values()),
             reads=tuple(dict.fromkeys(self.buffer_of(t) for t in reads)),
             writes=tuple(dict.fromkeys(written_ids)),
             layer=layer, module=path, phase=self.phase, dtype=str(outs[0].dtype if outs else writes[0].dtype)
             .removeprefix("torch."), dims=dims, indirect=indirect,
         ))
+
+    def _access(self, reads: list[torch.Tensor], writes: list[torch.Tensor], fresh: list[torch.Tensor],
+                indirect: bool) -> tuple[dict[int, int], dict[int, int]]:
+        """Bytes per buffer read and written (buffer id -> bytes); every touched buffer has an entry."""
+        rb: dict[int, int] = {self.buffer_of(t): 0 for t in reads}
+        wb: dict[int, int] = {self.buffer_of(t): 0 for t in writes + fresh}
+        if indirect and writes:
+            # scatter-like in-place writes touch only as many bytes as the source, not the whole target
+            for t in reads:
+                if not any(t is w for w in writes):
+                    rb[self.buffer_of(t)] += _spanned_bytes(t)
+            wb[self.buffer_of(writes[0])] += sum(rb.values())
+        elif indirect:  # a gather reads the rows it returns and its indices, not the whole table
+            for t in fresh:
+                wb[self.buffer_of(t)] += _spanned_bytes(t)
+            table = next((t for t in reads if t.is_floating_point()), reads[0] if reads else None)
+            if table is not None:
+                rb[self.buffer_of(table)] += sum(wb.values())
+            for t in reads:
+                if not t.is_floating_point():
+                    rb[self.buffer_of(t)] += _spanned_bytes(t)
+        else:  # outputs of in-place / out= ops alias the written arguments: count those once
+            for t in reads:
+                rb[self.buffer_of(t)] += _spanned_bytes(t)
+            for t in writes + fresh:
+                wb[self.buffer_of(t)] += _spanned_bytes(t)
+        return rb, wb

@@ -22,6 +22,8 @@ def summarize(graph: KernelGraph, *, top: int = 5) -> dict[str, Any]:
         "phase": graph.phase,
         "shape": dict(graph.shape),
         "kernels": len(graph.kernels),
+        "view": graph.meta.get("view", "eager"),  # fused (the default capture) or eager
+        "eager_kernels": graph.meta.get("eager_kernels", len(graph.kernels)),
         "flops": graph.flops,
         "bytes_read": graph.bytes_read,
         "bytes_written": graph.bytes_written,

@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         """Run a plan for real on worker processes and compare with single-process execution."""
         from tessera.runtime.api import RunSpec, render, run
         from tessera.runtime.cluster import WorkerFailure
+        from tessera.runtime.recovery import placement_graphs
         from tessera.runtime.steps import Job, capture_steps
 
         devs = tuple(d.strip() for d in devices.split(",") if d.strip())
@@ -53,20 +54,20 @@ def register(app: typer.Typer) -> None:
             model, by_phase = target, {}
         job = Job(model=model, batch=batch, seq=seq, new_tokens=new_tokens)
         programs = capture_steps(job)
-        if by_phase:  # a Plan file: its graphs were captured by the planner (bf16, fake): align kernel by kernel
+        if by_phase:  # a Plan file: its graphs were captured by the planner (bf16, fake, fused view): align
+            # its kernels with the program's fused view kernel by kernel, then run each on its fused kernel's device
             from tessera.capture import capture_model
+            from tessera.capture.fuse import unfuse
 
             for key, prog in programs.items():
                 ph = key.split("@")[0]
                 pp = plan.phases.get(ph)
                 if pp is not None and len(by_phase[ph]) != len(prog.ops):
                     shape = {k: v for k, v in pp.graph_shape.items() if k in ("batch", "seq", "context") and v}
-                    by_phase[ph] = carry_over(capture_model(model, ph, **shape), tuple(pp.assignment), prog.graph)
+                    g = prog.placement_graph
+                    by_phase[ph] = unfuse(g, carry_over(capture_model(model, ph, **shape), tuple(pp.assignment), g))
         else:
-            graphs = {}
-            for key, p in programs.items():
-                graphs.setdefault(key.split("@")[0], p.graph)
-            by_phase = placements(placement_name, graphs, len(devs), microbatches)
+            by_phase = placements(placement_name, placement_graphs(programs), len(devs), microbatches)
         spec = RunSpec(job=job, devices=devs, plans={"latency": by_phase, "throughput": by_phase},
                        microbatches=microbatches, requests=requests, weights_dir=str(weights) if weights else None,
                        trace=str(trace) if trace else None, recover=recover, replan=replan, transport=transport)

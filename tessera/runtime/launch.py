@@ -33,7 +33,7 @@ from tessera.runtime.partition import Partition
 from tessera.runtime.placements import MILP, PLACEMENTS
 from tessera.runtime.probe import probe_link
 from tessera.runtime.program import Program, from_wire, to_wire
-from tessera.runtime.recovery import phase_graphs, replan_with
+from tessera.runtime.recovery import placement_graphs, replan_with
 from tessera.runtime.runner import build_partitions, by_microbatch, serve
 from tessera.runtime.steps import Job, capture_steps
 from tessera.runtime.worker import StepCmd, Worker, WorkerSpec, join_group
@@ -154,7 +154,7 @@ def launch(cfg: LaunchConfig, env: RankEnv) -> dict[str, Any] | None:
     job = Job(model=cfg.model)
     programs = capture_steps(job)
     # replan_with: the named placement, or everything on the one device of a world of 1
-    by_phase = replan_with(cfg.placement, cfg.microbatches)(phase_graphs(programs), env.world)
+    by_phase = replan_with(cfg.placement, cfg.microbatches)(placement_graphs(programs), env.world)
     spec = RunSpec(job=job, devices=(cfg.device,) * env.world, plans={"latency": by_phase, "throughput": by_phase},
                    microbatches=cfg.microbatches, requests=cfg.requests, recv_timeout_s=cfg.recv_timeout_s)
     parts = build_partitions(programs, spec.plans, env.world)

@@ -146,9 +146,14 @@ def carry_over(plan_graph: KernelGraph, assignment: tuple[int, ...], graph: Kern
 
 def placements(name: str, graphs: dict[str, KernelGraph], devices: int, microbatches: int = 2
                ) -> dict[str, tuple[int, ...]]:
-    """phase -> assignment for a placement named on the command line."""
+    """phase -> assignment of the eager ops for a placement named on the command line, made on ``graphs``
+    (a fused view's placement runs each fused kernel's ops on its device)."""
+    from tessera.capture.fuse import unfuse  # the capture stage imports torch: not at CLI start-up
+
     if name == MILP:
-        return milp(graphs, devices, microbatches=microbatches)
-    if name not in PLACEMENTS:
+        got = milp(graphs, devices, microbatches=microbatches)
+    elif name in PLACEMENTS:
+        got = {ph: PLACEMENTS[name](g, devices) for ph, g in graphs.items()}
+    else:
         raise choices_error("placement", name, [*PLACEMENTS, MILP])
-    return {ph: PLACEMENTS[name](g, devices) for ph, g in graphs.items()}
+    return {ph: unfuse(graphs[ph], a) for ph, a in got.items()}

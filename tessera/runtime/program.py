@@ -31,6 +31,9 @@ class Program:
     ops: tuple[OpRecord, ...]
     initial: dict[int, torch.Tensor] = field(hash=False)
     outputs: tuple[TensorRef, ...] = ()
+    # the production-fused view of ``graph`` (each of its kernels a group of ops); placements are made on
+    # it and run as the ops of each group on the group's device (tessera.capture.fuse.unfuse)
+    fused: KernelGraph | None = field(default=None, hash=False, compare=False)
 
     def __post_init__(self) -> None:
         assert len(self.ops) == len(self.graph.kernels), (
@@ -38,7 +41,13 @@ class Program:
 
     @classmethod
     def from_capture(cls, cap: Capture) -> Program:
-        return cls(graph=cap.graph, ops=tuple(cap.program), initial=dict(cap.initial), outputs=tuple(cap.outputs))
+        return cls(graph=cap.graph, ops=tuple(cap.program), initial=dict(cap.initial), outputs=tuple(cap.outputs),
+                   fused=cap.fused)
+
+    @property
+    def placement_graph(self) -> KernelGraph:
+        """The graph placements are made on: the fused view where there is one."""
+        return self.fused or self.graph
 
     def role(self, buffer: int) -> Role:
         return self.graph.buffers[buffer].role
@@ -65,7 +74,7 @@ class Program:
     def stripped(self, keep: set[int] | frozenset[int]) -> Program:
         """The same program holding starting contents only for ``keep`` (what one device may hold)."""
         return Program(graph=self.graph, ops=self.ops, initial={b: t for b, t in self.initial.items() if b in keep},
-                       outputs=self.outputs)
+                       outputs=self.outputs, fused=self.fused)
 
 
 def iter_refs(x: Any) -> Iterator[TensorRef]:

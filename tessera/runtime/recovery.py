@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from tessera.capture.fuse import unfuse
 from tessera.graph import KernelGraph
 from tessera.runtime.cluster import Cluster, ClusterConfig, WorkerFailure
 from tessera.runtime.partition import Partition
@@ -34,16 +35,26 @@ def replan_with(placement: str, microbatches: int = 2) -> Replan:
 
     def f(graphs: dict[str, KernelGraph], devices: int) -> dict[str, tuple[int, ...]]:
         if devices == 1:
-            return {ph: all_on(g) for ph, g in graphs.items()}
+            return {ph: unfuse(g, all_on(g)) for ph, g in graphs.items()}
         return placements(placement, graphs, devices, microbatches)
 
     return f
 
 
 def phase_graphs(programs: dict[str, Program]) -> dict[str, KernelGraph]:
+    """Each phase's eager graph: kernel i is op i of its programs."""
     out: dict[str, KernelGraph] = {}
     for key, p in programs.items():
         out.setdefault(phase_of(key), p.graph)
+    return out
+
+
+def placement_graphs(programs: dict[str, Program]) -> dict[str, KernelGraph]:
+    """Each phase's graph to place: the fused view where the capture made one (a Replan of these returns
+    assignments of the eager ops all the same)."""
+    out: dict[str, KernelGraph] = {}
+    for key, p in programs.items():
+        out.setdefault(phase_of(key), p.placement_graph)
     return out
 
 
@@ -80,7 +91,7 @@ class RecoveringExecutor:
         if lost < 0 or not survivors:
             raise failure
         self.runs.append((self.cluster.history, self.parts, self.config))
-        assign = self.replan(phase_graphs(self.programs), len(survivors))
+        assign = self.replan(placement_graphs(self.programs), len(survivors))
         self.plans = {name: assign for name in self.plans}
         self.parts = build_partitions(self.programs, self.plans, len(survivors))
         self.config = replace(self.config, devices=tuple(self.config.devices[i] for i in survivors))

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import torch
 
-from tessera.capture.core import capture_program, record
+from tessera.capture.core import capture_program, fused_view, record
 from tessera.capture.program import Capture
 from tessera.capture.zoo import resolve
 from tessera.errors import UserError
@@ -52,7 +52,8 @@ def capture(model: str, phase: str, *, batch: int, seq: int | None = None, conte
         return capture_program(model, phase, batch=batch, seq=seq, context=context, seed=seed)
     graph, rec, outs = record(model, phase, batch=batch, seq=seq, context=context, real=True, seed=seed)
     return Capture(graph=graph, program=tuple(rec.program), initial=dict(rec.initial),
-                   outputs=tuple(rec.ref(t) for t in outs), expected=tuple(t.detach().clone() for t in outs))
+                   outputs=tuple(rec.ref(t) for t in outs), expected=tuple(t.detach().clone() for t in outs),
+                   fused=fused_view(graph, rec))
 
 
 def step_keys(job: Job) -> list[str]:
@@ -75,7 +76,9 @@ def capture_steps(job: Job) -> dict[str, Program]:
         out[key] = Program.from_capture(cap)
     first = out[step_keys(job)[-1]]
     for key, prog in out.items():  # every decode position must be the same kernel sequence
-        if key.startswith("decode") and [o.func for o in prog.ops] != [o.func for o in first.ops]:
+        if key.startswith("decode") and ([o.func for o in prog.ops] != [o.func for o in first.ops]
+                                         or prog.placement_graph.meta.get("fused_from")
+                                         != first.placement_graph.meta.get("fused_from")):
             raise AssertionError(f"{key} is not the same kernel sequence as the other decode steps")
     return out
 

@@ -80,9 +80,13 @@ def test_replay_is_bit_exact_and_matches_fake_structure(name: str, phase: str, k
     out = replay(cap)
     assert len(out) == len(cap.expected) == 1
     assert all(torch.equal(a, b) for a, b in zip(out, cap.expected, strict=True))
-    fake = capture_model(name, phase, batch=2, dtype=torch.float32, **kw)  # bf16 adds fp32 casts
+    fake = capture_model(name, phase, batch=2, dtype=torch.float32, eager=True, **kw)  # bf16 adds fp32 casts
     assert [k.name for k in fake.kernels] == [k.name for k in cap.graph.kernels]
     assert [k.module for k in fake.kernels] == [k.module for k in cap.graph.kernels]
+    fused = capture_model(name, phase, batch=2, dtype=torch.float32, **kw)  # the default: the fused view
+    assert cap.fused is not None
+    assert [(k.name, k.module) for k in fused.kernels] == [(k.name, k.module) for k in cap.fused.kernels]
+    assert fused.meta["fused_from"] == cap.fused.meta["fused_from"]
 
 
 def test_zoo_lists_families() -> None:
