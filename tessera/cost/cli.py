@@ -81,6 +81,7 @@ def profile(
     batches: str = typer.Option("1,2,4,8", "--batches", help="Comma-separated decode batch sizes."),
     context: int = typer.Option(32, "--context", help="KV-cache length of the decode step."),
     repeats: int = typer.Option(20, "--repeats", help="Timed replays per batch size."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was written as one JSON object."),
 ) -> None:
     """Time every captured kernel of MODEL on the local device; write a profile (Vidur format + per kernel)."""
     from tessera.capture.zoo import resolve
@@ -97,6 +98,11 @@ def profile(
     timings = profile_model(model, batches=sizes, context=context, repeats=repeats)
     cfg = spec.config.get("text_config", spec.config)
     folder = write_profile(timings, out, config=cfg)
+    if as_json:
+        print(json.dumps({"model": model, "device": device, "batches": list(sizes), "context": context,
+                          "repeats": repeats, "kernel_timings": len(timings), "folder": str(folder),
+                          "files": sorted(p.name for p in Path(folder).iterdir())}))
+        return
     print(f"{len(timings)} kernel timings -> {folder}")
 
 
