@@ -37,10 +37,14 @@ def _root(
 STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "report")
 
 
+_registered: list[str] = []  # stages already registered (main may run many times in one process: tests)
+
+
 def _register_all() -> None:
     for stage in STAGES:
-        mod = importlib.import_module(f"tessera.{stage}.cli")
-        mod.register(app)
+        if stage not in _registered:
+            importlib.import_module(f"tessera.{stage}.cli").register(app)
+            _registered.append(stage)
 
 
 def error_line(e: ValueError | OSError) -> str:
