@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
             model = plan.model
             by_phase = {ph: tuple(p.assignment) for ph, p in plan.phases.items()}
             if len(plan.devices) != len(devs):
-                raise ValueError(f"plan {target} has {len(plan.devices)} devices but --devices names {len(devs)}")
+                raise ValueError(f"plan {target} has {plural(len(plan.devices), 'device')} but --devices names {len(devs)}")
         else:
             model, by_phase = target, {}
         job = Job(model=model, batch=batch, seq=seq, new_tokens=new_tokens)
