@@ -7,13 +7,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from tessera.capture.core import DEFAULT_CONTEXT, DEFAULT_SEQ
+from tessera.text import stdout_console
 
-# piped output (not a terminal) is not cut to 80 columns: tables are as wide as their content
-out = Console(width=None if Console().is_terminal else 10_000)
+out = stdout_console()
 
 
 def _per_phase(defaults: dict[str, int]) -> str:

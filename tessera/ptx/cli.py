@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from tessera.errors import read_text
 from tessera.ptx.analysis import analyze_ptx
 from tessera.ptx.launch import INDIRECT_SCOPES, build_from_log
+from tessera.text import stdout_console
 
 ptx_app = typer.Typer(add_completion=False, no_args_is_help=True,
                       help="PTX dependency analysis: parameter access classes, launch logs -> kernel graphs.")
@@ -27,7 +27,7 @@ def analyze(
     if as_json:
         print(json.dumps([e.to_dict() for e in result.values()], indent=1))
         return
-    con = Console()
+    con = stdout_console()
     for e in result.values():
         t = Table(title=f"{e.name}{'  [indirect]' if e.indirect else ''}", title_justify="left")
         for c in ("parameter", "type", "access", "reads", "writes", "atomics", "widened", "data-dep"):
@@ -62,7 +62,7 @@ def graph(
                            "dst_kernel": g.kernels[e.dst].name, "kind": e.kind.value,
                            "buffer": g.buffers[e.buffer].name} for e in g.edges]}))
         return
-    con = Console()
+    con = stdout_console()
     con.print(f"{len(g.kernels)} kernels, {len(g.buffers)} buffers, {len(g.edges)} edges, "
               f"{sum(k.indirect for k in g.kernels)} indirect", highlight=False)
     for e in g.edges:

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
-from rich.console import Console
 
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
 from tessera.plan.types import Plan
 from tessera.progress import Steps
+from tessera.text import stdout_console
 
 T = TypeVar("T")
 
@@ -93,7 +93,7 @@ def report(
                           "graphs": len(graphs), "sims": [s.label for s in data.sims or ()],
                           "commands": list(cmds)}))
         return
-    con = Console(width=None if Console().is_terminal else 10_000)
+    con = stdout_console()
     if not quiet:
         if data.compare:
             con.print(compare_table(data.compare))
