@@ -147,7 +147,7 @@ def resolve(name: str) -> ModelSpec:
     try:
         cfg = json.loads(read_text(path, "model config"))
     except json.JSONDecodeError as e:
-        raise UserError(f"model config {path} is not JSON: {e.msg} at line {e.lineno}") from None
+        raise UserError(f"cannot read model config {path}: not JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(cfg, dict):
         raise UserError(f"model config {name} is not a JSON object")
     kind = cfg.get("model_type") or cfg.get("_class_name")
