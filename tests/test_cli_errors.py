@@ -113,4 +113,6 @@ def test_valid_gpu_list_has_no_aliases(run_cli) -> None:
 def test_advise_error_is_the_only_line() -> None:
     r = _subprocess("advise", "llama-3-8b", "--budget-usd-per-hour", "10", "--gpus", "NOPE")
     assert r.returncode == 2 and r.stdout == ""
-    assert "unknown GPU 'NOPE'" in _one_error_line(r.stderr)
+    line = _one_error_line(r.stderr)
+    valid = set(line.split("valid: ", 1)[1].split(", "))
+    assert "unknown GPU 'NOPE'" in line and CATALOG_NAMES <= valid and not {"a100", "h100", "l40s"} & valid
