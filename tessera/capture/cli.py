@@ -7,20 +7,32 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-out = Console()
+from tessera.capture.core import DEFAULT_CONTEXT, DEFAULT_SEQ
+from tessera.text import stdout_console
+
+out = stdout_console()
+
+
+def _per_phase(defaults: dict[str, int]) -> str:
+    return ", ".join(f"{phase} {n}" for phase, n in defaults.items())
 
 
 def _gb(n: int) -> str:
     return f"{n / 1e9:.3f}"
 
 
-def models() -> None:
+def models(
+    as_json: Annotated[bool, typer.Option("--json", help="print a JSON list, one object per model")] = False,
+) -> None:
     """List the model zoo (any local HF config.json path is accepted too)."""
     from tessera.capture.zoo import PHASES, SPECS
 
+    if as_json:
+        print(json.dumps([{"model": s.name, "family": s.family, "phases": list(PHASES[s.family]),
+                           "source": s.source} for s in SPECS.values()]))
+        return
     table = Table(title="model zoo")
     for col in ("model", "family", "phases", "source"):
         table.add_column(col)
@@ -33,11 +45,14 @@ def trace(
     model: Annotated[str, typer.Argument(help="zoo name (see `tessera models`) or path to a config.json")],
     phase: Annotated[str, typer.Option(help="prefill | decode | encode | denoise")],
     batch: Annotated[int, typer.Option(help="sequences / images in the step")] = 1,
-    seq: Annotated[int | None, typer.Option(help="prompt tokens, image tokens (denoise) or patches (encode)")] = None,
+    seq: Annotated[int | None, typer.Option(help="prompt tokens, image tokens (denoise) or patches (encode)",
+                                            show_default=_per_phase(DEFAULT_SEQ))] = None,
     context: Annotated[int | None, typer.Option(
-        help="cached tokens (decode), text tokens (denoise) or image patches per prompt (VL prefill)")] = None,
+        help="cached tokens (decode), text tokens (denoise) or image patches per prompt (VL prefill)",
+        show_default=_per_phase(DEFAULT_CONTEXT))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="write the KernelGraph JSON here")] = None,
+    # -o/--out as in `plan`; `--output` means output tokens in plan, advise and fleet plan
+    output: Annotated[Path | None, typer.Option("-o", "--out", help="write the KernelGraph JSON here")] = None,
     eager: Annotated[bool, typer.Option("--eager", help="one kernel per ATen operator instead of the "
                                         "production-fused view (elementwise/norm/copy chains fused)")] = False,
 ) -> None:

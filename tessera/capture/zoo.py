@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tessera.errors import UserError, choices_error
+from tessera.errors import UserError, choices_error, read_text
 
 PHASES: dict[str, tuple[str, ...]] = {
     "llm": ("prefill", "decode"),
@@ -139,11 +139,15 @@ def resolve(name: str) -> ModelSpec:
         return SPECS[name]
     path = Path(name)
     if not (name.endswith(".json") or path.exists()):
-        raise choices_error("model", name, [*SPECS, "<path to config.json>"])
+        raise choices_error("model", name, [*SPECS, "<path to config.json or its directory>"])
+    if path.is_dir():  # a model directory, as Hugging Face checkpoints are laid out
+        if not (path / "config.json").is_file():
+            raise UserError(f"model directory {name} holds no config.json")
+        path = path / "config.json"
     try:
-        cfg = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise UserError(f"cannot read model config {name}: {str(e).splitlines()[0]}") from None
+        cfg = json.loads(read_text(path, "model config"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"cannot read model config {path}: not JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(cfg, dict):
         raise UserError(f"model config {name} is not a JSON object")
     kind = cfg.get("model_type") or cfg.get("_class_name")

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from tessera.cost import calibrate as cal
 from tessera.cost.profiles import SHIPPED, load_profiles
 from tessera.hardware import use_catalog
+from tessera.text import stdout_console
 
 cost_app = typer.Typer(no_args_is_help=True, help="Calibrate the cost model and measure its accuracy.")
 
@@ -49,7 +49,7 @@ def calibrate_cmd(
             launch = e["launch_s"]
             t.add_row(scope, kind, f"{e['compute']:.3f}", f"{e['memory']:.3f}",
                       "default" if launch is None else f"{launch * 1e6:.2f}")
-    Console().print(t)
+    stdout_console().print(t)
 
 
 @cost_app.command("validate")
@@ -71,7 +71,7 @@ def validate_cmd(
         t.add_column(c, justify="left" if c == "operator" else "right")
     for op, s in [*report["ops"].items(), ("overall", report["overall"])]:
         t.add_row(op, f"{s['median_ape']:.1%}", f"{s['p90_ape']:.1%}", str(s["points"]))
-    Console().print(t)
+    stdout_console().print(t)
 
 
 def profile(
@@ -81,6 +81,7 @@ def profile(
     batches: str = typer.Option("1,2,4,8", "--batches", help="Comma-separated decode batch sizes."),
     context: int = typer.Option(32, "--context", help="KV-cache length of the decode step."),
     repeats: int = typer.Option(20, "--repeats", help="Timed replays per batch size."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was written as one JSON object."),
 ) -> None:
     """Time every captured kernel of MODEL on the local device; write a profile (Vidur format + per kernel)."""
     from tessera.capture.zoo import resolve
@@ -97,6 +98,11 @@ def profile(
     timings = profile_model(model, batches=sizes, context=context, repeats=repeats)
     cfg = spec.config.get("text_config", spec.config)
     folder = write_profile(timings, out, config=cfg)
+    if as_json:
+        print(json.dumps({"model": model, "device": device, "batches": list(sizes), "context": context,
+                          "repeats": repeats, "kernel_timings": len(timings), "folder": str(folder),
+                          "files": sorted(p.name for p in Path(folder).iterdir())}))
+        return
     print(f"{len(timings)} kernel timings -> {folder}")
 
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tessera.errors import UserError
@@ -16,26 +14,9 @@ from tessera.fleet.cells import cell_name
 from tessera.fleet.fleet import FleetPlan, plan_fleet
 from tessera.fleet.spec import FleetSpec
 from tessera.plan.pool import Workload
+from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)
-err = Console(stderr=True)
-
-
-class _Steps:
-    """A rich progress line per slow step (on stderr, so --json output stays clean)."""
-
-    def __enter__(self) -> _Steps:
-        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
-                          transient=True)
-        self.p.__enter__()
-        self.task = self.p.add_task("starting", total=None)
-        return self
-
-    def __call__(self, desc: str) -> None:
-        self.p.update(self.task, description=desc)
-
-    def __exit__(self, *a: Any) -> None:
-        self.p.__exit__(*a)
 
 
 def fleet_table(fp: FleetPlan) -> Table:
@@ -57,7 +38,7 @@ def plan_pool_command(model: str, pool_path: Path | str, objective: str = "throu
                       out_path: Path | str | None = None, workload: Workload | None = None) -> FleetPlan:
     """What `tessera plan MODEL --pool pool.toml` runs."""
     spec = FleetSpec.load(pool_path)
-    with _Steps() as steps:
+    with Steps(f"plan {model} on pool {pool_path}") as steps:
         fp = plan_fleet(model, spec, objective=objective, workload=workload, progress=steps)
     if out_path is not None:
         fp.save(out_path)
@@ -109,7 +90,7 @@ def register(app: typer.Typer) -> None:
             slo = SLO(ttft_s=slo_ttft_ms / 1e3 if slo_ttft_ms else None,
                       tpot_s=slo_tpot_ms / 1e3 if slo_tpot_ms else None)
         types = [g for g in gpus.split(",") if g.strip()] if gpus else None
-        with _Steps() as steps:
+        with Steps(f"advise {model}") as steps:
             a = advise(model, Workload(batch=batch, prompt=prompt, output=output), budget, slo, types,
                        progress=steps)
         if as_json:

@@ -14,7 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from tessera.errors import UserError, choices_error
+from tessera.errors import UserError, choices_error, os_error_text
 
 DATA = Path(__file__).parent / "data" / "gpus.toml"
 ENV_VAR = "TESSERA_CATALOG"
@@ -91,7 +91,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         return tomllib.loads(path.read_text())
     except OSError as e:
-        raise UserError(f"cannot read catalog file {path}: {e.strerror}") from None
+        raise UserError(f"cannot read catalog file {path}: {os_error_text(e)}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"catalog file {path} is not valid TOML: {e}") from None
 
@@ -105,6 +105,17 @@ def _build(cls: type, name: str, values: dict[str, Any], path: Path) -> Any:
         return cls(name=name, **values)
     except TypeError as e:  # a missing required key
         raise UserError(f"{path}: {name}: {e}") from None
+
+
+def _section(raw: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    """One top-level table of a catalog file; ``[[gpu]]`` (an array of tables) is the pool file's form."""
+    value = raw.get(key, {})
+    if not isinstance(value, dict):
+        form = f"an array of tables [[{key}]]" if isinstance(value, list) else f"a {type(value).__name__}"
+        want = ('one [alias] table of name = "GPU" lines' if key == "alias"
+                else f"one [{key}.NAME] table per entry, e.g. [{key}.H100-SXM]")
+        raise UserError(f"catalog file {path}: '{key}' is {form}; write {want} (docs/hardware.md)")
+    return value
 
 
 def _merge(base: dict[str, dict[str, Any]], raw: dict[str, Any]) -> None:
@@ -121,9 +132,9 @@ def load_catalog(*paths: Path) -> Catalog:
     aliases: dict[str, str] = {}
     for path in (DATA, *paths):
         raw = _read_toml(Path(path))
-        _merge(gpus, raw.get("gpu", {}))
-        _merge(links, raw.get("link", {}))
-        aliases.update({k.lower(): v for k, v in raw.get("alias", {}).items()})
+        _merge(gpus, _section(raw, "gpu", Path(path)))
+        _merge(links, _section(raw, "link", Path(path)))
+        aliases.update({k.lower(): v for k, v in _section(raw, "alias", Path(path)).items()})
     last = Path(paths[-1]) if paths else DATA
     out_gpus = {n: _build(GpuSpec, n, v, last) for n, v in gpus.items()}
     out_links = {n: _build(LinkSpec, n, v, last) for n, v in links.items()}
@@ -187,4 +198,5 @@ def resolve_gpu(name: str) -> str:
     lowered = {n.lower(): n for n in cat.gpus}
     if name.lower() in lowered:
         return lowered[name.lower()]
-    raise choices_error("GPU", name, sorted({*cat.gpus, *cat.aliases}))
+    # the valid list names catalog GPUs only: aliases are lower-case spellings of the same GPUs
+    raise choices_error("GPU", name, list(cat.gpus))

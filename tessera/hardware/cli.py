@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from tessera.hardware import catalog
+from tessera.text import stdout_console
 
 
 def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
@@ -25,7 +25,7 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead 
     for g in specs:
         t.add_row(g.name, f"{g.peak('bf16') / 1e12:.0f}", f"{g.mem_bytes / 1e9:.0f}",
                   f"{g.mem_bw_bytes_per_s / 1e9:.0f}", f"{g.usd_per_hour:.2f}")
-    Console().print(t)
+    stdout_console().print(t)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from tessera.errors import read_text
 from tessera.ptx.analysis import analyze_ptx
 from tessera.ptx.launch import INDIRECT_SCOPES, build_from_log
+from tessera.text import stdout_console
 
 ptx_app = typer.Typer(add_completion=False, no_args_is_help=True,
                       help="PTX dependency analysis: parameter access classes, launch logs -> kernel graphs.")
@@ -22,11 +23,11 @@ def analyze(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Per entry: each parameter's access class, whether the kernel is indirect, and the counts behind it."""
-    result = analyze_ptx(file.read_text(), str(file))
+    result = analyze_ptx(read_text(file, "PTX module"), str(file))
     if as_json:
         print(json.dumps([e.to_dict() for e in result.values()], indent=1))
         return
-    con = Console()
+    con = stdout_console()
     for e in result.values():
         t = Table(title=f"{e.name}{'  [indirect]' if e.indirect else ''}", title_justify="left")
         for c in ("parameter", "type", "access", "reads", "writes", "atomics", "widened", "data-dep"):
@@ -47,12 +48,21 @@ def graph(
     alloc: Path = typer.Option(..., "--alloc", help="Allocation table JSON (docs/ptx.md)."),
     out: Path | None = typer.Option(None, "-o", "--out", help="Write the KernelGraph JSON here."),
     indirect_scope: str = typer.Option("params", help=f"Indirect kernels touch: {', '.join(INDIRECT_SCOPES)}."),
+    as_json: bool = typer.Option(False, "--json", help="Print the counts and edges as one JSON object."),
 ) -> None:
     """Turn a launch log and an allocation table into a KernelGraph with RAW/WAR/WAW edges."""
     g = build_from_log(log, alloc, indirect_scope=indirect_scope)
     if out is not None:
         g.save(out)
-    con = Console()
+    if as_json:
+        print(json.dumps({
+            "kernels": len(g.kernels), "buffers": len(g.buffers), "edges": len(g.edges),
+            "indirect": sum(k.indirect for k in g.kernels),
+            "edge_list": [{"src": e.src, "src_kernel": g.kernels[e.src].name, "dst": e.dst,
+                           "dst_kernel": g.kernels[e.dst].name, "kind": e.kind.value,
+                           "buffer": g.buffers[e.buffer].name} for e in g.edges]}))
+        return
+    con = stdout_console()
     con.print(f"{len(g.kernels)} kernels, {len(g.buffers)} buffers, {len(g.edges)} edges, "
               f"{sum(k.indirect for k in g.kernels)} indirect", highlight=False)
     for e in g.edges:

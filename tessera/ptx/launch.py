@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tessera.errors import UserError, choices_error
+from tessera.errors import UserError, choices_error, read_text
 from tessera.graph.ir import Buffer, Kernel, KernelGraph, KernelKind, Role, build_graph
 from tessera.ptx.analysis import EntryAccess, analyze_ptx
 
@@ -51,8 +51,9 @@ def _int(v: Any, what: str) -> int:
 
 def load_allocations(path: str | Path) -> list[Allocation]:
     """Read an allocation table: {"allocations": [{"name", "base", "bytes", "role", "dtype"?}]}."""
+    text = read_text(path, "allocation table")
     try:
-        doc = json.loads(Path(path).read_text())
+        doc = json.loads(text)
         rows = doc["allocations"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise UserError(f"cannot read allocation table {path}: {e}") from None
@@ -105,7 +106,7 @@ def build_from_log(log_path: str | Path, alloc_path: str | Path, *, indirect_sco
     modules: dict[Path, dict[str, EntryAccess]] = {}
     kernels: list[Kernel] = []
     unresolved_all: list[str] = []  # "kernel id:name:params" whose accessed pointers hit no allocation
-    for lineno, raw in enumerate(log_path.read_text().splitlines(), 1):
+    for lineno, raw in enumerate(read_text(log_path, "launch log").splitlines(), 1):
         if not raw.strip():
             continue
         where = f"{log_path}:{lineno}"
@@ -117,7 +118,7 @@ def build_from_log(log_path: str | Path, alloc_path: str | Path, *, indirect_sco
             raise UserError(f"{where}: a launch needs kernel, module and args")
         mod_path = (log_path.parent / str(rec["module"])).resolve()
         if mod_path not in modules:
-            modules[mod_path] = analyze_ptx(mod_path.read_text(), str(mod_path))
+            modules[mod_path] = analyze_ptx(read_text(mod_path, f"PTX module of {where}"), str(mod_path))
         entries = modules[mod_path]
         entry = entries.get(str(rec["kernel"]))
         if entry is None:

@@ -9,19 +9,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
 from tessera.plan.types import Plan
+from tessera.progress import Steps
+from tessera.text import stdout_console
 
 T = TypeVar("T")
 
@@ -44,15 +37,17 @@ def report(
     compare: Path | None = typer.Option(None, "--compare", help="`tessera compare --json` (or plan --json) output."),
     plan: Path | None = typer.Option(None, "--plan", help="Plan file (tessera plan -o plan.json)."),
     graph: list[Path] = typer.Option([], "--graph", help="Kernel graph of a plan phase; repeat per phase."),
-    sim: list[str] = typer.Option([], "--sim", help="Simulator JSON, as LABEL=path or path (label: file stem)."),
+    sim: list[str] = typer.Option([], "--sim", help="Simulator JSON (one result, or a list of results each with "
+                                  "a label, as make demo writes), as LABEL=path or path (label: file stem)."),
     gantt: Path | None = typer.Option(None, "--gantt", help="Pipeline Gantt PNG written by the simulator."),
     title: str = typer.Option("Tessera placement report", "--title", help="Report title."),
     out: Path = typer.Option(Path("out"), "-o", "--out", help="Output folder for report.html and figures/."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the terminal tables."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report's path, sections and inputs as JSON."),
 ) -> None:
     """Build a self-contained HTML report: compare matrix, placement map, Gantt, frontier, latency, memory."""
     # imported here so that `tessera --help` and other verbs do not pay for matplotlib
-    from tessera.report.data import ReportData, load_compare, load_sim
+    from tessera.report.data import ReportData, load_compare, load_sims
     from tessera.report.html import build_report
     from tessera.report.tables import compare_table, plan_summary_table, sim_table
 
@@ -81,20 +76,24 @@ def report(
         title=title,
         compare=load_compare(compare) if compare is not None else None,
         plan=the_plan, graphs=graphs or None,
-        sims=tuple(load_sim(s) for s in sim) or None,
+        sims=tuple(r for s in sim for r in load_sims(s)) or None,
         gantt_png=gantt, commands=tuple(cmds),
     )
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("report", total=7)  # one step per report section
-        titles: list[str] = []
-
-        def step(title: str) -> None:  # called as each section starts: the ones before it are done
-            bar.update(task, description=f"report: {title}", completed=len(titles))
+    titles: list[str] = []
+    with Steps("report") as step:  # one step per report section
+        def section(title: str) -> None:
             titles.append(title)
+            step(title)
 
-        path = build_report(data, out, on_section=step)
-    con = Console()
+        path = build_report(data, out, on_section=section)
+    if as_json:
+        print(json.dumps({"report": str(path), "sections": titles,
+                          "figures": sorted(str(f) for f in (Path(out) / "figures").glob("*")),
+                          "compare_cells": len(data.compare or ()), "plan": the_plan is not None,
+                          "graphs": len(graphs), "sims": [s.label for s in data.sims or ()],
+                          "commands": list(cmds)}))
+        return
+    con = stdout_console()
     if not quiet:
         if data.compare:
             con.print(compare_table(data.compare))
@@ -102,7 +101,7 @@ def report(
             con.print(plan_summary_table(data.plan, data.graphs))
         if data.sims:
             con.print(sim_table(data.sims))
-    con.print(f"report: {path}")
+    con.print(f"report: {path}", highlight=False, soft_wrap=True)
 
 
 def compare(

@@ -238,3 +238,21 @@ def load_sim(spec: str) -> SimResult:
     p = Path(path)
     label = label or p.stem.removeprefix("sim_").removeprefix("sim-")
     return parse_sim(read_json(p, "simulator result"), label, str(p))
+
+
+def load_sims(spec: str) -> tuple[SimResult, ...]:
+    """As load_sim, and also a JSON list of results each with a "label" (what `make demo` writes to sims.json);
+    a LABEL= prefix on a list is put before each entry's own label."""
+    prefix, _, path = spec.rpartition("=")
+    p = Path(path)
+    raw = read_json(p, "simulator result")
+    if not isinstance(raw, list):
+        return (load_sim(spec),)
+    if not raw:
+        raise UserError(f"simulator result file {p} holds an empty list")
+    out = []
+    for i, d in enumerate(raw):
+        own = d.get("label") if isinstance(d, dict) else None
+        label = str(own) if own else f"{p.stem}[{i}]"
+        out.append(parse_sim(d, f"{prefix} {label}" if prefix else label, f"{p} entry {i}"))
+    return tuple(out)

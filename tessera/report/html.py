@@ -21,6 +21,7 @@ from tessera.report.tables import (
     sim_rows,
     strategy_text,
 )
+from tessera.text import plural
 
 REFERENCE_CLAIM = "up to 2.3× serving throughput and 1.6× cost efficiency over disaggregation baselines"
 
@@ -190,8 +191,8 @@ def _memory_html(data: ReportData, fig_dir: Path) -> str:
     p = data.plan
     tp = (fmt_rate(p.throughput_images_per_s, "images/s") if p.throughput_images_per_s is not None
           else fmt_rate(p.throughput_tokens_per_s, "tokens/s"))
-    facts = [f"{p.model}: {p.strategy} plan, {p.mode} mode", f"{len(p.devices)} devices over {p.link}",
-             f"{len(p.members) or p.replicas} replica(s)", f"{tp} at ${p.usd_per_hour:.2f}/h", f"solved in {p.solve_s:.2f} s"]
+    facts = [f"{p.model}: {p.strategy} plan, {p.mode} mode", f"{plural(len(p.devices), 'device')} over {p.link}",
+             plural(len(p.members) or p.replicas, "replica"), f"{tp} at ${p.usd_per_hour:.2f}/h", f"solved in {p.solve_s:.2f} s"]
     if p.bound_ratio is not None:
         facts.append(f"plan/bound {p.bound_ratio:.3f}")
     if p.kv_capacity_tokens:

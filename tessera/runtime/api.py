@@ -28,6 +28,7 @@ from tessera.runtime.recovery import RecoveringExecutor, replan_with
 from tessera.runtime.runner import RoundResult, SwitchPolicy, compare, phase_of, serve
 from tessera.runtime.state import load_weights
 from tessera.runtime.steps import Job, LocalExecutor, capture_steps
+from tessera.text import plural
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,7 +180,7 @@ def render(out: dict[str, Any], *, as_json: bool) -> str:
     """`tessera run`'s output: the JSON contract (the rest under "extra"), or a short summary."""
     if as_json:
         return json.dumps({**{k: out[k] for k in CONTRACT}, "extra": {k: v for k, v in out.items() if k not in CONTRACT}})
-    lines = [f"{out['model']} on {','.join(out['devices'])}: {out['steps']} steps, verified={out['verified']} "
+    lines = [f"{out['model']} on {','.join(out['devices'])}: {plural(out['steps'], 'step')}, verified={out['verified']} "
              f"(max |diff| {out['max_abs_diff']:.3g}, tokens identical {out['tokens_identical']})",
              f"step {out['measured_step_s'] * 1e3:.2f} ms measured, {out['predicted_step_s'] * 1e3:.2f} ms "
              f"predicted; {out['throughput_tokens_per_s']:.0f} tokens/s; {out['link_bytes']} link bytes; "

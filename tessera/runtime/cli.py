@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from tessera.runtime.placements import MILP, PLACEMENTS, carry_over, placements
+from tessera.text import plural
 
 
 def register(app: typer.Typer) -> None:
@@ -34,6 +35,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a plan for real on worker processes and compare with single-process execution."""
         from tessera.runtime.api import RunSpec, render, run
+        from tessera.runtime.budget import check_job
         from tessera.runtime.cluster import WorkerFailure
         from tessera.runtime.recovery import placement_graphs
         from tessera.runtime.steps import Job, capture_steps
@@ -44,15 +46,16 @@ def register(app: typer.Typer) -> None:
 
             plan = Plan.load(target)
             if plan.members:
-                raise ValueError(f"plan {target} is {len(plan.members)} independent replicas ({plan.strategy}); "
+                raise ValueError(f"plan {target} is {plural(len(plan.members), 'independent replica')} ({plan.strategy}); "
                                  "each runs alone: run one of them on one device")
             model = plan.model
             by_phase = {ph: tuple(p.assignment) for ph, p in plan.phases.items()}
             if len(plan.devices) != len(devs):
-                raise ValueError(f"plan {target} has {len(plan.devices)} devices but --devices names {len(devs)}")
+                raise ValueError(f"plan {target} has {plural(len(plan.devices), 'device')} but --devices names {len(devs)}")
         else:
             model, by_phase = target, {}
         job = Job(model=model, batch=batch, seq=seq, new_tokens=new_tokens)
+        check_job(job)  # before any real weights exist: a model too big for this machine is one line
         programs = capture_steps(job)
         if by_phase:  # a Plan file: its graphs were captured by the planner (bf16, fake, fused view): align
             # its kernels with the program's fused view kernel by kernel, then run each on its fused kernel's device

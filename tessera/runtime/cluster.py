@@ -24,6 +24,7 @@ from tessera.runtime.device import choose_backend, torch_device
 from tessera.runtime.partition import Partition
 from tessera.runtime.program import Program, from_wire, to_wire
 from tessera.runtime.worker import StepCmd, WorkerSpec, worker_main
+from tessera.text import plural
 
 
 class WorkerFailure(RuntimeError):
@@ -224,7 +225,7 @@ class Cluster:
         others = sum(1 for r, a in enumerate(alive) if r != rank and a)
         self.abort()
         err = WorkerFailure(f"worker {rank} ({self.config.devices[rank]}, pid {pid}) {reason}; "
-                            f"stopped {others} other worker(s)")
+                            f"stopped {plural(others, 'other worker')}")
         err.detail = detail  # the worker's traceback, for --verbose / debugging
         err.rank = rank
         raise err

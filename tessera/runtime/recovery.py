@@ -23,6 +23,7 @@ from tessera.runtime.cluster import Cluster, ClusterConfig, WorkerFailure
 from tessera.runtime.partition import Partition
 from tessera.runtime.program import Program
 from tessera.runtime.runner import ClusterExecutor, build_partitions, phase_of
+from tessera.text import plural
 
 log = logging.getLogger("tessera.runtime")
 
@@ -98,7 +99,7 @@ class RecoveringExecutor:
         self.device_ids = [self.device_ids[i] for i in survivors]
         self.cluster = Cluster(self.programs, self.parts, self.config)
         self.cluster.start()
-        msg = (f"{failure}; re-planned onto {len(survivors)} surviving worker(s) (original devices "
+        msg = (f"{failure}; re-planned onto {plural(len(survivors), 'surviving worker')} (original devices "
                f"{self.device_ids}) and restarted them in {time.monotonic() - t0:.1f} s")
         self.events.append(msg)
         log.warning("recovery: %s", msg)

@@ -50,18 +50,21 @@ class LengthSpec:
 
     @classmethod
     def parse(cls, text: str) -> LengthSpec:
-        """``"128"``, ``"64-512"`` or a trace name."""
+        """``"128"``, ``"64-512"`` or a trace name; a well-formed number out of range says so by value."""
         t = text.strip()
+        if t in traces():
+            return cls(trace=t)
+        lo_s, sep, hi_s = t.partition("-") if not t.startswith("-") else (t, "", "")
         try:
-            if "-" in t and not t.startswith("-"):
-                lo, hi = t.split("-", 1)
-                return cls(lo=int(lo), hi=int(hi))
-            return cls(lo=int(t), hi=int(t))
+            lo, hi = int(lo_s), int(hi_s if sep else lo_s)
         except ValueError:
-            if t in traces():
-                return cls(trace=t)
             raise UserError(f"length {text!r} is not N, LO-HI or a trace name; traces: "
                             f"{', '.join(sorted(traces()))}") from None
+        if lo < 1:
+            raise UserError(f"length {text!r}: {lo} tokens; a length must be >= 1")
+        if lo > hi:
+            raise UserError(f"length range {text!r} is inverted: LO {lo} > HI {hi}; write {hi}-{lo}")
+        return cls(lo=lo, hi=hi)
 
     def __str__(self) -> str:
         return self.trace or (str(self.lo) if self.lo == self.hi else f"{self.lo}-{self.hi}")

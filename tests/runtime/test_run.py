@@ -166,5 +166,5 @@ def test_stopped_worker_is_named_and_everything_stops_within_10s() -> None:
     msg = str(err)
     assert elapsed < 10.0
     assert msg.startswith(f"worker 0 (cpu, pid {pids[0]}) stopped answering: no heartbeat for "), msg
-    assert msg.endswith("; stopped 1 other worker(s)") and err.rank == 0
+    assert msg.endswith("; stopped 1 other worker") and err.rank == 0
     assert not left, f"worker process(es) {left} left behind"
