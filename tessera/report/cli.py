@@ -125,7 +125,7 @@ def compare(
     if as_json:
         print(json.dumps({"cells": cells}))
     else:
-        Console().print(md, markup=False, highlight=False)
+        stdout_console().print(md, markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:
