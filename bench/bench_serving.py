@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tessera.plan.serve import PlannerConfig, plan_serving
-from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
+from tessera.plan.serve import PlannerConfig, latency_variant, plan_serving
+from tessera.sim import SLO, AdaptivePolicy, LengthSpec, WorkloadSpec, simulate
 
 OUT = Path(__file__).parent / "results"
 MODELS = ("llama-3-8b", "mixtral-8x7b", "mamba2-2.7b", "qwen2.5-7b")
@@ -99,6 +99,46 @@ def markdown(cells: list[dict], wall: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def online_switch(model: str = "llama-3-8b", gpus: str = "H100,L40S") -> dict:
+    """The online switch on the serving model: Tessera's plan (its goodput-optimal batch and m) against the
+    same placement's latency schedule (a quarter of the batch, one micro-batch) and the adaptive policy
+    switching between them, under bursty traffic (on 10 s / off 20 s) at a mean of 40% and 60% of the
+    throughput plan's capacity, so bursts run at 1.2× and 1.8× it."""
+    cfg = PlannerConfig()
+    r = plan_serving(model, gpus, cfg)
+    thr = r.tessera.plan
+    lat = latency_variant(r)
+    assert thr is not None and lat is not None
+    t, slo = cfg.traffic, SLO(ttft_s=cfg.slo.ttft_s, tpot_s=cfg.slo.tpot_s)
+    rows = []
+    for load in (0.4, 0.6):
+        wl = WorkloadSpec(kind="bursty", burst="onoff", on_s=10.0, off_s=20.0, requests=REQUESTS,
+                          rate_per_s=load * r.tessera.goodput / t.output,
+                          prompt=LengthSpec(lo=t.prompt, hi=t.prompt), output=LengthSpec(lo=t.output, hi=t.output))
+        for name, plan, pol in (("throughput plan", thr, None), ("latency plan", lat, None),
+                                ("adaptive", thr, AdaptivePolicy(latency_plan=lat))):
+            res = simulate(plan, wl, seed=0, slo=slo, policy=pol)
+            rows.append({"load": load, "plan": name, "slo_attainment": res.slo_attainment,
+                         "ttft_p99_s": res.ttft_s["p99"], "tpot_p50_s": res.tpot_s["p50"],
+                         "tpot_p99_s": res.tpot_s["p99"], "throughput_tokens_per_s": res.throughput_tokens_per_s,
+                         "switches": res.switches})
+    return {"model": model, "gpus": list(r.gpus), "throughput_plan": {"batch": thr.batch, "m": thr.microbatches},
+            "latency_plan": {"batch": lat.batch, "m": lat.microbatches}, "rows": rows}
+
+
+def switch_markdown(sw: dict) -> str:
+    lines = [f"## Online switch: {sw['model']} on {'+'.join(sw['gpus'])}, bursty on 10 s / off 20 s", "",
+             f"Throughput plan batch {sw['throughput_plan']['batch']}×{sw['throughput_plan']['m']}, latency plan "
+             f"batch {sw['latency_plan']['batch']}×{sw['latency_plan']['m']} on the same placement.", "",
+             "| mean load | plan | SLO met | TTFT p99 s | TPOT p50 ms | TPOT p99 ms | tokens/s | switches |",
+             "|---|---|---|---|---|---|---|---|"]
+    for x in sw["rows"]:
+        lines.append(f"| {x['load']:.0%} | {x['plan']} | {x['slo_attainment']:.1%} | {x['ttft_p99_s']:.2f} | "
+                     f"{x['tpot_p50_s'] * 1e3:.1f} | {x['tpot_p99_s'] * 1e3:.1f} | {x['throughput_tokens_per_s']:,.0f} | "
+                     f"{x['switches']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="three cells instead of the whole matrix")
@@ -109,11 +149,12 @@ def main() -> None:
     for m, p in todo:
         print(f"[{time.perf_counter() - t0:6.0f} s] {m} on {p}", flush=True)
         cells.append(cell(m, p))
+    sw = online_switch()
     wall = time.perf_counter() - t0
     OUT.mkdir(exist_ok=True)
     name = "serving_quick" if args.quick else "serving"
-    (OUT / f"{name}.json").write_text(json.dumps({"wall_s": wall, "cells": cells}, indent=1))
-    md = markdown(cells, wall)
+    (OUT / f"{name}.json").write_text(json.dumps({"wall_s": wall, "cells": cells, "online_switch": sw}, indent=1))
+    md = markdown(cells, wall) + "\n" + switch_markdown(sw)
     (OUT / f"{name}.md").write_text(md)
     print(md)
 

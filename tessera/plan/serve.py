@@ -36,6 +36,7 @@ from tessera.plan.serving import (
     Traffic,
     batch_ceiling,
     image_shape,
+    score_point,
     search,
     steady_shape,
 )
@@ -391,3 +392,28 @@ def kv_capacity(shapes: Shapes, p: Point, units: tuple[GpuSpec, ...]) -> int:
 
 
 __all__ = ["BATCHES", "STRATEGIES", "PlannerConfig", "ServingResult", "StrategyResult", "plan_serving"]
+
+
+def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, source=None) -> Plan | None:
+    """The latency-oriented schedule of strategy ``name``'s plan for the online switch: the same placement
+    (so no weight moves and one paged KV pool serves both), one micro-batch, a quarter of the batch: lower
+    TPOT and TTFT, less throughput. None when the strategy has no single-cell plan."""
+    from tessera.plan.planner import capture_source
+    from tessera.plan.pool import resolve_gpu, resolve_link
+
+    s = res.strategies[name]
+    if s.plan is None or s.point is None or s.plan.members or len(s.plan.phases) != 1:
+        return None
+    cfg = res.config
+    shapes = Shapes(res.model, source or capture_source(res.model), cfg, res.images)
+    try:
+        units = tuple(resolve_gpu(d.gpu) for d in s.plan.devices)
+    except UserError:  # a TP group ("2xH100-SXM") is not a catalog name: no single-GPU latency variant
+        return None
+    lk = resolve_link(res.link)
+    cost = cost or default_cost()
+    b = max(1, s.point.batch // 4)
+    g = shapes.graph(b, 1)
+    p = score_point(g, s.point.assignment, batch=b, m=1, units=units, link=lk, cost=cost, traffic=cfg.traffic,
+                    slo=cfg.slo)
+    return replace(make_plan(s.plan.strategy, p, shapes, units, lk, cost, cfg), mode="latency")
