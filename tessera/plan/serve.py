@@ -171,21 +171,11 @@ def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = 
     out["prefill_decode"] = (prefill_decode(shapes, specs, lk, cost, cfg) if pd_ok and len(specs) == 2 else
                              StrategyResult(name="prefill_decode", applicable=False, reason=(
                                  "no prefill/decode phases (an image model)" if not pd_ok else "needs a pair of GPUs")))
-    cell = Pool(gpus=specs, link=lk)
-    if len(specs) == 2 and has_attention(shapes.base):
-        out["attention_ffn"] = cell_strategy("attention_ffn", st.attention_ffn(specs, lk, cost), shapes, cell,
-                                             cost, cfg)
-    else:
-        out["attention_ffn"] = StrategyResult(name="attention_ffn", applicable=False, reason=(
-            "needs a pair of GPUs" if len(specs) != 2 else "no attention kernels (e.g. a state-space model)"))
-    out["layer_pipeline"] = (cell_strategy("layer_pipeline", st.layer_pipeline(specs, lk, cost), shapes, cell, cost,
-                                           cfg) if len(specs) >= 2 else
-                             StrategyResult(name="layer_pipeline", applicable=False, reason="needs two or more GPUs"))
     solve_log: list[float] = []
-    starts = [st.layer_pipeline(specs, lk, cost)] + ([st.attention_ffn(specs, lk, cost)] if len(specs) == 2 else [])
-    placer = st.milp(cell, cost, starts=starts, mip_rel_gap=cfg.mip_rel_gap, time_limit_s=cfg.time_limit_s,
-                     solve_log=solve_log)
-    mil = cell_strategy("tessera", placer, shapes, cell, cost, cfg, bound=True)
+    per_layout = [cell_strategies(shapes, units, ucost, lk, cfg, solve_log) for units, ucost in layouts(specs, cost, cfg)]
+    for name in ("attention_ffn", "layer_pipeline", "milp"):
+        out[name] = best_of([lay[name] for lay in per_layout])
+    mil = out.pop("milp")
     out["tessera"] = adopt_best(mil, out)
     res = ServingResult(model=model, gpus=tuple(s.name for s in specs), link=lk.name, config=cfg, images=images,
                         strategies={n: out[n] for n in STRATEGIES}, solve_s=sum(solve_log),
@@ -213,6 +203,59 @@ def no_point_message(res: ServingResult) -> str:
 
 
 # ---- strategies over one cell ----------------------------------------------------------------------------------
+
+
+MAX_SINGLE_UNITS = 4  # beyond this many GPUs a cell's devices are tensor-parallel groups per type only
+
+
+def layouts(specs: tuple[GpuSpec, ...], cost, cfg: PlannerConfig) -> list[tuple[tuple[GpuSpec, ...], Any]]:
+    """The ways a pool's GPUs form a cell's devices: every GPU its own device, and (where a type repeats)
+    each type's GPUs as one tensor-parallel group (a power of two up to cfg.max_tp)."""
+    out: list[tuple[tuple[GpuSpec, ...], Any]] = []
+    if len(specs) <= MAX_SINGLE_UNITS:
+        out.append((specs, cost))
+    counts = Counter(s.name for s in specs)
+    if max(counts.values()) > 1:
+        by = {s.name: s for s in specs}
+        if all(n & (n - 1) == 0 and n <= cfg.max_tp for n in counts.values()):
+            groups = tuple((by[n], k) for n, k in counts.items())
+            out.append((tuple(make_unit(g, k) for g, k in groups), UnitCost.over(cost, groups)))
+    return out
+
+
+def cell_strategies(shapes: Shapes, units: tuple[GpuSpec, ...], cost, lk: LinkSpec, cfg: PlannerConfig,
+                    solve_log: list[float]) -> dict[str, StrategyResult]:
+    """attention/FFN, layer pipeline and the MILP over one layout of the cell's devices."""
+    cell = Pool(gpus=units, link=lk)
+    out: dict[str, StrategyResult] = {}
+    tp = tuple(cost.tp_of(u) if isinstance(cost, UnitCost) else 1 for u in units)
+    if len(units) == 2 and has_attention(shapes.base):
+        out["attention_ffn"] = cell_strategy("attention_ffn", st.attention_ffn(units, lk, cost), shapes, cell,
+                                             cost, cfg)
+    else:
+        out["attention_ffn"] = StrategyResult(name="attention_ffn", applicable=False, reason=(
+            "needs two devices" if len(units) != 2 else "no attention kernels (e.g. a state-space model)"))
+    if len(units) >= 2:
+        out["layer_pipeline"] = cell_strategy("layer_pipeline", st.layer_pipeline(units, lk, cost), shapes, cell,
+                                              cost, cfg)
+        starts = [st.layer_pipeline(units, lk, cost)] + ([st.attention_ffn(units, lk, cost)] if len(units) == 2
+                                                         else [])
+        placer = st.milp(cell, cost, starts=starts, mip_rel_gap=cfg.mip_rel_gap, time_limit_s=cfg.time_limit_s,
+                         solve_log=solve_log)
+        out["milp"] = cell_strategy("tessera", placer, shapes, cell, cost, cfg, bound=True)
+    else:
+        out["layer_pipeline"] = StrategyResult(name="layer_pipeline", applicable=False,
+                                               reason="needs two or more devices")
+        out["milp"] = StrategyResult(name="tessera", applicable=True, reason="one device: nothing to place")
+    return {k: replace(v, tp=tp) if v.plan is not None else v for k, v in out.items()}
+
+
+def best_of(results: list[StrategyResult]) -> StrategyResult:
+    """The feasible result with the most goodput; else the first applicable one (its reason explains)."""
+    ok = [r for r in results if r.feasible]
+    if ok:
+        return max(ok, key=lambda r: r.goodput)
+    return next((r for r in results if r.applicable), results[0])
 
 
 def cell_strategy(name: str, placer, shapes: Shapes, cell: Pool, cost, cfg: PlannerConfig, *,
@@ -417,3 +460,24 @@ def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, sou
     p = score_point(g, s.point.assignment, batch=b, m=1, units=units, link=lk, cost=cost, traffic=cfg.traffic,
                     slo=cfg.slo)
     return replace(make_plan(s.plan.strategy, p, shapes, units, lk, cost, cfg), mode="latency")
+
+
+def plan_graph(plan: Plan, *, source=None) -> KernelGraph:
+    """The iteration graph a serving-model Plan's "mixed" (or "denoise") assignment refers to, rebuilt
+    from the model's capture at the plan's operating point (for the runtime to align kernels with)."""
+    from tessera.plan.planner import capture_source
+
+    w = plan.workload
+    phase = "mixed" if "mixed" in plan.phases else "denoise"
+    if phase not in plan.phases or not plan.batch:
+        raise UserError(f"plan for {plan.model} ({plan.strategy}) is not a serving-model cell plan "
+                        f"(phases: {', '.join(sorted(plan.phases))})")
+    ref = plan.phases[phase].graph_shape.get("batch", 64)
+    cfg = PlannerConfig(traffic=Traffic(prompt=w.get("prompt", 1024), output=w.get("output", 256),
+                                        steps=w.get("steps", 28)), ref_batch=ref)
+    shapes = Shapes(plan.model, source or capture_source(plan.model), cfg, images=phase == "denoise")
+    g = shapes.graph(plan.batch, plan.microbatches)
+    if len(g.kernels) != len(plan.phases[phase].assignment):
+        raise UserError(f"plan for {plan.model} places {len(plan.phases[phase].assignment)} kernels but its "
+                        f"iteration graph has {len(g.kernels)}: made by another capture of the model")
+    return g

@@ -62,8 +62,17 @@ def register(app: typer.Typer) -> None:
             from tessera.capture import capture_model
             from tessera.capture.fuse import unfuse
 
+            mixed = None
+            if "mixed" in plan.phases:  # the serving model's iteration: its kernels align with both steps
+                from tessera.plan.serve import plan_graph
+
+                mixed = (plan_graph(plan), plan.phases["mixed"].assignment)
             for key, prog in programs.items():
                 ph = key.split("@")[0]
+                if mixed is not None:
+                    g = prog.placement_graph
+                    by_phase[ph] = unfuse(g, carry_over(mixed[0], tuple(mixed[1]), g))
+                    continue
                 pp = plan.phases.get(ph)
                 if pp is not None and len(by_phase[ph]) != len(prog.ops):
                     shape = {k: v for k, v in pp.graph_shape.items() if k in ("batch", "seq", "context") and v}

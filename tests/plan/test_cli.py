@@ -41,3 +41,20 @@ def test_plan_json_contract_on_tiny_capture(tmp_path) -> None:
         if s["applicable"] and s["feasible"]:
             assert t >= s["throughput_tokens_per_s"] * (1 - 1e-9), name
     assert (tmp_path / "p.json").exists()
+
+
+@pytest.mark.slow
+def test_serving_plan_runs_bit_exact_on_cpu_workers(tmp_path) -> None:
+    """A serving-model plan (the mixed iteration's placement) carried onto the runtime's prefill and decode
+    programs: outputs identical to single-process execution."""
+    from tessera.plan.serve import PlannerConfig, plan_serving
+    from tessera.plan.serving import Traffic
+
+    r = plan_serving("llama-tiny", "H100,L40S", PlannerConfig(traffic=Traffic(prompt=16, output=8)))
+    plan = r.strategies["layer_pipeline"].plan
+    assert plan is not None and set(plan.phases["mixed"].assignment) == {0, 1}  # a real split
+    plan.save(tmp_path / "p.json")
+    out = _run("run", str(tmp_path / "p.json"), "--devices", "cpu,cpu", "--verify", "--json")
+    assert out.returncode == 0, out.stderr
+    j = json.loads(out.stdout)
+    assert j["verified"] and j["max_abs_diff"] == 0.0
