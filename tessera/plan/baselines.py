@@ -1,4 +1,4 @@
-"""The four baselines as fixed kernel placements (PLANNER.md "Baselines in the same terms").
+"""The four baselines as fixed kernel placements (docs/plan.md "Strategies").
 
 Each returns per-phase assignments (kernel -> device) for one orientation; the planner scores every
 orientation with score.score and keeps the best, or reports not-applicable with the reason.

@@ -1,6 +1,6 @@
 """A thin named-model builder over HiGHS (highspy): columns and rows collected in Python, passed in bulk.
 
-Every column and row carries a name (the PLANNER.md symbol plus its indices, e.g. ``x[12,1]``) so that
+Every column and row carries a name (the formulation's symbol plus its indices, e.g. ``x[12,1]``) so that
 ``write_lp`` output reads like the formulation. HiGHS prints banner lines to fd 1 even with
 ``output_flag=False``; construction and solve run with fd 1 redirected to /dev/null.
 """

@@ -1,8 +1,8 @@
-"""The flat placement MILP of PLANNER.md (throughput and latency objectives) and the LP bound.
+"""The flat placement MILP of docs/plan.md (throughput and latency objectives) and the LP bound.
 
 Variables (names as in the model):
-  x[g,d] ∈ {0,1}   group g runs on device d                      (PLANNER: x[k,d], per contracted group)
-  y[v,a,b] ∈ [0,1] value v is sent a→b (a ≠ b)                   (PLANNER: y[e,d1,d2], once per value)
+  x[g,d] ∈ {0,1}   group g runs on device d                      (per contracted group of kernels)
+  y[v,a,b] ∈ [0,1] value v is sent a→b (a ≠ b)                   (once per value and destination)
   z[w,d] ∈ [0,1]   resident buffer w held on d (binary at optimum since memory rows push it down)
   T ≥ 0            per-micro-batch bottleneck (throughput objective only)
 Rows:

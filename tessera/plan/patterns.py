@@ -1,4 +1,4 @@
-"""Repeated layers: a few layer patterns per segment, integer counts chosen by a small MILP (PLANNER.md).
+"""Repeated layers: a few layer patterns per segment, integer counts chosen by a small MILP (docs/plan.md).
 
 A *segment* is a run of consecutive layers with identical kernels, internal dependencies, pins and
 handoff destinations. Per segment: patterns p are placements of one layer's groups (sweep of the

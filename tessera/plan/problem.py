@@ -1,4 +1,4 @@
-"""One phase's placement problem in PLANNER.md terms, built from a KernelGraph, a pool and a cost model.
+"""One phase's placement problem in the terms of docs/plan.md, built from a KernelGraph, a pool and a cost model.
 
 Kernels that must share a device are contracted into *groups* first (every kernel touching one kv/state
 buffer: the in-step cache write and the attention that reads it must not be split without a transfer),

@@ -66,10 +66,10 @@ def all_on(graph: KernelGraph, device: int = 0) -> tuple[int, ...]:
 PLACEMENTS = {"attention_gemm": attention_gemm, "layer_split": layer_split, "interleave": interleave}
 MILP = "plan"
 
-# Two local processes over gloo, as DESIGN.md's field notes measured here: 65-130 µs for 4 KB, 3-5 GB/s for
+# Two local processes over gloo, as measured on a 2-core development machine: 65-130 µs for 4 KB, 3-5 GB/s for
 # 8 MB. Only steers the MILP's cut; predictions use the link each run measures.
 GLOO_LOCAL = LinkSpec(name="gloo-local", bytes_per_s=3e9, latency_s=1e-4,
-                      source="DESIGN.md field notes: gloo between two local processes on this machine")
+                      source="measured: gloo between two local processes on a 2-core machine")
 
 
 def milp(graphs: dict[str, KernelGraph], devices: int, *, microbatches: int = 2, link: LinkSpec = GLOO_LOCAL,
