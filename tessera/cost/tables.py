@@ -1,0 +1,194 @@
+"""Measured kernel tables per GPU (``<dir>/<system>/<table>.csv``, written by `tessera cost import aic`)
+and interpolation over their grids.
+
+A table's rows are shapes (its key columns) with a measured latency in milliseconds. Each row is
+normalised by its ideal roofline time on that GPU (efficiency 1, no launch: ``ideal_s``), and the
+table interpolates log(measured / ideal) multilinearly in log-shape space. A query's time is its own
+ideal time times the interpolated ratio: exact on a grid point, smooth between grid points, and, outside
+the grid, the edge's ratio carried by the roofline's scaling. A grid corner the table lacks is left out
+of the weights; a query with no corner at all takes its nearest row's ratio (in log-shape space).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from tessera.cost.aic_import import SPECS, TABLES
+from tessera.errors import UserError
+from tessera.graph import Kernel, KernelKind
+from tessera.hardware import GpuSpec, resolve_gpu
+
+SHIPPED_AIC = Path(__file__).parent / "data" / "aic"
+ELEM_BYTES = 2  # bf16
+TILE_N, TILE_M_MAX, TILE_M_MIN = 128, 128, 16  # GEMM output tiles, as the roofline in model.py
+
+KEYS: dict[str, tuple[str, ...]] = {name: tuple(spec[3]) for name, spec in SPECS.items()}
+
+
+def _waves_compute_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GpuSpec) -> np.ndarray:
+    """GEMM compute time at peak in waves of output tiles over the SMs (see model.py's docstring)."""
+    tile_m = np.clip(2.0 ** np.ceil(np.log2(np.maximum(m, 1))), TILE_M_MIN, TILE_M_MAX)
+    tiles = np.ceil(m / tile_m) * np.ceil(n / TILE_N)
+    return np.ceil(tiles / gpu.sms) * 2 * tile_m * TILE_N * k / (gpu.peak("bfloat16") / gpu.sms)
+
+
+def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, q_len: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(compute_s, memory_s) of shapes ``p`` [N, len(KEYS[name])] of table ``name`` on ``gpu`` at
+    efficiency 1: FLOPs at dense bf16 peak (GEMMs in waves of tiles), bytes at datasheet bandwidth.
+    Attention FLOPs count the full (non-causal) score matrix, 4·b·h·q·kv·d, as capture does; ``q_len``
+    overrides a context row's query length (a chunk against a longer prefix)."""
+    p = p.astype(float)
+    peak, bw, e = gpu.peak("bfloat16"), gpu.mem_bw_bytes_per_s, ELEM_BYTES
+    if name == "gemm":
+        m, n, k = p.T
+        return _waves_compute_s(m, n, k, gpu), e * (m * k + k * n + m * n) / bw
+    if name in ("context_attention", "generation_attention"):
+        b, length, h, kh, d = p.T
+        q = (length if q_len is None else q_len) if name == "context_attention" else np.ones_like(b)
+        return 4 * b * h * q * length * d / peak, e * b * d * (2 * h * q + 2 * kh * length) / bw
+    if name == "moe":  # gated experts: up (2·inter) + down (inter) per routed token; expected distinct experts
+        t, hid, inter, topk, experts = p.T
+        active = experts * (1 - (1 - 1 / experts) ** (t * topk))
+        return 6 * t * topk * hid * inter / peak, e * (3 * active * hid * inter + 2 * t * hid) / bw
+    raise ValueError(f"unknown table {name!r}; valid: {', '.join(TABLES)}")
+
+
+def ideal_s(name: str, p: np.ndarray, gpu: GpuSpec, *, q_len: np.ndarray | None = None) -> np.ndarray:
+    """Ideal time (s): the larger of ``unit_terms``."""
+    return np.maximum(*unit_terms(name, p, gpu, q_len=q_len))
+
+
+def query_of(kernel: Kernel) -> tuple[str, tuple[int, ...], int | None] | None:
+    """(table, key, q_len override) a captured kernel looks up, or None where no table applies.
+
+    GEMM dims m, n, k (batch 1); a MoE kernel: dims tokens, hidden, inter, topk, experts; attention
+    dims batch, heads, kv_heads, q_len, kv_len, head_dim (decode: q_len 1)."""
+    d = kernel.dims
+    if kernel.dtype not in ("bfloat16", "float16"):
+        return None
+    if set(KEYS["moe"]) <= d.keys():
+        return "moe", tuple(d[c] for c in KEYS["moe"]), None
+    if kernel.kind is KernelKind.GEMM and {"m", "n", "k"} <= d.keys() and d.get("batch", 1) == 1:
+        return "gemm", (d["m"], d["n"], d["k"]), None
+    attn = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")
+    if kernel.kind in (KernelKind.ATTENTION, KernelKind.ATTENTION_DECODE) and set(attn) <= d.keys():
+        b, h, kh, q, kv, hd = (d[c] for c in attn)
+        if q == 1:
+            return "generation_attention", (b, kv, h, kh, hd), None
+        return "context_attention", (b, q, h, kh, hd), (q if q != kv else None)
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredTable:
+    """One GPU's measured times for one table: shapes [N, d] and seconds [N]."""
+
+    name: str
+    gpu: GpuSpec
+    points: np.ndarray = field(hash=False)
+    time_s: np.ndarray = field(hash=False)
+
+    def __post_init__(self) -> None:
+        if self.points.ndim != 2 or self.points.shape != (len(self.time_s), len(KEYS[self.name])):
+            raise ValueError(f"table {self.name}: points {self.points.shape} do not match "
+                             f"{len(self.time_s)} times x {len(KEYS[self.name])} keys")
+
+    @cached_property
+    def _log_ratio(self) -> np.ndarray:
+        return np.log(self.time_s / ideal_s(self.name, self.points, self.gpu))
+
+    @cached_property
+    def _index(self) -> dict[tuple[int, ...], int]:
+        return {tuple(int(x) for x in row): i for i, row in enumerate(self.points)}
+
+    @cached_property
+    def _axes(self) -> list[np.ndarray]:
+        return [np.unique(self.points[:, j]) for j in range(self.points.shape[1])]
+
+    @cached_property
+    def _log_points(self) -> np.ndarray:
+        return np.log(self.points.astype(float))
+
+    def log_ratio(self, key: tuple[int, ...]) -> float:
+        """Interpolated log(measured / ideal) at ``key`` (clamped to the grid's range)."""
+        corners: list[list[tuple[int, float]]] = []
+        for x, axis in zip(key, self._axes, strict=True):
+            j = int(np.searchsorted(axis, x))
+            if j < len(axis) and axis[j] == x or j == 0:
+                corners.append([(int(axis[min(j, len(axis) - 1)]), 1.0)])
+            elif j == len(axis):
+                corners.append([(int(axis[-1]), 1.0)])
+            else:
+                lo, hi = float(axis[j - 1]), float(axis[j])
+                w = (math.log(x) - math.log(lo)) / (math.log(hi) - math.log(lo))
+                corners.append([(int(lo), 1 - w), (int(hi), w)])
+        total = acc = 0.0
+        for combo in np.ndindex(*(len(c) for c in corners)):
+            w = math.prod(corners[a][i][1] for a, i in enumerate(combo))
+            row = self._index.get(tuple(corners[a][i][0] for a, i in enumerate(combo)))
+            if row is not None and w > 0:
+                total += w
+                acc += w * self._log_ratio[row]
+        if total > 1e-9:
+            return acc / total
+        dist = np.abs(self._log_points - np.log(np.maximum(np.array(key, dtype=float), 1))).sum(axis=1)
+        return float(self._log_ratio[int(np.argmin(dist))])
+
+    def time_at(self, key: tuple[int, ...], *, q_len: int | None = None) -> float:
+        """Seconds at ``key``: its ideal time on this GPU times the interpolated ratio."""
+        q = None if q_len is None else np.array([float(q_len)])
+        ideal = float(ideal_s(self.name, np.array([key]), self.gpu, q_len=q)[0])
+        return ideal * math.exp(self.log_ratio(key))
+
+
+def read_table(path: Path, name: str, gpu: GpuSpec) -> MeasuredTable:
+    """One CSV table; a malformed row is a UserError naming file and row (1 = the first data row)."""
+    keys = KEYS[name]
+    try:
+        with path.open(newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, [])
+            if header != [*keys, "latency_ms"]:
+                raise UserError(f"{path}: header {','.join(header)!r} is not {','.join([*keys, 'latency_ms'])!r}")
+            pts, times = [], []
+            for i, row in enumerate(reader, start=1):
+                try:
+                    if len(row) != len(keys) + 1:
+                        raise ValueError(f"{len(row)} fields, expected {len(keys) + 1}")
+                    vals = [int(x) for x in row[:-1]]
+                    t = float(row[-1])
+                    if min(vals) <= 0 or not t > 0 or math.isinf(t):
+                        raise ValueError("shape values and latency must be > 0")
+                except ValueError as e:
+                    raise UserError(f"{path}: row {i}: malformed ({e}): {','.join(row)}") from None
+                pts.append(vals)
+                times.append(t * 1e-3)  # ms -> s
+    except OSError as e:
+        raise UserError(f"cannot read table {path}: {e.strerror}") from None
+    if not pts:
+        raise UserError(f"{path}: no rows")
+    return MeasuredTable(name=name, gpu=gpu, points=np.array(pts, dtype=np.int64), time_s=np.array(times))
+
+
+def load_gpu_tables(gpu_dir: Path, gpu: GpuSpec) -> dict[str, MeasuredTable]:
+    return {name: read_table(gpu_dir / f"{name}.csv", name, gpu) for name in TABLES
+            if (gpu_dir / f"{name}.csv").exists()}
+
+
+def table_dirs(root: Path = SHIPPED_AIC) -> dict[str, Path]:
+    """Catalog GPU name -> its table directory, for every directory under ``root`` with a table."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UserError(f"table directory {root} does not exist")
+    out = {resolve_gpu(p.name): p for p in sorted(root.iterdir())
+           if p.is_dir() and any((p / f"{n}.csv").exists() for n in TABLES)}
+    if not out:
+        raise UserError(f"no <gpu>/<table>.csv tables under {root}; tables: {', '.join(TABLES)}")
+    return out
