@@ -71,7 +71,7 @@ def query_of(kernel: Kernel) -> tuple[str, tuple[int, ...], int | None] | None:
     GEMM dims m, n, k (batch 1); a MoE kernel: dims tokens, hidden, inter, topk, experts; attention
     dims batch, heads, kv_heads, q_len, kv_len, head_dim (decode: q_len 1)."""
     d = kernel.dims
-    if kernel.dtype not in ("bfloat16", "float16"):
+    if kernel.dtype != "bfloat16":  # the tables' dtype; fp16 kernels fall through to Vidur's fp16 profiles
         return None
     if set(KEYS["moe"]) <= d.keys():
         return "moe", tuple(d[c] for c in KEYS["moe"]), None
