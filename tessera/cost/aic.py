@@ -9,6 +9,7 @@ them in ``rooflines.csv`` (``write_rooflines`` refits them; `tessera cost import
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
 
 from tessera.cost.aic_import import TABLES
@@ -30,7 +31,7 @@ def write_rooflines(root: Path) -> Path:
         w.writerow(ROOFLINE_COLUMNS)
         for name, d in table_dirs(root).items():
             for table, t in load_gpu_tables(d, gpu(name)).items():
-                r = Measured(table=t).roofline
+                r = t.roofline
                 w.writerow([name, table, f"{r.compute_eff:.5g}", f"{r.memory_eff:.5g}", f"{r.launch_s:.5g}"])
     return path
 
@@ -62,12 +63,14 @@ class AicCosts:
         self._times: dict[tuple[str, str, tuple[int, ...], int | None], float] = {}
 
     def tables(self, name: str) -> dict[str, MeasuredTable]:
+        """``name``'s tables, each with its shipped roofline fit where rooflines.csv has one."""
         if name not in self._tables:
-            self._tables[name] = load_gpu_tables(self.dirs[name], gpu(name)) if name in self.dirs else {}
+            loaded = load_gpu_tables(self.dirs[name], gpu(name)) if name in self.dirs else {}
+            self._tables[name] = {t: replace(m, basis=self._rooflines.get((name, t))) for t, m in loaded.items()}
         return self._tables[name]
 
     def measured(self, name: str, table: str) -> Measured:
-        return Measured(table=self.tables(name)[table], fitted=self._rooflines.get((name, table)))
+        return Measured(table=self.tables(name)[table])
 
     def transfer(self, target: GpuSpec, table: str, *, exclude: tuple[str, ...] = ()) -> Transfer:
         """Carry ``table`` to ``target`` from every measured GPU except ``target`` and ``exclude``."""

@@ -1,11 +1,11 @@
 """Measured kernel tables per GPU (``<dir>/<system>/<table>.csv``, written by `tessera cost import aic`)
 and interpolation over their grids.
 
-A table's rows are shapes (its key columns) with a measured latency in milliseconds. Each row is
-normalised by its ideal roofline time on that GPU (efficiency 1, no launch: ``ideal_s``), and the
-table interpolates log(measured / ideal) multilinearly in log-shape space. A query's time is its own
-ideal time times the interpolated ratio: exact on a grid point, smooth between grid points, and, outside
-the grid, the edge's ratio carried by the roofline's scaling. A grid corner the table lacks is left out
+A table's rows are shapes (its key columns) with a measured latency in milliseconds. A roofline
+``launch + max(compute / compute_eff, memory / memory_eff)`` is fitted to the table (``fit_roofline``), each
+row is normalised by it, and the table interpolates log(measured / roofline) multilinearly in log-shape
+space. A query's time is the roofline there times the interpolated ratio: exact on a grid point, smooth
+between grid points, and, outside the grid, the edge's ratio carried by the roofline's scaling. A grid corner the table lacks is left out
 of the weights; a query with no corner at all takes its nearest row's ratio (in log-shape space).
 """
 
@@ -29,6 +29,10 @@ ELEM_BYTES = 2  # bf16
 TILE_N, TILE_M_MAX, TILE_M_MIN = 128, 128, 16  # GEMM output tiles, as the roofline in model.py
 
 KEYS: dict[str, tuple[str, ...]] = {name: tuple(spec[3]) for name, spec in SPECS.items()}
+FIT_ROWS = 3000  # rows (evenly spaced) a table's roofline is fitted on: plenty for three parameters
+_COMPUTE = (0.02, 1.5)  # search ranges: efficiencies as fractions of peak, launch in seconds
+_MEMORY = (0.02, 1.5)
+_LAUNCH_S = (0.0, 40e-6)
 
 
 def _waves_compute_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GpuSpec) -> np.ndarray:
@@ -65,6 +69,38 @@ def ideal_s(name: str, p: np.ndarray, gpu: GpuSpec, *, q_len: np.ndarray | None 
     return np.maximum(*unit_terms(name, p, gpu, q_len=q_len))
 
 
+@dataclass(frozen=True, kw_only=True)
+class Roofline:
+    compute_eff: float
+    memory_eff: float
+    launch_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.compute_eff > 0 and self.memory_eff > 0 and self.launch_s >= 0):
+            raise ValueError(f"roofline compute_eff={self.compute_eff} memory_eff={self.memory_eff} "
+                             f"launch_s={self.launch_s}: efficiencies must be > 0, launch >= 0")
+
+    def time_s(self, compute_s: np.ndarray, memory_s: np.ndarray) -> np.ndarray:
+        return self.launch_s + np.maximum(compute_s / self.compute_eff, memory_s / self.memory_eff)
+
+
+def fit_roofline(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray) -> Roofline:
+    """The (compute eff, memory eff, launch) minimising mean |log(fit / measured)|: a 17^3 grid refined
+    twice around its best point (three parameters, so exhaustive search is cheap and has no local minima)."""
+    lo = np.array([_COMPUTE[0], _MEMORY[0], _LAUNCH_S[0]])
+    hi = np.array([_COMPUTE[1], _MEMORY[1], _LAUNCH_S[1]])
+    best = (lo + hi) / 2
+    for _ in range(3):
+        c, m, launch = (np.linspace(lo[i], hi[i], 17) for i in range(3))
+        base = np.maximum(compute_s[None, None, :] / c[:, None, None], memory_s[None, None, :] / m[None, :, None])
+        loss = np.stack([np.abs(np.log((base + x) / measured_s)).mean(axis=-1) for x in launch], axis=-1)
+        i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
+        best = np.array([c[i], m[j], launch[k]])
+        step = (hi - lo) / 16
+        lo, hi = np.maximum(best - 2 * step, [1e-3, 1e-3, 0.0]), best + 2 * step
+    return Roofline(compute_eff=float(best[0]), memory_eff=float(best[1]), launch_s=float(best[2]))
+
+
 def query_of(kernel: Kernel) -> tuple[str, tuple[int, ...], int | None] | None:
     """(table, key, q_len override) a captured kernel looks up, or None where no table applies.
 
@@ -94,6 +130,8 @@ class MeasuredTable:
     gpu: GpuSpec
     points: np.ndarray = field(hash=False)
     time_s: np.ndarray = field(hash=False)
+    # the roofline fitted to these rows (None: fit on first use); interpolation runs on measured / roofline
+    basis: Roofline | None = None
 
     def __post_init__(self) -> None:
         if self.points.ndim != 2 or self.points.shape != (len(self.time_s), len(KEYS[self.name])):
@@ -101,8 +139,20 @@ class MeasuredTable:
                              f"{len(self.time_s)} times x {len(KEYS[self.name])} keys")
 
     @cached_property
+    def roofline(self) -> Roofline:
+        if self.basis is not None:
+            return self.basis
+        rows = np.linspace(0, len(self.time_s) - 1, min(FIT_ROWS, len(self.time_s))).astype(int)
+        return fit_roofline(*unit_terms(self.name, self.points[rows], self.gpu), self.time_s[rows])
+
+    def roofline_s(self, points: np.ndarray, *, gpu: GpuSpec | None = None,
+                   q_len: np.ndarray | None = None) -> np.ndarray:
+        """This table's fitted roofline at ``points`` (on ``gpu``: default this table's)."""
+        return self.roofline.time_s(*unit_terms(self.name, points, gpu or self.gpu, q_len=q_len))
+
+    @cached_property
     def _log_ratio(self) -> np.ndarray:
-        return np.log(self.time_s / ideal_s(self.name, self.points, self.gpu))
+        return np.log(self.time_s / self.roofline_s(self.points))
 
     @cached_property
     def _index(self) -> dict[tuple[int, ...], int]:
@@ -117,7 +167,7 @@ class MeasuredTable:
         return np.log(self.points.astype(float))
 
     def log_ratio(self, key: tuple[int, ...]) -> float:
-        """Interpolated log(measured / ideal) at ``key`` (clamped to the grid's range)."""
+        """Interpolated log(measured / fitted roofline) at ``key`` (clamped to the grid's range)."""
         corners: list[list[tuple[int, float]]] = []
         for x, axis in zip(key, self._axes, strict=True):
             j = int(np.searchsorted(axis, x))
@@ -142,10 +192,9 @@ class MeasuredTable:
         return float(self._log_ratio[int(np.argmin(dist))])
 
     def time_at(self, key: tuple[int, ...], *, q_len: int | None = None) -> float:
-        """Seconds at ``key``: its ideal time on this GPU times the interpolated ratio."""
+        """Seconds at ``key``: the fitted roofline there times the interpolated ratio."""
         q = None if q_len is None else np.array([float(q_len)])
-        ideal = float(ideal_s(self.name, np.array([key]), self.gpu, q_len=q)[0])
-        return ideal * math.exp(self.log_ratio(key))
+        return float(self.roofline_s(np.array([key]), q_len=q)[0]) * math.exp(self.log_ratio(key))
 
 
 def read_table(path: Path, name: str, gpu: GpuSpec) -> MeasuredTable:

@@ -20,46 +20,21 @@ from functools import cached_property
 
 import numpy as np
 
-from tessera.cost.tables import MeasuredTable, unit_terms
+from tessera.cost.tables import MeasuredTable, Roofline, unit_terms
 from tessera.hardware import GpuSpec
 
 SCALE = 0.35  # distance at which a GPU's weight falls by e (tuned on leave-one-GPU-out, see docs/cost.md)
-FIT_ROWS = 3000  # rows (evenly spaced) a per-GPU roofline is fitted on: enough for three parameters
-_COMPUTE = (0.02, 1.5)  # search ranges: efficiencies as fractions of peak, launch in seconds
-_MEMORY = (0.02, 1.5)
-_LAUNCH_S = (0.0, 40e-6)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Roofline:
-    compute_eff: float
-    memory_eff: float
-    launch_s: float
-
-    def __post_init__(self) -> None:
-        if not (self.compute_eff > 0 and self.memory_eff > 0 and self.launch_s >= 0):
-            raise ValueError(f"roofline compute_eff={self.compute_eff} memory_eff={self.memory_eff} "
-                             f"launch_s={self.launch_s}: efficiencies must be > 0, launch >= 0")
-
-    def time_s(self, compute_s: np.ndarray, memory_s: np.ndarray) -> np.ndarray:
-        return self.launch_s + np.maximum(compute_s / self.compute_eff, memory_s / self.memory_eff)
+RIDGE = 0.1  # on the efficiency slopes: ten GPUs do not pin down a line in two features
+OTHER_VENDOR = 0.1  # weight of another vendor's GPU in that fit
 
 
-def fit_roofline(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray) -> Roofline:
-    """The (compute eff, memory eff, launch) minimising mean |log(fit / measured)|: a 17^3 grid refined
-    twice around its best point (three parameters, so exhaustive search is cheap and has no local minima)."""
-    lo = np.array([_COMPUTE[0], _MEMORY[0], _LAUNCH_S[0]])
-    hi = np.array([_COMPUTE[1], _MEMORY[1], _LAUNCH_S[1]])
-    best = (lo + hi) / 2
-    for _ in range(3):
-        c, m, launch = (np.linspace(lo[i], hi[i], 17) for i in range(3))
-        base = np.maximum(compute_s[None, None, :] / c[:, None, None], memory_s[None, None, :] / m[None, :, None])
-        loss = np.stack([np.abs(np.log((base + x) / measured_s)).mean(axis=-1) for x in launch], axis=-1)
-        i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
-        best = np.array([c[i], m[j], launch[k]])
-        step = (hi - lo) / 16
-        lo, hi = np.maximum(best - 2 * step, [1e-3, 1e-3, 0.0]), best + 2 * step
-    return Roofline(compute_eff=float(best[0]), memory_eff=float(best[1]), launch_s=float(best[2]))
+def features(g: GpuSpec) -> np.ndarray:
+    """Datasheet features the efficiencies are regressed on: log dense bf16 TFLOP/s per SM and log bytes
+    of bandwidth per FLOP (how much a kernel of given intensity leans on memory)."""
+    peak = g.peak("bfloat16")
+    return np.array([math.log(peak / g.sms / 1e12), math.log(g.mem_bw_bytes_per_s / peak)])
 
 
 def distance(a: GpuSpec, b: GpuSpec) -> float:
@@ -75,25 +50,17 @@ def distance(a: GpuSpec, b: GpuSpec) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class Measured:
-    """One measured GPU's table and its fitted roofline."""
+    """One measured GPU's table, with its fitted roofline (``table.roofline``)."""
 
     table: MeasuredTable
-    fitted: Roofline | None = None  # a fit of this table done before (shipped): skips refitting
 
-    @cached_property
+    @property
     def roofline(self) -> Roofline:
-        if self.fitted is not None:
-            return self.fitted
-        t = self.table
-        rows = np.linspace(0, len(t.time_s) - 1, min(FIT_ROWS, len(t.time_s))).astype(int)
-        c, m = unit_terms(t.name, t.points[rows], t.gpu)
-        return fit_roofline(c, m, t.time_s[rows])
+        return self.table.roofline
 
-    def log_residual(self, key: tuple[int, ...], q_len: int | None) -> float:
-        """log(measured / fitted roofline) at ``key``, the table interpolated as everywhere."""
-        q = None if q_len is None else np.array([float(q_len)])
-        c, m = unit_terms(self.table.name, np.array([key]), self.table.gpu, q_len=q)
-        return math.log(self.table.time_at(key, q_len=q_len) / float(self.roofline.time_s(c, m)[0]))
+    def log_residual(self, key: tuple[int, ...]) -> float:
+        """log(measured / fitted roofline) at ``key``, interpolated in the table as everywhere."""
+        return self.table.log_ratio(key)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,14 +81,23 @@ class Transfer:
 
     @cached_property
     def roofline(self) -> Roofline:
-        logs = np.array([[math.log(s.roofline.compute_eff), math.log(s.roofline.memory_eff),
-                          math.log(s.roofline.launch_s + 1e-7)] for s in self.sources])
-        c, m, launch = np.exp(self.weights @ logs)
-        return Roofline(compute_eff=float(c), memory_eff=float(m), launch_s=max(0.0, float(launch) - 1e-7))
+        """Efficiencies from a weighted least-squares line in datasheet features over the sources (ridge
+        RIDGE on the slopes); launch overhead as the weighted geometric mean."""
+        x = np.array([features(s.table.gpu) for s in self.sources])  # [S, F]
+        y = np.log([[s.roofline.compute_eff, s.roofline.memory_eff] for s in self.sources])  # [S, 2]
+        sw = np.sqrt(np.array([1.0 if s.table.gpu.vendor == self.target.vendor else OTHER_VENDOR
+                               for s in self.sources]))
+        mean = np.average(x, axis=0, weights=sw**2)
+        a = np.hstack([np.ones((len(x), 1)), x - mean]) * sw[:, None]
+        reg = np.diag([0.0] + [RIDGE] * x.shape[1])
+        coef = np.linalg.solve(a.T @ a + reg, a.T @ (y * sw[:, None]))
+        c, m = np.exp(np.hstack([1.0, features(self.target) - mean]) @ coef)
+        launch = np.exp(self.weights @ np.log([s.roofline.launch_s + 1e-7 for s in self.sources])) - 1e-7
+        return Roofline(compute_eff=float(c), memory_eff=float(m), launch_s=max(0.0, float(launch)))
 
     def time_s(self, key: tuple[int, ...], q_len: int | None = None) -> float:
         name = self.sources[0].table.name
         q = None if q_len is None else np.array([float(q_len)])
         c, m = unit_terms(name, np.array([key]), self.target, q_len=q)
-        residual = sum(w * s.log_residual(key, q_len) for w, s in zip(self.weights, self.sources, strict=True))
+        residual = sum(w * s.log_residual(key) for w, s in zip(self.weights, self.sources, strict=True))
         return float(self.roofline.time_s(c, m)[0]) * math.exp(residual)
