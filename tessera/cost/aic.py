@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tessera.cost.aic_import import TABLES
-from tessera.cost.tables import SHIPPED_AIC, MeasuredTable, load_gpu_tables, query_of, table_dirs
+from tessera.cost.tables import SHIPPED_AIC, MeasuredTable, load_gpu_tables, query_of, read_table, table_dirs
 from tessera.cost.transfer import Measured, Roofline, Transfer
 from tessera.errors import UserError
 from tessera.graph import Kernel
@@ -58,26 +58,36 @@ class AicCosts:
         self.root = Path(root)
         self.dirs = table_dirs(self.root)  # catalog GPU name -> table directory
         self._rooflines = read_rooflines(self.root / ROOFLINES)
-        self._tables: dict[str, dict[str, MeasuredTable]] = {}
+        self._tables: dict[tuple[str, str], MeasuredTable | None] = {}
         self._transfers: dict[tuple[str, str], Transfer] = {}
         self._times: dict[tuple[str, str, tuple[int, ...], int | None], float] = {}
 
+    def table(self, name: str, table: str) -> MeasuredTable | None:
+        """``name``'s ``table`` (loaded on first use, with its shipped roofline fit), or None."""
+        key = (name, table)
+        if key not in self._tables:
+            path = self.dirs[name] / f"{table}.csv" if name in self.dirs else None
+            self._tables[key] = None if path is None or not path.exists() else replace(
+                read_table(path, table, gpu(name)), basis=self._rooflines.get(key))
+        return self._tables[key]
+
     def tables(self, name: str) -> dict[str, MeasuredTable]:
-        """``name``'s tables, each with its shipped roofline fit where rooflines.csv has one."""
-        if name not in self._tables:
-            loaded = load_gpu_tables(self.dirs[name], gpu(name)) if name in self.dirs else {}
-            self._tables[name] = {t: replace(m, basis=self._rooflines.get((name, t))) for t, m in loaded.items()}
-        return self._tables[name]
+        return {t: m for t in TABLES if (m := self.table(name, t)) is not None}
 
     def measured(self, name: str, table: str) -> Measured:
-        return Measured(table=self.tables(name)[table])
+        m = self.table(name, table)
+        if m is None:
+            raise ValueError(f"{name} has no {table} table")
+        return Measured(table=m)
 
-    def transfer(self, target: GpuSpec, table: str, *, exclude: tuple[str, ...] = ()) -> Transfer:
-        """Carry ``table`` to ``target`` from every measured GPU except ``target`` and ``exclude``."""
-        key = (target.name, table + "|" + ",".join(exclude))
+    def has(self, name: str, table: str) -> bool:
+        return name in self.dirs and (self.dirs[name] / f"{table}.csv").exists()
+
+    def transfer(self, target: GpuSpec, table: str) -> Transfer:
+        """Carry ``table`` to ``target`` from every measured GPU except ``target``."""
+        key = (target.name, table)
         if key not in self._transfers:
-            sources = tuple(self.measured(n, table) for n in self.dirs
-                            if n != target.name and n not in exclude and table in self.tables(n))
+            sources = tuple(self.measured(n, table) for n in self.dirs if n != target.name and self.has(n, table))
             self._transfers[key] = Transfer(target=target, sources=sources)
         return self._transfers[key]
 
@@ -85,7 +95,7 @@ class AicCosts:
         """Where ``g``'s kernel costs come from, in words (for `tessera gpus`)."""
         if g.vendor == "host":
             return ""
-        own = sorted(self.tables(g.name)) if g.name in self.dirs else []
+        own = [t for t in TABLES if self.has(g.name, t)]
         if own:
             missing = [t for t in TABLES if t not in own]
             return "measured tables" + (f" ({', '.join(missing)} transferred)" if missing else "")
@@ -99,7 +109,7 @@ class AicCosts:
         table, key, q_len = q
         ck = (g.name, table, key, q_len)
         if ck not in self._times:
-            own = self.tables(g.name).get(table)
+            own = self.table(g.name, table)
             self._times[ck] = (own.time_at(key, q_len=q_len) if own is not None
                                else self.transfer(g, table).time_s(key, q_len))
         return self._times[ck]

@@ -37,7 +37,7 @@ def _names(arg: str | None, available: list[str]) -> list[str]:
 def _fold(costs: AicCosts, held: str, fit: list[str], rows: int) -> dict[str, list[float]]:
     errs: dict[str, list[float]] = defaultdict(list)
     for table, t in costs.tables(held).items():
-        sources = tuple(costs.measured(n, table) for n in fit if table in costs.tables(n))
+        sources = tuple(costs.measured(n, table) for n in fit if costs.has(n, table))
         if not sources:
             continue
         x = Transfer(target=gpu(held), sources=sources)

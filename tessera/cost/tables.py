@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import math
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -155,12 +156,15 @@ class MeasuredTable:
         return np.log(self.time_s / self.roofline_s(self.points))
 
     @cached_property
-    def _index(self) -> dict[tuple[int, ...], int]:
-        return {tuple(int(x) for x in row): i for i, row in enumerate(self.points)}
-
-    @cached_property
     def _axes(self) -> list[np.ndarray]:
         return [np.unique(self.points[:, j]) for j in range(self.points.shape[1])]
+
+    @cached_property
+    def _index(self) -> dict[int, int]:
+        """Grid cell code (row-major over the axes' positions) -> row."""
+        pos = [np.searchsorted(axis, self.points[:, j]) for j, axis in enumerate(self._axes)]
+        codes = np.ravel_multi_index(pos, [len(a) for a in self._axes])
+        return dict(zip(codes.tolist(), range(len(codes)), strict=True))
 
     @cached_property
     def _log_points(self) -> np.ndarray:
@@ -168,21 +172,25 @@ class MeasuredTable:
 
     def log_ratio(self, key: tuple[int, ...]) -> float:
         """Interpolated log(measured / fitted roofline) at ``key`` (clamped to the grid's range)."""
-        corners: list[list[tuple[int, float]]] = []
+        corners: list[list[tuple[int, float]]] = []  # per axis: (position on the axis, weight)
         for x, axis in zip(key, self._axes, strict=True):
             j = int(np.searchsorted(axis, x))
             if j < len(axis) and axis[j] == x or j == 0:
-                corners.append([(int(axis[min(j, len(axis) - 1)]), 1.0)])
+                corners.append([(min(j, len(axis) - 1), 1.0)])
             elif j == len(axis):
-                corners.append([(int(axis[-1]), 1.0)])
+                corners.append([(len(axis) - 1, 1.0)])
             else:
                 lo, hi = float(axis[j - 1]), float(axis[j])
                 w = (math.log(x) - math.log(lo)) / (math.log(hi) - math.log(lo))
-                corners.append([(int(lo), 1 - w), (int(hi), w)])
+                corners.append([(j - 1, 1 - w), (j, w)])
+        sizes = [len(a) for a in self._axes]
         total = acc = 0.0
         for combo in np.ndindex(*(len(c) for c in corners)):
             w = math.prod(corners[a][i][1] for a, i in enumerate(combo))
-            row = self._index.get(tuple(corners[a][i][0] for a, i in enumerate(combo)))
+            code = 0
+            for a, i in enumerate(combo):
+                code = code * sizes[a] + corners[a][i][0]
+            row = self._index.get(code)
             if row is not None and w > 0:
                 total += w
                 acc += w * self._log_ratio[row]
@@ -198,32 +206,44 @@ class MeasuredTable:
 
 
 def read_table(path: Path, name: str, gpu: GpuSpec) -> MeasuredTable:
-    """One CSV table; a malformed row is a UserError naming file and row (1 = the first data row)."""
+    """One CSV table; a malformed row is a UserError naming file and row (1 = the first data row).
+
+    numpy parses a clean file at once; any failure re-reads it row by row to name the bad row."""
     keys = KEYS[name]
     try:
         with path.open(newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader, [])
-            if header != [*keys, "latency_ms"]:
-                raise UserError(f"{path}: header {','.join(header)!r} is not {','.join([*keys, 'latency_ms'])!r}")
-            pts, times = [], []
-            for i, row in enumerate(reader, start=1):
-                try:
-                    if len(row) != len(keys) + 1:
-                        raise ValueError(f"{len(row)} fields, expected {len(keys) + 1}")
-                    vals = [int(x) for x in row[:-1]]
-                    t = float(row[-1])
-                    if min(vals) <= 0 or not t > 0 or math.isinf(t):
-                        raise ValueError("shape values and latency must be > 0")
-                except ValueError as e:
-                    raise UserError(f"{path}: row {i}: malformed ({e}): {','.join(row)}") from None
-                pts.append(vals)
-                times.append(t * 1e-3)  # ms -> s
+            header = next(csv.reader(f), [])
+        if header != [*keys, "latency_ms"]:
+            raise UserError(f"{path}: header {','.join(header)!r} is not {','.join([*keys, 'latency_ms'])!r}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # numpy warns on an empty file: found below
+            data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+        if data.shape[1] != len(keys) + 1 or not (data > 0).all() or not np.isfinite(data).all() \
+                or (data[:, :-1] != np.round(data[:, :-1])).any():
+            raise ValueError("bad values")
     except OSError as e:
         raise UserError(f"cannot read table {path}: {e.strerror}") from None
-    if not pts:
-        raise UserError(f"{path}: no rows")
-    return MeasuredTable(name=name, gpu=gpu, points=np.array(pts, dtype=np.int64), time_s=np.array(times))
+    except (ValueError, UserWarning):
+        _find_bad_row(path, len(keys))
+        raise UserError(f"{path}: no rows") from None
+    return MeasuredTable(name=name, gpu=gpu, points=data[:, :-1].astype(np.int64), time_s=data[:, -1] * 1e-3)
+
+
+def _find_bad_row(path: Path, nkeys: int) -> None:
+    """Raise a UserError naming the first malformed data row of ``path``; return if every row is fine."""
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        next(reader, None)
+        for i, row in enumerate(reader, start=1):
+            try:
+                if len(row) != nkeys + 1:
+                    raise ValueError(f"{len(row)} fields, expected {nkeys + 1}")
+                vals = [int(x) for x in row[:-1]]
+                t = float(row[-1])
+                if min(vals) <= 0 or not t > 0 or math.isinf(t):
+                    raise ValueError("shape values and latency must be > 0")
+            except ValueError as e:
+                raise UserError(f"{path}: row {i}: malformed ({e}): {','.join(row)}") from None
 
 
 def load_gpu_tables(gpu_dir: Path, gpu: GpuSpec) -> dict[str, MeasuredTable]:

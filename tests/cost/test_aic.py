@@ -9,8 +9,16 @@ import pytest
 from tessera.cost import default_cost_model
 from tessera.cost.aic import AicCosts
 from tessera.cost.aic_import import select_rows
-from tessera.cost.tables import SHIPPED_AIC, MeasuredTable, ideal_s, query_of, read_table
-from tessera.cost.transfer import Measured, Transfer, fit_roofline
+from tessera.cost.tables import (
+    SHIPPED_AIC,
+    MeasuredTable,
+    Roofline,
+    fit_roofline,
+    ideal_s,
+    query_of,
+    read_table,
+)
+from tessera.cost.transfer import Measured, Transfer
 from tessera.errors import UserError
 from tessera.graph import Kernel, KernelKind
 from tessera.hardware import gpu
@@ -36,8 +44,11 @@ def test_gemm_ideal_by_hand() -> None:
     assert got == pytest.approx(nbytes / 3.35e12)
 
 
+IDEAL = Roofline(compute_eff=1.0, memory_eff=1.0, launch_s=0.0)  # basis = ideal_s
+
+
 def _table(name: str, points: list[list[int]], times_s: list[float]) -> MeasuredTable:
-    return MeasuredTable(name=name, gpu=H100, points=np.array(points), time_s=np.array(times_s))
+    return MeasuredTable(name=name, gpu=H100, points=np.array(points), time_s=np.array(times_s), basis=IDEAL)
 
 
 def test_interpolation_exact_on_grid_and_log_linear_between() -> None:
