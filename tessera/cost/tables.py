@@ -27,7 +27,6 @@ from tessera.hardware import GpuSpec, resolve_gpu
 
 SHIPPED_AIC = Path(__file__).parent / "data" / "aic"
 ELEM_BYTES = 2  # bf16
-TILE_N, TILE_M_MAX, TILE_M_MIN = 128, 128, 16  # GEMM output tiles, as the roofline in model.py
 
 KEYS: dict[str, tuple[str, ...]] = {name: tuple(spec[3]) for name, spec in SPECS.items()}
 FIT_ROWS = 3000  # rows (evenly spaced) a table's roofline is fitted on: plenty for three parameters
@@ -36,24 +35,19 @@ _MEMORY = (0.02, 1.5)
 _LAUNCH_S = (0.0, 40e-6)
 
 
-def _waves_compute_s(m: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GpuSpec) -> np.ndarray:
-    """GEMM compute time at peak in waves of output tiles over the SMs (see model.py's docstring)."""
-    tile_m = np.clip(2.0 ** np.ceil(np.log2(np.maximum(m, 1))), TILE_M_MIN, TILE_M_MAX)
-    tiles = np.ceil(m / tile_m) * np.ceil(n / TILE_N)
-    return np.ceil(tiles / gpu.sms) * 2 * tile_m * TILE_N * k / (gpu.peak("bfloat16") / gpu.sms)
-
-
 def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, q_len: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
     """(compute_s, memory_s) of shapes ``p`` [N, len(KEYS[name])] of table ``name`` on ``gpu`` at
-    efficiency 1: FLOPs at dense bf16 peak (GEMMs in waves of tiles), bytes at datasheet bandwidth.
+    efficiency 1: FLOPs at dense bf16 peak, bytes at datasheet bandwidth.
     Attention FLOPs count the full (non-causal) score matrix, 4·b·h·q·kv·d, as capture does; ``q_len``
     overrides a context row's query length (a chunk against a longer prefix)."""
     p = p.astype(float)
     peak, bw, e = gpu.peak("bfloat16"), gpu.mem_bw_bytes_per_s, ELEM_BYTES
     if name == "gemm":
         m, n, k = p.T
-        return _waves_compute_s(m, n, k, gpu), e * (m * k + k * n + m * n) / bw
+        # plain FLOPs, no tile waves: the measured kernels pick their own tiles, and the table's ratio to
+        # this fit carries the quantisation (waves made both interpolation and transfer worse here)
+        return 2 * m * n * k / peak, e * (m * k + k * n + m * n) / bw
     if name in ("context_attention", "generation_attention"):
         b, length, h, kh, d = p.T
         q = (length if q_len is None else q_len) if name == "context_attention" else np.ones_like(b)
