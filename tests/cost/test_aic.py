@@ -148,3 +148,15 @@ def test_gpus_lists_where_costs_come_from(run_cli: RunCli) -> None:
     assert costs["H100-SXM"] == "measured tables" and costs["H20"].startswith("transferred from")
     assert costs["cpu"] == "measured on this machine"
     assert all(costs[g].startswith("measured tables") for g in AicCosts().dirs)
+
+
+def test_import_without_the_package_is_one_clear_line(run_cli: RunCli) -> None:
+    # the project venv does not install aiconfigurator-core: the error path is what runs here
+    import importlib.util
+
+    if importlib.util.find_spec("aiconfigurator_core") is not None:
+        pytest.skip("aiconfigurator-core is installed here")
+    code, _, err = run_cli(["cost", "import", "aic", "--out", "/nonexistent-dir"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "pip install 'tessera[aic]'" in err
+    code, _, err = run_cli(["cost", "import", "vidur"])
+    assert code == 2 and "valid: aic" in err
