@@ -82,7 +82,11 @@ def tessera_step_s(zoo: str, phase: str, batch: int) -> dict[str, dict[str, floa
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--aic-cli", default=os.environ.get("AIC_CLI") or shutil.which("aiconfigurator"))
+    ap.add_argument("--md-only", action="store_true", help="rewrite cost_peer.md from cost_peer.json")
     args = ap.parse_args()
+    if args.md_only:
+        write_md(json.loads((OUT / "cost_peer.json").read_text()))
+        return
     cli = args.aic_cli
     rows = []
     t0 = time.time()
@@ -132,8 +136,33 @@ def write_md(result: dict) -> None:
     med, amed = result["median_abs_diff"], result["median_abs_diff_anchors"]
     lines += ["", f"Median |difference|: {_pct(med).lstrip('+')} (whole eager step), "
               f"{_pct(amed).lstrip('+')} (anchors only). Load average {result['loadavg']}, "
-              f"wall {result['wall_s']} s."]
+              f"wall {result['wall_s']} s.", "", *EXPLAINED]
     (OUT / "cost_peer.md").write_text("\n".join(lines) + "\n")
+
+
+EXPLAINED = [
+    "## Why they differ (over 10 %)", "",
+    "- **Whole eager step, +8 to +67 %** on the dense models: the eager capture prices every ATen operator as "
+    "its own kernel (~900 elementwise and ~260 copies in a Llama-3-8B step, each a launch plus a pass over "
+    "memory: 3-4 ms of an H100 decode step), where vLLM runs fused norm/rotary/SiLU kernels under CUDA graphs "
+    "and the peer prices only those. The gap is largest on the fastest GPUs (H200, H100), where launches "
+    "weigh most, and smallest on L40S. The anchors column (GEMM + attention + embedding only, the kernels the "
+    "measured tables price) is within 10 % of the peer on every dense decode row; the fused view (issue 14 "
+    "item 3, built on another branch) is what removes this gap, not this table.",
+    "- **Dense prefill anchors, -5 to -15 %**: the anchors column leaves out the per-layer norm, rotary and "
+    "activation kernels, which the peer counts and which at 1024+ tokens per sequence are no longer "
+    "negligible (several % of a prefill step); the rest of the anchors match the peer's own GEMM and "
+    "context-attention tables, which Tessera interpolates.",
+    "- **A100 decode of Qwen2.5-7B, +6 to +10 % anchors**: the A100 tables come from vLLM 0.14 on a sparser "
+    "grid (9,240 GEMM rows against 35,742 on the others), and Qwen's shapes (hidden 3584, FFN 18944, 28 heads) "
+    "fall between grid values, so both sides interpolate, differently; the cause was not isolated further.",
+    "- **Mixtral-8x7B, -64 to +60 %**: not the same computation. The eager capture runs Hugging Face's MoE "
+    "block: a router GEMM, then for each expert an index_select, two dense GEMMs over that expert's tokens "
+    "(fake tensors route evenly), and an index_add; Tessera prices those with its GEMM tables. The peer prices "
+    "one fused MoE kernel from its MoE table. On A100 the database has no balanced-routing MoE rows (only "
+    "power-law routing, which is slower), so the peer's A100 MoE is 2-3x ours. Mixtral's 93 GB of bf16 "
+    "weights do not fit one A100, H100 or L40S at TP1; the peer estimates anyway, and so does this table.",
+]
 
 
 if __name__ == "__main__":
