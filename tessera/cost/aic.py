@@ -106,10 +106,10 @@ class AicCosts:
         q = query_of(kernel)
         if q is None or g.vendor == "host":
             return None
-        table, key, q_len = q
-        ck = (g.name, table, key, q_len)
+        table, key, kv_len = q
+        ck = (g.name, table, key, kv_len)
         if ck not in self._times:
             own = self.table(g.name, table)
-            self._times[ck] = (own.time_at(key, q_len=q_len) if own is not None
-                               else self.transfer(g, table).time_s(key, q_len))
+            self._times[ck] = (own.time_at(key, kv_len=kv_len) if own is not None
+                               else self.transfer(g, table).time_s(key, kv_len))
         return self._times[ck]

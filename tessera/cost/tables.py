@@ -35,12 +35,12 @@ _MEMORY = (0.02, 1.5)
 _LAUNCH_S = (0.0, 40e-6)
 
 
-def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, q_len: np.ndarray | None = None
+def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
     """(compute_s, memory_s) of shapes ``p`` [N, len(KEYS[name])] of table ``name`` on ``gpu`` at
     efficiency 1: FLOPs at dense bf16 peak, bytes at datasheet bandwidth.
-    Attention FLOPs count the full (non-causal) score matrix, 4·b·h·q·kv·d, as capture does; ``q_len``
-    overrides a context row's query length (a chunk against a longer prefix)."""
+    Attention FLOPs count the full (non-causal) score matrix, 4·b·h·q·kv·d, as capture does; ``kv_len``
+    overrides a context row's key length, which is otherwise its query length (a chunk against a prefix)."""
     p = p.astype(float)
     peak, bw, e = gpu.peak("bfloat16"), gpu.mem_bw_bytes_per_s, ELEM_BYTES
     if name == "gemm":
@@ -50,8 +50,11 @@ def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, q_len: np.ndarray | No
         return 2 * m * n * k / peak, e * (m * k + k * n + m * n) / bw
     if name in ("context_attention", "generation_attention"):
         b, length, h, kh, d = p.T
-        q = (length if q_len is None else q_len) if name == "context_attention" else np.ones_like(b)
-        return 4 * b * h * q * length * d / peak, e * b * d * (2 * h * q + 2 * kh * length) / bw
+        if name == "context_attention":
+            q, kv = length, (length if kv_len is None else kv_len)
+        else:
+            q, kv = np.ones_like(b), length
+        return 4 * b * h * q * kv * d / peak, e * b * d * (2 * h * q + 2 * kh * kv) / bw
     if name == "moe":  # gated experts: up (2·inter) + down (inter) per routed token; expected distinct experts
         t, hid, inter, topk, experts = p.T
         active = experts * (1 - (1 - 1 / experts) ** (t * topk))
@@ -59,9 +62,9 @@ def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, q_len: np.ndarray | No
     raise ValueError(f"unknown table {name!r}; valid: {', '.join(TABLES)}")
 
 
-def ideal_s(name: str, p: np.ndarray, gpu: GpuSpec, *, q_len: np.ndarray | None = None) -> np.ndarray:
+def ideal_s(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | None = None) -> np.ndarray:
     """Ideal time (s): the larger of ``unit_terms``."""
-    return np.maximum(*unit_terms(name, p, gpu, q_len=q_len))
+    return np.maximum(*unit_terms(name, p, gpu, kv_len=kv_len))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +100,7 @@ def fit_roofline(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.nda
 
 
 def query_of(kernel: Kernel) -> tuple[str, tuple[int, ...], int | None] | None:
-    """(table, key, q_len override) a captured kernel looks up, or None where no table applies.
+    """(table, key, kv_len override) a captured kernel looks up, or None where no table applies.
 
     GEMM dims m, n, k (batch 1); a MoE kernel: dims tokens, hidden, inter, topk, experts; attention
     dims batch, heads, kv_heads, q_len, kv_len, head_dim (decode: q_len 1)."""
@@ -113,7 +116,7 @@ def query_of(kernel: Kernel) -> tuple[str, tuple[int, ...], int | None] | None:
         b, h, kh, q, kv, hd = (d[c] for c in attn)
         if q == 1:
             return "generation_attention", (b, kv, h, kh, hd), None
-        return "context_attention", (b, q, h, kh, hd), (q if q != kv else None)
+        return "context_attention", (b, q, h, kh, hd), (kv if q != kv else None)
     return None
 
 
@@ -141,9 +144,9 @@ class MeasuredTable:
         return fit_roofline(*unit_terms(self.name, self.points[rows], self.gpu), self.time_s[rows])
 
     def roofline_s(self, points: np.ndarray, *, gpu: GpuSpec | None = None,
-                   q_len: np.ndarray | None = None) -> np.ndarray:
+                   kv_len: np.ndarray | None = None) -> np.ndarray:
         """This table's fitted roofline at ``points`` (on ``gpu``: default this table's)."""
-        return self.roofline.time_s(*unit_terms(self.name, points, gpu or self.gpu, q_len=q_len))
+        return self.roofline.time_s(*unit_terms(self.name, points, gpu or self.gpu, kv_len=kv_len))
 
     @cached_property
     def _log_ratio(self) -> np.ndarray:
@@ -193,10 +196,10 @@ class MeasuredTable:
         dist = np.abs(self._log_points - np.log(np.maximum(np.array(key, dtype=float), 1))).sum(axis=1)
         return float(self._log_ratio[int(np.argmin(dist))])
 
-    def time_at(self, key: tuple[int, ...], *, q_len: int | None = None) -> float:
+    def time_at(self, key: tuple[int, ...], *, kv_len: int | None = None) -> float:
         """Seconds at ``key``: the fitted roofline there times the interpolated ratio."""
-        q = None if q_len is None else np.array([float(q_len)])
-        return float(self.roofline_s(np.array([key]), q_len=q)[0]) * math.exp(self.log_ratio(key))
+        q = None if kv_len is None else np.array([float(kv_len)])
+        return float(self.roofline_s(np.array([key]), kv_len=q)[0]) * math.exp(self.log_ratio(key))
 
 
 def read_table(path: Path, name: str, gpu: GpuSpec) -> MeasuredTable:

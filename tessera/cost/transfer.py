@@ -95,9 +95,9 @@ class Transfer:
         launch = np.exp(self.weights @ np.log([s.roofline.launch_s + 1e-7 for s in self.sources])) - 1e-7
         return Roofline(compute_eff=float(c), memory_eff=float(m), launch_s=max(0.0, float(launch)))
 
-    def time_s(self, key: tuple[int, ...], q_len: int | None = None) -> float:
+    def time_s(self, key: tuple[int, ...], kv_len: int | None = None) -> float:
         name = self.sources[0].table.name
-        q = None if q_len is None else np.array([float(q_len)])
-        c, m = unit_terms(name, np.array([key]), self.target, q_len=q)
+        q = None if kv_len is None else np.array([float(kv_len)])
+        c, m = unit_terms(name, np.array([key]), self.target, kv_len=q)
         residual = sum(w * s.log_residual(key) for w, s in zip(self.weights, self.sources, strict=True))
         return float(self.roofline.time_s(c, m)[0]) * math.exp(residual)

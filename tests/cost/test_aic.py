@@ -72,7 +72,7 @@ def test_query_keys_from_captured_dims() -> None:
     assert query_of(dec) == ("generation_attention", (16, 1025, 32, 8, 128), None)
     pre = Kernel(id=0, name="sdpa", kind=KernelKind.ATTENTION, flops=0, bytes_read=0, bytes_written=0, reads=(),
                  writes=(), dims={"batch": 2, "heads": 32, "kv_heads": 8, "q_len": 256, "kv_len": 1024, "head_dim": 128})
-    assert query_of(pre) == ("context_attention", (2, 256, 32, 8, 128), 256)
+    assert query_of(pre) == ("context_attention", (2, 256, 32, 8, 128), 1024)
     assert query_of(_gemm(8, 4096, 1024)) == ("gemm", (8, 4096, 1024), None)
 
 
@@ -160,3 +160,13 @@ def test_import_without_the_package_is_one_clear_line(run_cli: RunCli) -> None:
     assert code == 2 and len(err.strip().splitlines()) == 1 and "pip install 'tessera[aic]'" in err
     code, _, err = run_cli(["cost", "import", "vidur"])
     assert code == 2 and "valid: aic" in err
+
+
+def test_prefill_chunk_against_a_prefix_scales_by_its_own_kv_length() -> None:
+    t = _table("context_attention", [[1, 256, 32, 8, 128]], [20e-6])
+    # ideal of the grid row (q = kv = 256): FLOPs 4*32*256*256*128 at 989.4e12 = 1.09 us < bytes
+    # 2*128*(2*32*256 + 2*8*256) at 3.35e12 = 1.57 us; the chunk (q 256, kv 1024): FLOPs
+    # 4*32*256*1024*128 -> 4.34 us > bytes 2*128*(2*32*256 + 2*8*1024) -> 2.50 us.
+    row_s = 2 * 128 * (2 * 32 * 256 + 2 * 8 * 256) / 3.35e12
+    chunk_s = 4 * 32 * 256 * 1024 * 128 / 989.4e12
+    assert t.time_at((1, 256, 32, 8, 128), kv_len=1024) == pytest.approx(20e-6 * chunk_s / row_s)
