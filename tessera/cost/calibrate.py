@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tessera.cost.aic import AicCosts
 from tessera.cost.model import DEFAULT_EFFICIENCY, TILE_N, CostModel, Efficiency, gemm_waves
 from tessera.cost.profiles import OPS, SHIPPED, GemmTable, Sample, load_profiles
 from tessera.errors import UserError
@@ -86,11 +87,12 @@ CPU_KERNELS = SHIPPED.parent / "cpu" / "llama-tiny" / "kernels.csv"  # `tessera 
 
 @cache
 def default_cost_model() -> CostModel:
-    """The calibrated model (fitted once per process): GPU efficiencies and GEMM tables from the Vidur
-    profiles shipped in tessera/cost/data/vidur, the CPU's from its shipped per-kernel profile."""
+    """The calibrated model (fitted once per process): AIConfigurator's measured tables (tessera/cost/data/aic)
+    first; GPU efficiencies and GEMM tables from the Vidur profiles shipped in tessera/cost/data/vidur; the
+    CPU's efficiencies from its shipped per-kernel profile."""
     from tessera.cost.profiler import fit_kernels, read_kernels  # profiler imports this module
 
-    model = calibrated_model(load_profiles(SHIPPED))
+    model = replace(calibrated_model(load_profiles(SHIPPED)), aic=AicCosts())
     if CPU_KERNELS.exists():
         model.per_gpu["cpu"] = fit_kernels(read_kernels(CPU_KERNELS))
     return model

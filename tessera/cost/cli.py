@@ -10,6 +10,7 @@ from rich.table import Table
 
 from tessera.cost import calibrate as cal
 from tessera.cost.profiles import SHIPPED, load_profiles
+from tessera.errors import choices_error
 from tessera.hardware import use_catalog
 from tessera.text import stdout_console
 
@@ -52,17 +53,33 @@ def calibrate_cmd(
     stdout_console().print(t)
 
 
+SOURCES = ("vidur", "aic")
+
+
 @cost_app.command("validate")
 def validate_cmd(
-    profiles: Path = typer.Option(SHIPPED, "--profiles", help=PROFILES_HELP),
+    source: str = typer.Option("vidur", "--source", help="vidur (per-operator profiles) or aic "
+                               "(AIConfigurator's measured kernel tables)."),
+    profiles: Path | None = typer.Option(None, "--profiles", help=PROFILES_HELP + " With --source aic: "
+                                         "a directory of <system>/<table>.csv (default: the shipped tables)."),
     fit_on: str | None = typer.Option(None, "--fit-on", help="Comma-separated GPUs to fit on."),
     holdout: str | None = typer.Option(None, "--holdout", help="GPU(s) to predict from specs alone."),
+    rows: int = typer.Option(300, "--rows", help="With --source aic: rows scored per GPU and table."),
     catalog: Path | None = typer.Option(None, "--catalog", help=CATALOG_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report."),
 ) -> None:
     """Fit on some GPU types, predict the others from datasheets; default leave-one-GPU-out."""
     _setup(catalog)
-    report = cal.validate(load_profiles(profiles), fit_on=fit_on, holdout=holdout)
+    if source not in SOURCES:
+        raise choices_error("cost source", source, list(SOURCES))
+    if source == "aic":
+        from tessera.cost.aic import AicCosts
+        from tessera.cost.aic_validate import validate_transfer
+        from tessera.cost.tables import SHIPPED_AIC
+
+        report = validate_transfer(AicCosts(profiles or SHIPPED_AIC), fit_on=fit_on, holdout=holdout, rows=rows)
+    else:
+        report = cal.validate(load_profiles(profiles or SHIPPED), fit_on=fit_on, holdout=holdout)
     if as_json:
         print(json.dumps(report))
         return
@@ -72,6 +89,29 @@ def validate_cmd(
     for op, s in [*report["ops"].items(), ("overall", report["overall"])]:
         t.add_row(op, f"{s['median_ape']:.1%}", f"{s['p90_ape']:.1%}", str(s["points"]))
     stdout_console().print(t)
+
+
+@cost_app.command("import")
+def import_cmd(
+    source: str = typer.Argument(..., help="aic: the installed aiconfigurator-core's measured tables."),
+    out: Path = typer.Option(None, "--out", help="Directory for <system>/<table>.csv; default: the shipped "
+                             "tables' directory (tessera/cost/data/aic)."),
+    systems: str | None = typer.Option(None, "--systems", help="Comma-separated systems (default: all "
+                                       "with vLLM tables), e.g. h100_sxm,l40s."),
+) -> None:
+    """Convert a measured kernel database into the tables the cost model reads, and refit their rooflines."""
+    from tessera.cost.aic import write_rooflines
+    from tessera.cost.aic_import import import_aic
+    from tessera.cost.tables import SHIPPED_AIC
+
+    if source != "aic":
+        raise choices_error("import source", source, ["aic"])
+    target = out or SHIPPED_AIC
+    report = import_aic(target, systems=[s for s in (systems or "").split(",") if s] or None)
+    for system, tables in report.items():
+        for table, where in tables.items():
+            print(f"{system:>20} {table:<21} {where}")
+    print(f"rooflines -> {write_rooflines(target)}")
 
 
 def profile(
@@ -86,7 +126,6 @@ def profile(
     """Time every captured kernel of MODEL on the local device; write a profile (Vidur format + per kernel)."""
     from tessera.capture.zoo import resolve
     from tessera.cost.profiler import profile_model, write_profile
-    from tessera.errors import choices_error
 
     if device != "cpu":
         raise choices_error("profiling device", device, ["cpu"])

@@ -13,7 +13,9 @@ time = launch_s + max(compute_s, memory_s), where
               tile_n = 128 and tile_m = next power of two >= m in [16, 128] (small-m kernels pick
               thin tiles). So a 1-token GEMM pays for 16 rows and a GEMM with 109 tiles on a
               108-SM GPU pays for two waves: small and ragged GEMMs do not reach peak.
-A measured GEMM table for the GPU overrides the roofline where it has the kernel's (n, k).
+Measured kernel tables override the roofline, in this order: AIConfigurator's tables (``aic``: GEMM,
+context and generation attention, MoE; interpolated on a GPU with tables, transferred to one without,
+see aic.py), then Vidur's GEMM tables for the GPU where they have the kernel's (n, k).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from tessera.cost.aic import AicCosts
 from tessera.cost.profiles import GemmTable
 from tessera.graph import Kernel, KernelKind
 from tessera.hardware import GpuSpec, LinkSpec
@@ -73,6 +76,7 @@ class CostModel:
     # GPU name -> kind -> efficiency fitted on that GPU's own profiles (overrides `efficiency` there)
     per_gpu: dict[str, dict[KernelKind, Efficiency]] = field(default_factory=dict, hash=False)
     gemm_tables: dict[str, GemmTable] = field(default_factory=dict, hash=False)  # GPU name -> measured GEMMs
+    aic: AicCosts | None = field(default=None, hash=False, compare=False)  # AIConfigurator tables, first source
 
     def efficiency_for(self, kind: KernelKind, gpu: GpuSpec) -> Efficiency:
         own = self.per_gpu.get(gpu.name, {})
@@ -117,7 +121,9 @@ class CostModel:
         return time_s
 
     def kernel_time_s(self, kernel: Kernel, gpu: GpuSpec) -> float:
-        measured = self.measured_time_s(kernel, gpu)
+        measured = self.aic.time_s(kernel, gpu) if self.aic is not None else None
+        if measured is None:
+            measured = self.measured_time_s(kernel, gpu)
         return measured if measured is not None else self.roofline_time_s(kernel, gpu)
 
     def transfer_time_s(self, nbytes: int, link: LinkSpec) -> float:

@@ -37,6 +37,7 @@ class GpuSpec:
     usd_per_hour: float
     nvlink_gen: int = 0
     measured: bool = False  # figures measured on this machine rather than read off a datasheet
+    memory_type: str = ""  # HBM3e, GDDR6, ...: a feature the cost model's transfer to unmeasured GPUs uses
     price_date: str = ""
     price_source: str = ""
     source: str = ""

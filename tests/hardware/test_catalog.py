@@ -69,3 +69,13 @@ def test_unknown_names_list_choices() -> None:
 def test_link_validation() -> None:
     with pytest.raises(ValueError, match="efficiency=1.5"):
         LinkSpec(name="x", bytes_per_s=1e9, latency_s=1e-6, efficiency=1.5)
+
+
+def test_every_measured_database_gpu_is_in_the_catalog_with_sources() -> None:
+    from tessera.cost.tables import SHIPPED_AIC
+
+    systems = sorted(p.name for p in SHIPPED_AIC.iterdir() if p.is_dir())
+    assert len(systems) == 10
+    for system in systems:
+        g = catalog.gpu(catalog.resolve_gpu(system))
+        assert g.source and g.price_source and g.price_date and g.memory_type, system

@@ -1,0 +1,260 @@
+"""Measured kernel tables per GPU (``<dir>/<system>/<table>.csv``, written by `tessera cost import aic`)
+and interpolation over their grids.
+
+A table's rows are shapes (its key columns) with a measured latency in milliseconds. A roofline
+``launch + max(compute / compute_eff, memory / memory_eff)`` is fitted to the table (``fit_roofline``), each
+row is normalised by it, and the table interpolates log(measured / roofline) multilinearly in log-shape
+space. A query's time is the roofline there times the interpolated ratio: exact on a grid point, smooth
+between grid points, and, outside the grid, the edge's ratio carried by the roofline's scaling. A grid corner the table lacks is left out
+of the weights; a query with no corner at all takes its nearest row's ratio (in log-shape space).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import warnings
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from tessera.cost.aic_import import SPECS, TABLES
+from tessera.errors import UserError
+from tessera.graph import Kernel, KernelKind
+from tessera.hardware import GpuSpec, resolve_gpu
+
+SHIPPED_AIC = Path(__file__).parent / "data" / "aic"
+ELEM_BYTES = 2  # bf16
+
+KEYS: dict[str, tuple[str, ...]] = {name: tuple(spec[3]) for name, spec in SPECS.items()}
+FIT_ROWS = 3000  # rows (evenly spaced) a table's roofline is fitted on: plenty for three parameters
+_COMPUTE = (0.02, 1.5)  # search ranges: efficiencies as fractions of peak, launch in seconds
+_MEMORY = (0.02, 1.5)
+_LAUNCH_S = (0.0, 40e-6)
+
+
+def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(compute_s, memory_s) of shapes ``p`` [N, len(KEYS[name])] of table ``name`` on ``gpu`` at
+    efficiency 1: FLOPs at dense bf16 peak, bytes at datasheet bandwidth.
+    Attention FLOPs count the full (non-causal) score matrix, 4·b·h·q·kv·d, as capture does; ``kv_len``
+    overrides a context row's key length, which is otherwise its query length (a chunk against a prefix)."""
+    p = p.astype(float)
+    peak, bw, e = gpu.peak("bfloat16"), gpu.mem_bw_bytes_per_s, ELEM_BYTES
+    if name == "gemm":
+        m, n, k = p.T
+        # plain FLOPs, no tile waves: the measured kernels pick their own tiles, and the table's ratio to
+        # this fit carries the quantisation (waves made both interpolation and transfer worse here)
+        return 2 * m * n * k / peak, e * (m * k + k * n + m * n) / bw
+    if name in ("context_attention", "generation_attention"):
+        b, length, h, kh, d = p.T
+        if name == "context_attention":
+            q, kv = length, (length if kv_len is None else kv_len)
+        else:
+            q, kv = np.ones_like(b), length
+        return 4 * b * h * q * kv * d / peak, e * b * d * (2 * h * q + 2 * kh * kv) / bw
+    if name == "moe":  # gated experts: up (2·inter) + down (inter) per routed token; expected distinct experts
+        t, hid, inter, topk, experts = p.T
+        active = experts * (1 - (1 - 1 / experts) ** (t * topk))
+        return 6 * t * topk * hid * inter / peak, e * (3 * active * hid * inter + 2 * t * hid) / bw
+    raise ValueError(f"unknown table {name!r}; valid: {', '.join(TABLES)}")
+
+
+def ideal_s(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | None = None) -> np.ndarray:
+    """Ideal time (s): the larger of ``unit_terms``."""
+    return np.maximum(*unit_terms(name, p, gpu, kv_len=kv_len))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Roofline:
+    compute_eff: float
+    memory_eff: float
+    launch_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.compute_eff > 0 and self.memory_eff > 0 and self.launch_s >= 0):
+            raise ValueError(f"roofline compute_eff={self.compute_eff} memory_eff={self.memory_eff} "
+                             f"launch_s={self.launch_s}: efficiencies must be > 0, launch >= 0")
+
+    def time_s(self, compute_s: np.ndarray, memory_s: np.ndarray) -> np.ndarray:
+        return self.launch_s + np.maximum(compute_s / self.compute_eff, memory_s / self.memory_eff)
+
+
+def fit_roofline(compute_s: np.ndarray, memory_s: np.ndarray, measured_s: np.ndarray) -> Roofline:
+    """The (compute eff, memory eff, launch) minimising mean |log(fit / measured)|: a 17^3 grid refined
+    twice around its best point (three parameters, so exhaustive search is cheap and has no local minima)."""
+    lo = np.array([_COMPUTE[0], _MEMORY[0], _LAUNCH_S[0]])
+    hi = np.array([_COMPUTE[1], _MEMORY[1], _LAUNCH_S[1]])
+    best = (lo + hi) / 2
+    for _ in range(3):
+        c, m, launch = (np.linspace(lo[i], hi[i], 17) for i in range(3))
+        base = np.maximum(compute_s[None, None, :] / c[:, None, None], memory_s[None, None, :] / m[None, :, None])
+        loss = np.stack([np.abs(np.log((base + x) / measured_s)).mean(axis=-1) for x in launch], axis=-1)
+        i, j, k = np.unravel_index(np.argmin(loss), loss.shape)
+        best = np.array([c[i], m[j], launch[k]])
+        step = (hi - lo) / 16
+        lo, hi = np.maximum(best - 2 * step, [1e-3, 1e-3, 0.0]), best + 2 * step
+    return Roofline(compute_eff=float(best[0]), memory_eff=float(best[1]), launch_s=float(best[2]))
+
+
+def query_of(kernel: Kernel) -> tuple[str, tuple[int, ...], int | None] | None:
+    """(table, key, kv_len override) a captured kernel looks up, or None where no table applies.
+
+    GEMM dims m, n, k (batch 1); a MoE kernel: dims tokens, hidden, inter, topk, experts; attention
+    dims batch, heads, kv_heads, q_len, kv_len, head_dim (decode: q_len 1)."""
+    d = kernel.dims
+    if kernel.dtype != "bfloat16":  # the tables' dtype; fp16 kernels fall through to Vidur's fp16 profiles
+        return None
+    if set(KEYS["moe"]) <= d.keys():
+        return "moe", tuple(d[c] for c in KEYS["moe"]), None
+    if kernel.kind is KernelKind.GEMM and {"m", "n", "k"} <= d.keys() and d.get("batch", 1) == 1:
+        return "gemm", (d["m"], d["n"], d["k"]), None
+    attn = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")
+    if kernel.kind in (KernelKind.ATTENTION, KernelKind.ATTENTION_DECODE) and set(attn) <= d.keys():
+        b, h, kh, q, kv, hd = (d[c] for c in attn)
+        if q == 1:
+            return "generation_attention", (b, kv, h, kh, hd), None
+        return "context_attention", (b, q, h, kh, hd), (kv if q != kv else None)
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredTable:
+    """One GPU's measured times for one table: shapes [N, d] and seconds [N]."""
+
+    name: str
+    gpu: GpuSpec
+    points: np.ndarray = field(hash=False)
+    time_s: np.ndarray = field(hash=False)
+    # the roofline fitted to these rows (None: fit on first use); interpolation runs on measured / roofline
+    basis: Roofline | None = None
+
+    def __post_init__(self) -> None:
+        if self.points.ndim != 2 or self.points.shape != (len(self.time_s), len(KEYS[self.name])):
+            raise ValueError(f"table {self.name}: points {self.points.shape} do not match "
+                             f"{len(self.time_s)} times x {len(KEYS[self.name])} keys")
+
+    @cached_property
+    def roofline(self) -> Roofline:
+        if self.basis is not None:
+            return self.basis
+        rows = np.linspace(0, len(self.time_s) - 1, min(FIT_ROWS, len(self.time_s))).astype(int)
+        return fit_roofline(*unit_terms(self.name, self.points[rows], self.gpu), self.time_s[rows])
+
+    def roofline_s(self, points: np.ndarray, *, gpu: GpuSpec | None = None,
+                   kv_len: np.ndarray | None = None) -> np.ndarray:
+        """This table's fitted roofline at ``points`` (on ``gpu``: default this table's)."""
+        return self.roofline.time_s(*unit_terms(self.name, points, gpu or self.gpu, kv_len=kv_len))
+
+    @cached_property
+    def _log_ratio(self) -> np.ndarray:
+        return np.log(self.time_s / self.roofline_s(self.points))
+
+    @cached_property
+    def _axes(self) -> list[np.ndarray]:
+        return [np.unique(self.points[:, j]) for j in range(self.points.shape[1])]
+
+    @cached_property
+    def _index(self) -> dict[int, int]:
+        """Grid cell code (row-major over the axes' positions) -> row."""
+        pos = [np.searchsorted(axis, self.points[:, j]) for j, axis in enumerate(self._axes)]
+        codes = np.ravel_multi_index(pos, [len(a) for a in self._axes])
+        return dict(zip(codes.tolist(), range(len(codes)), strict=True))
+
+    @cached_property
+    def _log_points(self) -> np.ndarray:
+        return np.log(self.points.astype(float))
+
+    def log_ratio(self, key: tuple[int, ...]) -> float:
+        """Interpolated log(measured / fitted roofline) at ``key`` (clamped to the grid's range)."""
+        corners: list[list[tuple[int, float]]] = []  # per axis: (position on the axis, weight)
+        for x, axis in zip(key, self._axes, strict=True):
+            j = int(np.searchsorted(axis, x))
+            if j < len(axis) and axis[j] == x or j == 0:
+                corners.append([(min(j, len(axis) - 1), 1.0)])
+            elif j == len(axis):
+                corners.append([(len(axis) - 1, 1.0)])
+            else:
+                lo, hi = float(axis[j - 1]), float(axis[j])
+                w = (math.log(x) - math.log(lo)) / (math.log(hi) - math.log(lo))
+                corners.append([(j - 1, 1 - w), (j, w)])
+        sizes = [len(a) for a in self._axes]
+        total = acc = 0.0
+        for combo in np.ndindex(*(len(c) for c in corners)):
+            w = math.prod(corners[a][i][1] for a, i in enumerate(combo))
+            code = 0
+            for a, i in enumerate(combo):
+                code = code * sizes[a] + corners[a][i][0]
+            row = self._index.get(code)
+            if row is not None and w > 0:
+                total += w
+                acc += w * self._log_ratio[row]
+        if total > 1e-9:
+            return acc / total
+        dist = np.abs(self._log_points - np.log(np.maximum(np.array(key, dtype=float), 1))).sum(axis=1)
+        return float(self._log_ratio[int(np.argmin(dist))])
+
+    def time_at(self, key: tuple[int, ...], *, kv_len: int | None = None) -> float:
+        """Seconds at ``key``: the fitted roofline there times the interpolated ratio."""
+        q = None if kv_len is None else np.array([float(kv_len)])
+        return float(self.roofline_s(np.array([key]), kv_len=q)[0]) * math.exp(self.log_ratio(key))
+
+
+def read_table(path: Path, name: str, gpu: GpuSpec) -> MeasuredTable:
+    """One CSV table; a malformed row is a UserError naming file and row (1 = the first data row).
+
+    numpy parses a clean file at once; any failure re-reads it row by row to name the bad row."""
+    keys = KEYS[name]
+    try:
+        with path.open(newline="") as f:
+            header = next(csv.reader(f), [])
+        if header != [*keys, "latency_ms"]:
+            raise UserError(f"{path}: header {','.join(header)!r} is not {','.join([*keys, 'latency_ms'])!r}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # numpy warns on an empty file: found below
+            data = np.loadtxt(path, delimiter=",", skiprows=1, ndmin=2)
+        if data.shape[1] != len(keys) + 1 or not (data > 0).all() or not np.isfinite(data).all() \
+                or (data[:, :-1] != np.round(data[:, :-1])).any():
+            raise ValueError("bad values")
+    except OSError as e:
+        raise UserError(f"cannot read table {path}: {e.strerror}") from None
+    except (ValueError, UserWarning):
+        _find_bad_row(path, len(keys))
+        raise UserError(f"{path}: no rows") from None
+    return MeasuredTable(name=name, gpu=gpu, points=data[:, :-1].astype(np.int64), time_s=data[:, -1] * 1e-3)
+
+
+def _find_bad_row(path: Path, nkeys: int) -> None:
+    """Raise a UserError naming the first malformed data row of ``path``; return if every row is fine."""
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        next(reader, None)
+        for i, row in enumerate(reader, start=1):
+            try:
+                if len(row) != nkeys + 1:
+                    raise ValueError(f"{len(row)} fields, expected {nkeys + 1}")
+                vals = [int(x) for x in row[:-1]]
+                t = float(row[-1])
+                if min(vals) <= 0 or not t > 0 or math.isinf(t):
+                    raise ValueError("shape values and latency must be > 0")
+            except ValueError as e:
+                raise UserError(f"{path}: row {i}: malformed ({e}): {','.join(row)}") from None
+
+
+def load_gpu_tables(gpu_dir: Path, gpu: GpuSpec) -> dict[str, MeasuredTable]:
+    return {name: read_table(gpu_dir / f"{name}.csv", name, gpu) for name in TABLES
+            if (gpu_dir / f"{name}.csv").exists()}
+
+
+def table_dirs(root: Path = SHIPPED_AIC) -> dict[str, Path]:
+    """Catalog GPU name -> its table directory, for every directory under ``root`` with a table."""
+    root = Path(root)
+    if not root.is_dir():
+        raise UserError(f"table directory {root} does not exist")
+    out = {resolve_gpu(p.name): p for p in sorted(root.iterdir())
+           if p.is_dir() and any((p / f"{n}.csv").exists() for n in TABLES)}
+    if not out:
+        raise UserError(f"no <gpu>/<table>.csv tables under {root}; tables: {', '.join(TABLES)}")
+    return out

@@ -1,0 +1,172 @@
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tessera.cost import default_cost_model
+from tessera.cost.aic import AicCosts
+from tessera.cost.aic_import import select_rows
+from tessera.cost.tables import (
+    SHIPPED_AIC,
+    MeasuredTable,
+    Roofline,
+    fit_roofline,
+    ideal_s,
+    query_of,
+    read_table,
+)
+from tessera.cost.transfer import Measured, Transfer
+from tessera.errors import UserError
+from tessera.graph import Kernel, KernelKind
+from tessera.hardware import gpu
+from tests.conftest import RunCli
+
+H100 = gpu("H100-SXM")
+
+
+def _gemm(m: int, n: int, k: int) -> Kernel:
+    return Kernel(id=0, name="mm", kind=KernelKind.GEMM, flops=2 * m * n * k, bytes_read=2 * (m * k + k * n),
+                  bytes_written=2 * m * n, reads=(), writes=(), dims={"m": m, "n": n, "k": k, "batch": 1})
+
+
+def test_gemm_ideal_by_hand() -> None:
+    # 4096^3 on H100: 2 * 4096^3 FLOPs at 989.4e12 = 138.9 us; memory 3 * 4096^2 * 2 bytes at 3.35e12 =
+    # 30 us is smaller.
+    compute_s = 2 * 4096**3 / 989.4e12
+    assert ideal_s("gemm", np.array([[4096, 4096, 4096]]), H100)[0] == pytest.approx(compute_s)
+    # decode attention, batch 1, 1024 cached tokens, 32 heads / 8 KV heads, d 128: bytes-bound,
+    # K and V = 2 * 1024 * 8 * 128 * 2 bytes, q and out = 2 * 32 * 128 * 2 bytes
+    nbytes = 2 * 1024 * 8 * 128 * 2 + 2 * 32 * 128 * 2
+    got = ideal_s("generation_attention", np.array([[1, 1024, 32, 8, 128]]), H100)[0]
+    assert got == pytest.approx(nbytes / 3.35e12)
+
+
+IDEAL = Roofline(compute_eff=1.0, memory_eff=1.0, launch_s=0.0)  # basis = ideal_s
+
+
+def _table(name: str, points: list[list[int]], times_s: list[float]) -> MeasuredTable:
+    return MeasuredTable(name=name, gpu=H100, points=np.array(points), time_s=np.array(times_s), basis=IDEAL)
+
+
+def test_interpolation_exact_on_grid_and_log_linear_between() -> None:
+    t1, t2 = 30e-6, 200e-6
+    t = _table("gemm", [[16, 4096, 4096], [256, 4096, 4096]], [t1, t2])
+    assert t.time_at((16, 4096, 4096)) == pytest.approx(t1)
+    assert t.time_at((256, 4096, 4096)) == pytest.approx(t2)
+    # m = 64 is the log-midpoint of 16 and 256: the ratio to the ideal time is the geometric mean of the ends'
+    ideal = ideal_s("gemm", np.array([[16, 4096, 4096], [64, 4096, 4096], [256, 4096, 4096]]), H100)
+    want = ideal[1] * math.sqrt(t1 / ideal[0] * t2 / ideal[2])
+    assert t.time_at((64, 4096, 4096)) == pytest.approx(want)
+    # beyond the grid: the edge ratio carried by the ideal (roofline) scaling
+    big = ideal_s("gemm", np.array([[4096, 4096, 4096]]), H100)[0]
+    assert t.time_at((4096, 4096, 4096)) == pytest.approx(big * t2 / ideal[2])
+
+
+def test_query_keys_from_captured_dims() -> None:
+    dec = Kernel(id=0, name="sdpa", kind=KernelKind.ATTENTION_DECODE, flops=0, bytes_read=0, bytes_written=0,
+                 reads=(), writes=(), dims={"batch": 16, "heads": 32, "kv_heads": 8, "q_len": 1, "kv_len": 1025,
+                                             "head_dim": 128})
+    assert query_of(dec) == ("generation_attention", (16, 1025, 32, 8, 128), None)
+    pre = Kernel(id=0, name="sdpa", kind=KernelKind.ATTENTION, flops=0, bytes_read=0, bytes_written=0, reads=(),
+                 writes=(), dims={"batch": 2, "heads": 32, "kv_heads": 8, "q_len": 256, "kv_len": 1024, "head_dim": 128})
+    assert query_of(pre) == ("context_attention", (2, 256, 32, 8, 128), 1024)
+    assert query_of(_gemm(8, 4096, 1024)) == ("gemm", (8, 4096, 1024), None)
+
+
+def test_select_rows_keeps_majority_kernel_and_bf16() -> None:
+    cols = {"kernel_source": ["fa3", "fa3", "fa4", "fa3"], "attn_dtype": ["bfloat16"] * 4,
+            "kv_cache_dtype": ["bfloat16", "bfloat16", "bfloat16", "fp8"], "batch_size": [1, 2, 1, 1],
+            "isl": [1, 1, 1, 1], "step": [1023, 7, 1023, 1023], "num_heads": [32] * 4,
+            "num_key_value_heads": [8] * 4, "head_dim": [128] * 4, "latency": [0.05, 0.01, 0.04, 0.03]}
+    source, rows = select_rows(cols, "generation_attention")
+    assert source == "fa3" and rows == [[1, 1024, 32, 8, 128, 0.05], [2, 8, 32, 8, 128, 0.01]]
+
+
+def test_fit_roofline_recovers_known_parameters() -> None:
+    c = np.geomspace(1e-6, 1e-3, 40)
+    m = c[::-1].copy()
+    meas = 5e-6 + np.maximum(c / 0.6, m / 0.8)
+    r = fit_roofline(c, m, meas)
+    assert r.compute_eff == pytest.approx(0.6, rel=0.03) and r.memory_eff == pytest.approx(0.8, rel=0.03)
+    assert r.launch_s == pytest.approx(5e-6, abs=1e-6)
+
+
+def test_transfer_to_a_datasheet_twin_reproduces_the_measurement() -> None:
+    # H800 has H100-SXM's peak, bandwidth, memory family and vendor: with H100 as the only source, its
+    # roofline is H100's and the shape residual cancels, so the transfer returns H100's measurement.
+    t = AicCosts().tables("H100-SXM")["gemm"]
+    x = Transfer(target=gpu("H800"), sources=(Measured(table=t),))
+    for i in (0, len(t.time_s) // 2, len(t.time_s) - 1):
+        assert x.time_s(tuple(int(v) for v in t.points[i])) == pytest.approx(t.time_s[i], rel=1e-9)
+
+
+def _first_row(path: Path) -> dict[str, str]:
+    with path.open(newline="") as f:
+        return next(csv.DictReader(f))
+
+
+def test_default_model_uses_shipped_measurements() -> None:
+    row = _first_row(SHIPPED_AIC / "h100_sxm" / "gemm.csv")
+    m, n, k = (int(row[c]) for c in "mnk")
+    model = default_cost_model()
+    assert model.kernel_time_s(_gemm(m, n, k), H100) == pytest.approx(float(row["latency_ms"]) * 1e-3)
+    # a GPU without tables gets a transferred time, finite and positive
+    assert 0 < model.kernel_time_s(_gemm(m, n, k), gpu("H20")) < 1
+
+
+def test_malformed_table_is_one_line_naming_file_and_row(tmp_path: Path, run_cli: RunCli) -> None:
+    for system in ("h100_sxm", "l40s"):
+        (tmp_path / system).mkdir()
+        (tmp_path / system / "gemm.csv").write_text("m,n,k,latency_ms\n1,128,128,0.01\n2,128,128,0.02\n")
+    (tmp_path / "l40s" / "gemm.csv").write_text("m,n,k,latency_ms\n1,128,128,0.01\n2,128,abc,0.02\n")
+    with pytest.raises(UserError, match=r"gemm.csv: row 2: malformed"):
+        read_table(tmp_path / "l40s" / "gemm.csv", "gemm", gpu("L40S"))
+    code, _, err = run_cli(["cost", "validate", "--source", "aic", "--profiles", str(tmp_path)])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"{tmp_path / 'l40s' / 'gemm.csv'}: row 2: malformed" in err
+    code, _, err = run_cli(["cost", "validate", "--source", "nope"])
+    assert code == 2 and "valid: aic, vidur" in err
+
+
+def test_cli_validate_aic_json_shape(run_cli: RunCli) -> None:
+    code, out, err = run_cli(["cost", "validate", "--source", "aic", "--holdout", "h200_sxm", "--rows", "20",
+                              "--json"])
+    assert code == 0, err
+    report = json.loads(out)
+    assert set(report) == {"holdout", "fit_on", "overall", "ops", "folds"} and report["holdout"] == ["H200"]
+    assert "H100-SXM" in report["fit_on"] and "H200" not in report["fit_on"]
+    assert set(report["ops"]) == {"gemm", "context_attention", "generation_attention", "moe"}
+
+
+def test_gpus_lists_where_costs_come_from(run_cli: RunCli) -> None:
+    code, out, err = run_cli(["gpus", "--json"])
+    assert code == 0, err
+    costs = {g["name"]: g["costs"] for g in json.loads(out)}
+    assert costs["H100-SXM"] == "measured tables" and costs["H20"].startswith("transferred from")
+    assert costs["cpu"] == "measured on this machine"
+    assert all(costs[g].startswith("measured tables") for g in AicCosts().dirs)
+
+
+def test_import_without_the_package_is_one_clear_line(run_cli: RunCli) -> None:
+    # the project venv does not install aiconfigurator-core: the error path is what runs here
+    import importlib.util
+
+    if importlib.util.find_spec("aiconfigurator_core") is not None:
+        pytest.skip("aiconfigurator-core is installed here")
+    code, _, err = run_cli(["cost", "import", "aic", "--out", "/nonexistent-dir"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "pip install 'tessera[aic]'" in err
+    code, _, err = run_cli(["cost", "import", "vidur"])
+    assert code == 2 and "valid: aic" in err
+
+
+def test_prefill_chunk_against_a_prefix_scales_by_its_own_kv_length() -> None:
+    t = _table("context_attention", [[1, 256, 32, 8, 128]], [20e-6])
+    # ideal of the grid row (q = kv = 256): FLOPs 4*32*256*256*128 at 989.4e12 = 1.09 us < bytes
+    # 2*128*(2*32*256 + 2*8*256) at 3.35e12 = 1.57 us; the chunk (q 256, kv 1024): FLOPs
+    # 4*32*256*1024*128 -> 4.34 us > bytes 2*128*(2*32*256 + 2*8*1024) -> 2.50 us.
+    row_s = 2 * 128 * (2 * 32 * 256 + 2 * 8 * 256) / 3.35e12
+    chunk_s = 4 * 32 * 256 * 1024 * 128 / 989.4e12
+    assert t.time_at((1, 256, 32, 8, 128), kv_len=1024) == pytest.approx(20e-6 * chunk_s / row_s)
