@@ -161,7 +161,7 @@ def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = 
         raise UserError("the pool has no GPUs; give --gpus A,B")
     specs = tuple(resolve_gpu(n) for n in names)
     lk = resolve_link(cfg.link)
-    cost = cost or default_cost()
+    cost = UnitCost.over(cost or default_cost())  # memoised: layers repeat kernels, the search repeats shapes
     images, pd_ok = model_kind(model)
     t0 = time.perf_counter()
     shapes = Shapes(model, source or capture_source(model), cfg, images)

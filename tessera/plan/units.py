@@ -85,12 +85,29 @@ class UnitCost:
 
     cost: CostModel
     units: dict[str, tuple[GpuSpec, int]] = field(default_factory=dict, hash=False)  # unit name -> (gpu, tp)
+    # (kernel signature, device) -> seconds: the layers of a model repeat the same kernels, and a search
+    # prices the same shapes many times
+    memo: dict[tuple, float] = field(default_factory=dict, hash=False, compare=False)
 
     @classmethod
-    def over(cls, cost: CostModel, units: tuple[tuple[GpuSpec, int], ...]) -> UnitCost:
+    def over(cls, cost: CostModel, units: tuple[tuple[GpuSpec, int], ...] = ()) -> UnitCost:
+        if isinstance(cost, UnitCost):
+            return cls(cost=cost.cost, units={**cost.units, **{unit_name(g.name, tp): (g, tp)
+                                                               for g, tp in units if tp > 1}},
+                       memo=cost.memo)  # keys name the device (unit names differ by tp): safe to share
         return cls(cost=cost, units={unit_name(g.name, tp): (g, tp) for g, tp in units if tp > 1})
 
     def kernel_time_s(self, kernel: Kernel, gpu: GpuSpec) -> float:
+        tp = self.units[gpu.name][1] if gpu.name in self.units else 1
+        role = (is_row_parallel(kernel), kernel.module.rsplit(".", 1)[-1] in ROUTERS) if tp > 1 else ()
+        key = (gpu.name, kernel.name, kernel.kind, kernel.dtype, kernel.flops, kernel.bytes_read,
+               kernel.bytes_written, tuple(sorted(kernel.dims.items())), role)
+        t = self.memo.get(key)
+        if t is None:
+            t = self.memo[key] = self._time(kernel, gpu)
+        return t
+
+    def _time(self, kernel: Kernel, gpu: GpuSpec) -> float:
         if gpu.name not in self.units:
             return self.cost.kernel_time_s(kernel, gpu)
         base, tp = self.units[gpu.name]

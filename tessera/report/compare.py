@@ -136,6 +136,14 @@ def _per_usd(e: dict[str, Any]) -> float:
     return e.get("tokens_per_usd", e.get("images_per_usd")) or 0.0
 
 
+def _fmt(v: float) -> str:
+    return f"{v:,.1f}" if v >= 10 else f"{v:.3g}"
+
+
+def _per_usd_text(v: float, images: bool) -> str:
+    return f"{v:,.0f} images" if images else f"{v / 1e6:.3f} Mtok"
+
+
 def gains(cells: list[dict[str, Any]]) -> list[tuple[float, float, str]]:
     """(goodput vs best baseline, tokens/$ vs best same-size homogeneous, cell) per cell."""
     out = []
@@ -159,20 +167,20 @@ def markdown(cells: list[dict[str, Any]], cfg: PlannerConfig, wall: float) -> st
              "Goodput: output tokens/s (flux-dev: images/s) of requests meeting the SLO, each strategy at its own "
              "best batch and micro-batch count. Same-size homogeneous: as many GPUs of one type as the pool, "
              "the best type by tokens per $.", "",
-             "| model | pool | chosen | " + " | ".join(STRATEGIES) + " | $/h | Mtok per $ (Tessera) | "
-             "best same-size homogeneous, Mtok per $ |", "|---|---|---|" + "---|" * len(STRATEGIES) + "---|---|---|"]
+             "| model | pool | chosen | " + " | ".join(STRATEGIES) + " | $/h | per $ (Tessera) | "
+             "best same-size homogeneous, per $ |", "|---|---|---|" + "---|" * len(STRATEGIES) + "---|---|---|"]
     for c in cells:
         pool = "+".join(c["gpus"])
         if "error" in c:
             lines.append(f"| {c['model']} | {pool} | error: {c['error']} |" + " |" * (len(STRATEGIES) + 3))
             continue
         s = c["strategies"]
-        vals = ["n/a" if not s[n]["applicable"] else ("0" if not s[n]["feasible"] else f"{_good(s[n]):,.1f}")
+        vals = ["n/a" if not s[n]["applicable"] else ("0" if not s[n]["feasible"] else _fmt(_good(s[n])))
                 for n in STRATEGIES]
         ref = c["best_homogeneous_same_budget"]
         lines.append(f"| {c['model']} | {pool} | {c['chosen']} | " + " | ".join(vals) +
-                     f" | {s['tessera']['usd_per_hour']:.2f} | {_per_usd(s['tessera']) / 1e6:.3f} | "
-                     f"{len(ref['gpus'])}×{ref['gpus'][0]}: {ref['tokens_per_usd'] / 1e6:.3f} |")
+                     f" | {s['tessera']['usd_per_hour']:.2f} | {_per_usd_text(_per_usd(s['tessera']), c['images'])} | "
+                     f"{len(ref['gpus'])}×{ref['gpus'][0]}: {_per_usd_text(ref['tokens_per_usd'], c['images'])} |")
     g = gains(cells)
     lines += ["", "## Gains (Tessera vs the best baseline in the same pool; tokens per $ vs the best same-size "
               "homogeneous deployment)", ""]
@@ -214,7 +222,7 @@ def _headline(cells: list[dict[str, Any]]) -> str:
             faster = _good(t) > ref_g
             cheaper = t["usd_per_hour"] < ref_usd
             per = (_good(t) / t["usd_per_hour"]) / (ref_g / ref_usd) if ref_g and t["usd_per_hour"] else 0.0
-            rows.append(f"{'+'.join(c['gpus'])}: {_good(t):,.0f} vs {ref_g:,.0f} ({'faster' if faster else 'slower'}), "
+            rows.append(f"{'+'.join(c['gpus'])}: {_fmt(_good(t))} vs {_fmt(ref_g)} ({'faster' if faster else 'slower'}), "
                         f"${t['usd_per_hour']:.2f}/h vs ${ref_usd:.2f}/h ({'cheaper' if cheaper else 'dearer'}), "
                         f"{per:.2f}× tokens per $")
         wins = [r for r in rows if "faster" in r and "cheaper" in r]

@@ -34,4 +34,4 @@ def test_gains_and_headline_by_hand() -> None:
     md = markdown([het, tie], PlannerConfig(), 1.0)
     assert "| goodput vs best baseline | 2.00× (m on H100-SXM+L40S) | 1.50× | 1.00× | up to 2.3× |" in md
     assert "Tessera's choice: milp in 1 cell, homogeneous in 1 cell." in md
-    assert "- **m**: yes. H100-SXM+L40S: 150 vs 100 (faster), $4.09/h vs $5.98/h (cheaper)" in md
+    assert "- **m**: yes. H100-SXM+L40S: 150.0 vs 100.0 (faster), $4.09/h vs $5.98/h (cheaper)" in md
