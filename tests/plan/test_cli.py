@@ -58,3 +58,15 @@ def test_serving_plan_runs_bit_exact_on_cpu_workers(tmp_path) -> None:
     assert out.returncode == 0, out.stderr
     j = json.loads(out.stdout)
     assert j["verified"] and j["max_abs_diff"] == 0.0
+
+
+def test_an_slo_no_configuration_meets_is_one_line_exit_2() -> None:
+    r = _run("plan", "llama-tiny", "--gpus", "H100,L40S", "--prompt", "16", "--output", "8", "--slo-tpot-ms", "0.0001")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and "meets TTFT ≤ 2 s and TPOT ≤ 0.0001 ms" in line and "TPOT" in line.split(":", 2)[2]
+
+
+def test_a_nonsense_slo_is_one_line_exit_2() -> None:
+    r = _run("plan", "llama-tiny", "--gpus", "H100,L40S", "--slo-ttft-ms", "-5")
+    assert r.returncode == 2 and "ttft_s=-0.005" in r.stderr and "Traceback" not in r.stderr
