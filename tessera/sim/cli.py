@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tessera.sim.failure import Failure
 from tessera.sim.metrics import SLO, SimResult
 from tessera.sim.model import SchedulerConfig
 from tessera.sim.workload import LengthSpec, WorkloadSpec
+from tessera.text import plural
 
 out = Console()
 
@@ -29,7 +31,7 @@ def _ms(d: dict) -> str:
 def _table(r: SimResult, title: str) -> Table:
     t = Table(title=title, show_header=False)
     t.add_row("requests (completed / lost)", f"{r.requests} ({r.completed} / {r.lost})")
-    t.add_row("simulated span", f"{r.sim_wall_s:.2f} s  ({r.replicas} replicas, ran in {r.runtime_s:.2f} s)")
+    t.add_row("simulated span", f"{r.sim_wall_s:.2f} s  ({plural(r.replicas, 'replica')}, ran in {r.runtime_s:.2f} s)")
     if r.images_per_s:
         t.add_row("throughput", f"{r.images_per_s:.3f} images/s, {r.requests_per_s:.2f} req/s")
     else:
@@ -49,6 +51,17 @@ def _table(r: SimResult, title: str) -> Table:
         t.add_row(f"failure of replica {f['replica']} at {f['at_s']:g} s",
                   f"{f['requeued']} re-queued; min window {dip}; recovered after {rec}")
     return t
+
+
+def _warn_overload(plan: Plan, spec: WorkloadSpec, replicas: int) -> None:
+    """A rate far beyond what the plan serves is allowed (a saturation test) but said out loud."""
+    thr = plan.throughput_tokens_per_s
+    if spec.kind == "offline" or not thr or spec.output.trace:
+        return
+    cap = thr * replicas / ((spec.output.lo + spec.output.hi) / 2)  # requests/s the plan predicts
+    if spec.rate_per_s > 10 * cap:
+        print(f"note: --rate {spec.rate_per_s:g} req/s is {spec.rate_per_s / cap:,.0f}× the plan's predicted "
+              f"capacity ({cap:.2f} req/s): the queue grows for the whole run", file=sys.stderr)
 
 
 def _failure(plan: Plan, fail_at: float | None, fail_replica: int, replacement: str, replan_s: float,
@@ -106,6 +119,7 @@ def register(app: typer.Typer) -> None:
         plan = Plan.load(plan_path)
         spec = WorkloadSpec(kind=workload, requests=requests, rate_per_s=rate, prompt=LengthSpec.parse(prompt),
                             output=LengthSpec.parse(output), burst=burst, burst_cv=burst_cv)
+        _warn_overload(plan, spec, replicas)
         policy = None
         if adaptive:
             if latency_plan is None:
@@ -138,7 +152,15 @@ def register(app: typer.Typer) -> None:
             ctx = float(spec.prompt.lo or 0) + float(spec.output.lo or 0) / 2
             plot_plan(plan.members[0] if plan.members else plan, gantt, phase=pm.iter.phase,
                       tokens=pm.max_batch * pm.iter.tokens_per_item, context=0.0 if pm.image else ctx)
+        res = r.result
+        if res.lost == res.requests:
+            raise UserError(f"all {res.requests} requests lost: prompt + output ({spec.prompt} + {spec.output} tokens) "
+                            f"exceed the plan's KV capacity of {plan.kv_capacity_tokens:,} tokens per cell; "
+                            "give shorter requests or a plan with more memory for KV")
+        if res.lost:
+            print(f"note: {res.lost} of {res.requests} requests lost: prompt + output exceed the plan's KV "
+                  f"capacity of {plan.kv_capacity_tokens:,} tokens per cell", file=sys.stderr)
         if json_out:
-            print(json.dumps(r.result.to_dict() if detail else r.result.to_json()))
+            print(json.dumps(res.to_dict() if detail else res.to_json()))
         else:
-            out.print(_table(r.result, f"{plan.model} / {plan.strategy} / {workload}"))
+            out.print(_table(res, f"{plan.model} / {plan.strategy} / {workload}"))

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 from tessera.plan.types import Plan  # noqa: E402
 from tessera.sim.timing import StepTable  # noqa: E402
 from tessera.sim.trace import Span, iteration_spans  # noqa: E402
+from tessera.text import plural  # noqa: E402
 
 
 def plot_spans(spans: Sequence[Span], path: str | Path, title: str = "") -> None:
@@ -42,5 +43,5 @@ def plot_plan(plan: Plan, path: str | Path, *, phase: str = "decode", tokens: fl
     dur, w = table.time(tok, context)
     spans = [s for k in range(iterations) for s in iteration_spans(plan, phase, w, k * dur, dur)]
     plot_spans(spans, path, f"{plan.model} {plan.strategy} {phase}: {iterations} iterations at tokens={tok:g}, "
-                            f"context={context:g}, {plan.phases[phase].microbatches} micro-batches")
+                            f"context={context:g}, {plural(plan.phases[phase].microbatches, 'micro-batch', 'micro-batches')}")
     return spans

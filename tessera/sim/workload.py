@@ -10,6 +10,7 @@ plan the output length is the number of denoising steps.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -89,8 +90,8 @@ class WorkloadSpec:
             raise choices_error("burst shape", self.burst, BURSTS)
         if self.requests < 1:
             raise UserError(f"requests={self.requests} must be >= 1")
-        if self.kind != "offline" and not self.rate_per_s > 0:
-            raise UserError(f"workload {self.kind} needs --rate > 0 (got {self.rate_per_s})")
+        if self.kind != "offline" and not (self.rate_per_s > 0 and math.isfinite(self.rate_per_s)):
+            raise UserError(f"workload {self.kind} needs a finite --rate > 0 (got {self.rate_per_s})")
         if self.burst_cv <= 0 or self.on_s <= 0 or self.off_s < 0:
             raise UserError(f"burst_cv={self.burst_cv}, on_s={self.on_s}, off_s={self.off_s} must be positive")
 

@@ -60,3 +60,30 @@ def test_cli_bad_input_exits_2(tmp_path, capsys):
         main(["simulate", str(tmp_path / "missing.json")])
     assert e.value.code == 2
     assert "cannot read plan" in capsys.readouterr().err
+
+
+def test_all_requests_lost_is_one_line_exit_2(tmp_path, capsys):
+    """Requests longer than the plan's KV capacity (57,613 tokens here) can never be served: say so."""
+    from tessera.sim.handplan import hand_plan
+
+    from .conftest import DECODE, PREFILL
+
+    p = tmp_path / "plan.json"
+    hand_plan(phases={"prefill": PREFILL, "decode": DECODE}, kv_capacity_tokens=57_613).save(p)
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", str(p), "--workload", "poisson", "--rate", "2", "--requests", "10", "--prompt", "100000"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "all 10 requests lost" in err and "57,613 tokens" in err
+    assert "Traceback" not in err
+
+
+def test_a_rate_far_beyond_capacity_is_said(tmp_path, capsys, plan):
+    p = tmp_path / "plan.json"
+    plan.save(p)
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", str(p), "--workload", "poisson", "--rate", "1e9", "--requests", "20", "--json"])
+    assert e.value.code == 0
+    assert "× the plan's predicted capacity" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", str(p), "--workload", "poisson", "--rate", "inf", "--requests", "20"])
+    assert e.value.code == 2 and "finite --rate" in capsys.readouterr().err
