@@ -6,7 +6,8 @@ for the step in flight, then runs in the next); rate_p = n / step requests/s.
 Decode GPU: pure decode iterations of B sequences at the mean context P + O/2; the largest B that fits
 memory and meets the TPOT SLO; rate_d = B / (O · period) requests/s.
 Link: each request's KV (P tokens) crosses once: rate_l = 1 / transfer time.
-The pair serves min(rate_p, rate_d, rate_l) requests/s: O times that in output tokens/s.
+The pair serves min(rate_p, rate_d, rate_l) requests/s: O times that in output tokens/s (its capacity);
+its goodput is the rate at which 90% of requests still meet the SLO once they queue on either side.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 from dataclasses import replace
 
 from tessera.hardware import GpuSpec, LinkSpec
-from tessera.plan.serving import BATCHES, IterShape, batch_ceiling
+from tessera.plan.serving import BATCHES, IterShape, batch_ceiling, slo_rate
 from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
 from tessera.plan.verify import evaluate
 
@@ -71,8 +72,13 @@ def rate_matched(shapes, specs: tuple[GpuSpec, ...], a: int, b: int, lk: LinkSpe
     rps = min(rate_p, rate_d, rate_l)
     thr = rps * t.output
     limit = {rate_p: "prefill", rate_d: "decode", rate_l: "link"}[rps]
+    # goodput: arrivals queue for a prefill place (held one step; TTFT budget left after 2·step + transfer)
+    # and for a decode place (held O iterations; a wait W adds W/(O−1) to TPOT)
+    good_p = slo_rate(pre[0], pre[1], slo.ttft_s - 2 * pre[1] - xfer)
+    good_d = slo_rate(dec[0], t.output * dec[1], (slo.tpot_s - dec[1]) * max(1, t.output - 1))
+    good = min(good_p, good_d, rate_l) * t.output
     plan = _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit)
-    return StrategyResult(name="prefill_decode", applicable=True, plan=plan, goodput=thr, usd_per_hour=usd,
+    return StrategyResult(name="prefill_decode", applicable=True, plan=plan, goodput=good, usd_per_hour=usd,
                           tp=(1, 1), detail={"orientation": name, "prefill_prompts": pre[0],
                                              "decode_batch": dec[0], "limited_by": limit,
                                              "requests_per_s": {"prefill": rate_p, "decode": rate_d,

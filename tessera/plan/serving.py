@@ -15,7 +15,9 @@ Steady state of an engine serving requests of P prompt and O output tokens at ba
     chunked at c tokens per iteration of its micro-batch, after waiting up to one iteration to join);
   - image models (denoise): B images per step, m micro-batches; images/s = B / (steps·period); the
     latency of an image is steps·period.
-Goodput is the throughput of an operating point that meets the SLO (TTFT and TPOT; image latency), else 0.
+Goodput is the output rate of an operating point that meets the SLO (TTFT and TPOT; image latency) at the
+highest arrival rate that keeps 90% of requests within it once they queue, for the batch's places and for
+the prefill chunks (M/M/c, slo_rate); 0 when the point misses the SLO.
 """
 
 from __future__ import annotations
@@ -94,10 +96,11 @@ class Point:
     fits: bool
     meets_slo: bool
     reason: str | None  # why it does not fit or misses the SLO
+    slo_throughput: float = 0.0  # the throughput at the highest arrival rate meeting the SLO (slo_rate)
 
     @property
     def goodput(self) -> float:
-        return self.throughput if self.fits and self.meets_slo else 0.0
+        return self.slo_throughput if self.fits and self.meets_slo else 0.0
 
     @property
     def tpot_s(self) -> float | None:
@@ -117,6 +120,37 @@ def over_memory(mem: tuple[dict[str, int], ...], units: tuple[GpuSpec, ...]) -> 
     i = worst[1]
     return (f"needs {sum(mem[i].values()) / 1e9:.1f} GB on {units[i].name} (device {i}), capacity "
             f"{units[i].mem_bytes / 1e9:.1f} GB")
+
+
+SLO_TARGET = 0.9  # fraction of requests that must meet the SLO for an arrival rate to count as goodput
+
+
+def erlang_c(c: int, a: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue with offered load a = λ/μ < c (Erlang C, from
+    the Erlang B recursion B_k = a·B_{k−1} / (k + a·B_{k−1}), which stays stable for large c)."""
+    b = 1.0
+    for k in range(1, c + 1):
+        b = a * b / (k + a * b)
+    return c * b / (c - a * (1 - b))
+
+
+def slo_rate(slots: int, service_s: float, budget_s: float, target: float = SLO_TARGET) -> float:
+    """The largest arrival rate (requests/s) at which a fraction ``target`` of requests waits at most
+    ``budget_s`` for one of ``slots`` places held ``service_s`` each: M/M/c, P(W > t) = C(c, a)·e^−(cμ−λ)t.
+    Exponential service is the pessimistic end (a request's hold time barely varies at fixed lengths)."""
+    if budget_s < 0 or slots < 1 or service_s <= 0:
+        return 0.0
+    mu = 1.0 / service_s
+    cap = slots * mu
+
+    def ok(lam: float) -> bool:
+        return erlang_c(slots, lam / mu) * math.exp(-(cap - lam) * budget_s) <= 1 - target
+
+    lo, hi = 0.0, cap
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
 
 
 def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: int, units: tuple[GpuSpec, ...],
@@ -141,9 +175,27 @@ def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: i
         why = None if meets else (f"TPOT {period * 1e3:.1f} ms > SLO {slo.tpot_s * 1e3:g} ms"
                                   if period > slo.tpot_s else f"TTFT {ttft:.2f} s > SLO {slo.ttft_s:g} s")
     over = over_memory(mem, units)
+    good = 0.0
+    if meets and over is None:
+        # goodput: the arrival rate at which SLO_TARGET of requests still meet the latency SLO once they queue
+        # for one of the batch's places (held for a request's whole life), in output units per second
+        if images:
+            good = min(thr, slo_rate(batch, ttft, slo.image_s - ttft))
+        else:
+            hold = ttft + (traffic.output - 1) * period
+            c = max(1, g.shape.get("chunk", 1))
+            # prompts also queue for the chunks: each micro-batch's chunk prefills ⌊c/P⌋ prompts per period
+            # (c ≥ P) or one prompt per ⌈P/c⌉ periods
+            servers, per = (m * (c // traffic.prompt), period) if c >= traffic.prompt else \
+                (m, math.ceil(traffic.prompt / c) * period)
+            budget = slo.ttft_s - ttft
+            good = min(thr, slo_rate(batch, hold, budget) * traffic.output,
+                       slo_rate(servers, per, budget) * traffic.output)
+        if good <= 0:
+            meets, why = False, "no arrival rate keeps 90% of requests within the SLO once they queue"
     return Point(batch=batch, microbatches=m, assignment=tuple(assignment), evaluation=ev, memory_bytes=mem,
                  period_s=period, sync_period_s=sync, ttft_s=ttft, throughput=thr, images=images,
-                 fits=over is None, meets_slo=meets, reason=over or why)
+                 fits=over is None, meets_slo=meets, reason=over or why, slo_throughput=good)
 
 
 Placer = Callable[[KernelGraph, int, int], tuple[int, ...] | None]  # (graph, batch, m) -> assignment or None
@@ -172,13 +224,14 @@ def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units
     """(best point meeting memory and SLO, the fastest point that fits at all) over batches ≤ ceiling and ms.
 
     Per m, batches are tried from the ceiling down: memory and both latencies grow with the batch, so the
-    first point that fits and meets the SLO is that m's largest feasible batch (throughput B/period grows
-    with B on a fixed placement). The second answer (lowest TPOT, then TTFT) says how far the SLO is when
-    no point meets it.
+    first point that fits and meets the SLO is that m's largest feasible batch; smaller ones are tried
+    while goodput still grows (a smaller batch can queue less when its period leaves more TTFT budget).
+    The second answer (lowest TPOT, then TTFT) says how far the SLO is when no point meets it.
     """
     best: Point | None = None
     best_fit: Point | None = None
     for m in ms:
+        m_best: Point | None = None
         for b in [x for x in BATCHES if x <= ceiling][::-1]:
             if m > b:
                 continue
@@ -191,7 +244,9 @@ def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units
             if p.fits and (best_fit is None or (p.period_s, p.ttft_s) < (best_fit.period_s, best_fit.ttft_s)):
                 best_fit = p
             if p.fits and p.meets_slo:
-                if best is None or p.throughput > best.throughput:
-                    best = p
-                break
+                if m_best is not None and p.goodput < m_best.goodput:
+                    break  # goodput past its peak for this m (smaller batches queue more and serve less)
+                m_best = p
+        if m_best is not None and (best is None or m_best.goodput > best.goodput):
+            best = m_best
     return best, best_fit

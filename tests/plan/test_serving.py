@@ -99,3 +99,19 @@ def test_iteration_graph_matches_a_direct_capture() -> None:
     assert len(ch) == 32
     assert ch[0].flops == 4 * 32 * 128 * (16 * 48 + 16 * 17 // 2)
     assert gemm_flops(g2) == gemm_flops(direct) * 20 // 4  # 20 tokens instead of 4
+
+
+def test_erlang_c_by_hand() -> None:
+    from tessera.plan.serving import erlang_c
+
+    # M/M/1: an arrival waits with probability ρ; M/M/2 at a = 1: C = (a²/2·2/(2−a)) / (1 + a + a²/2·2/(2−a)) = 1/3
+    assert erlang_c(1, 0.5) == pytest.approx(0.5)
+    assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
+
+
+def test_slo_rate_by_hand() -> None:
+    from tessera.plan.serving import slo_rate
+
+    # M/M/1, service 1 s, 90% must wait ≤ 1 s: ρ·e^−(1−ρ) = 0.1, i.e. ρ·e^ρ = 0.1·e, ρ = W(0.1·e) = 0.218479
+    assert slo_rate(1, 1.0, 1.0) == pytest.approx(0.2184792305699935, rel=1e-6)
+    assert slo_rate(1, 1.0, -0.1) == 0.0  # no budget left: no rate meets it
