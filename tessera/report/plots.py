@@ -209,6 +209,6 @@ def plot_gantt(plan: Plan, path: Path) -> Path:
 
     if plan.members:  # independent replicas of different GPUs: each runs alone, draw the fastest (members[0])
         plan = plan.members[0]
-    phase = "decode" if "decode" in plan.phases else next(iter(plan.phases))
+    phase = "decode" if "decode" in plan.phases else "mixed" if "mixed" in plan.phases else next(iter(plan.phases))
     plot_plan(plan, path, phase=phase)
     return Path(path)

@@ -35,13 +35,21 @@ def plot_spans(spans: Sequence[Span], path: str | Path, title: str = "") -> None
 
 
 def plot_plan(plan: Plan, path: str | Path, *, phase: str = "decode", tokens: float | None = None,
-              context: float = 0.0, iterations: int = 3) -> list[Span]:
-    """Lay ``iterations`` back-to-back steps of ``phase`` at (tokens, context) and plot them.
-    ``tokens`` defaults to the largest sampled shape of the phase."""
+              context: float | None = None, iterations: int = 3) -> list[Span]:
+    """Lay ``iterations`` steps of ``phase`` at (tokens, context) and plot them. Defaults: a serving-model
+    plan's ("mixed") operating point, drawn asynchronously (each micro-batch starts its next iteration as
+    soon as it can, the period apart); else the largest sampled shape at context 0, synchronously."""
     table = StepTable.build(plan, phase)
-    tok = tokens if tokens is not None else float(table.max_tokens)
+    mixed = phase == "mixed" and plan.batch > 0
+    w0 = plan.workload
+    if tokens is None:
+        tokens = float(plan.batch + -(-plan.batch * w0.get("prompt", 1) // max(1, w0.get("output", 1)))) if mixed \
+            else float(table.max_tokens)
+    if context is None:
+        context = float(w0.get("prompt", 0) + w0.get("output", 0) // 2) if mixed else 0.0
+    tok = tokens
     dur, w = table.time(tok, context)
-    spans = [s for k in range(iterations) for s in iteration_spans(plan, phase, w, k * dur, dur)]
+    spans = [s for k in range(iterations) for s in iteration_spans(plan, phase, w, k * dur, dur, overlap=mixed)]
     plot_spans(spans, path, f"{plan.model} {plan.strategy} {phase}: {iterations} iterations at tokens={tok:g}, "
                             f"context={context:g}, {plural(plan.phases[phase].microbatches, 'micro-batch', 'micro-batches')}")
     return spans

@@ -29,7 +29,11 @@ class Span:
     phase: str
 
 
-def iteration_spans(plan: Plan, phase: str, w: Weights, start_s: float, dur_s: float) -> list[Span]:
+def iteration_spans(plan: Plan, phase: str, w: Weights, start_s: float, dur_s: float,
+                    overlap: bool = False) -> list[Span]:
+    """One iteration's spans: micro-batch j enters T·j after the first (T the busiest device's time).
+    Synchronous iterations (``overlap`` False) are squeezed into ``dur_s``; asynchronous ones are not:
+    a micro-batch's spans run past ``dur_s`` into the next iteration's, as independent micro-batches do."""
     p = plan.phases[phase]
     pts = p.points
     ndev = len(plan.devices)
@@ -57,7 +61,7 @@ def iteration_spans(plan: Plan, phase: str, w: Weights, start_s: float, dur_s: f
                 spans.append(Span(row=f"link {s}->{d}", start_s=j * period + offset.get(s, 0.0) + busy[s],
                                   dur_s=sec, microbatch=j, kind="link", phase=phase))
     end = max((s.start_s + s.dur_s for s in spans), default=0.0)
-    k = dur_s / end if end > dur_s > 0 else 1.0
+    k = dur_s / end if end > dur_s > 0 and not overlap else 1.0
     return [Span(row=s.row, start_s=start_s + s.start_s * k, dur_s=s.dur_s * k, microbatch=s.microbatch,
                  kind=s.kind, phase=s.phase) for s in spans]
 
