@@ -10,8 +10,8 @@ devices (same GPU and capacity, in order) with the same KV bytes per token, and 
   (a) their memory placements agree on every device for the roles ``weight``, ``kv`` and ``state``
       (the same buffers already sit on the same devices; the plans differ only in how activations
       flow, micro-batching and batch size), or
-  (b) they are one placement (the same kernel assignment in every phase) at two batch sizes, as the
-      serving model's latency and throughput schedules are: weights stay, one paged KV pool sized by the
+  (b) they are serving-model plans of one placement (the same kernel assignment) at two batch sizes,
+      as its latency and throughput schedules are: weights stay, one paged KV pool sized by the
       larger plan serves both, so each device needs the larger of the two plans' bytes, or
   (c) both placements fit at once: on every device the sum of both plans' ``memory_bytes`` over all
       roles is at most the device's ``mem_bytes``.
@@ -85,8 +85,8 @@ def check_switchable(a: Plan, b: Plan) -> str:
         raise UserError(f"adaptive plans need memory_bytes for each of the {len(da)} devices")
     if all(x.get(r, 0) == y.get(r, 0) for x, y in zip(ma, mb, strict=True) for r in RESIDENT_ROLES):
         return "identical"
-    if a.phases.keys() == b.phases.keys() and all(a.phases[n].assignment == b.phases[n].assignment
-                                                  for n in a.phases):
+    if "mixed" in a.phases and a.phases.keys() == b.phases.keys() and all(
+            a.phases[n].assignment == b.phases[n].assignment for n in a.phases):
         # one placement at two batch sizes: the weights stay where they are and one paged KV pool, sized by
         # the larger batch, serves both schedules
         for dev, x, y in zip(a.devices, ma, mb, strict=True):

@@ -115,3 +115,19 @@ def test_slo_rate_by_hand() -> None:
     # M/M/1, service 1 s, 90% must wait ≤ 1 s: ρ·e^−(1−ρ) = 0.1, i.e. ρ·e^ρ = 0.1·e, ρ = W(0.1·e) = 0.218479
     assert slo_rate(1, 1.0, 1.0) == pytest.approx(0.2184792305699935, rel=1e-6)
     assert slo_rate(1, 1.0, -0.1) == 0.0  # no budget left: no rate meets it
+
+
+@pytest.mark.slow
+def test_latency_variant_is_the_same_placement_and_switchable() -> None:
+    """The online switch's latency schedule: same kernel assignment, a quarter of the batch, one micro-batch;
+    the simulator's residency rule accepts it as one placement (one paged KV pool), not two."""
+    from tessera.plan.serve import PlannerConfig, latency_variant, plan_serving
+    from tessera.sim import check_switchable
+
+    r = plan_serving("llama-tiny", "H100,L40S", PlannerConfig(traffic=Traffic(prompt=16, output=8)))
+    thr = r.strategies["layer_pipeline"].plan
+    lat = latency_variant(r, "layer_pipeline")
+    assert lat is not None and thr is not None
+    assert lat.phases["mixed"].assignment == thr.phases["mixed"].assignment
+    assert (lat.batch, lat.microbatches) == (max(1, thr.batch // 4), 1) and lat.mode == "latency"
+    assert check_switchable(thr, lat) == "same-placement"
