@@ -309,17 +309,28 @@ def homogeneous(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost, 
     members.sort(key=lambda x: -x[0].goodput)
     lead = members[0][0]
     assert lead.plan is not None
-    plans = tuple(replace(r.plan, replicas=k) for r, k in members if r.plan is not None)
+
+    def capacity(p: Plan) -> float:  # one replica's saturation throughput (a Plan's headline figure)
+        return p.throughput_images_per_s if shapes.images else p.throughput_tokens_per_s
+
+    plans = tuple(_times(r.plan, k, capacity(r.plan), shapes.images) for r, k in members if r.plan is not None)
+    cap = sum(capacity(p) for p in plans)
     desc = ", ".join(f"{k}×{r.plan.devices[0].gpu} ({r.goodput:,.0f}/s each)" for r, k in members if r.plan)
-    plan = replace(lead.plan, strategy="homogeneous", members=plans if len(plans) > 1 else (),
-                   replicas=members[0][1] if len(plans) == 1 else 1, usd_per_hour=usd,
-                   throughput_tokens_per_s=None if shapes.images else total,
-                   throughput_images_per_s=total if shapes.images else None,
-                   usd_per_million_tokens=usd / 3600 / total * 1e6,
-                   notes=(f"independent replicas: {desc}",))
+    plan = replace(plans[0] if len(plans) == 1 else lead.plan, strategy="homogeneous",
+                   members=plans if len(plans) > 1 else (), replicas=members[0][1] if len(plans) == 1 else 1,
+                   usd_per_hour=usd, throughput_tokens_per_s=None if shapes.images else cap,
+                   throughput_images_per_s=cap if shapes.images else None,
+                   usd_per_million_tokens=usd / 3600 / cap * 1e6, notes=(f"independent replicas: {desc}",))
     tps = tuple(r.tp[0] for r, k in members for _ in range(k))
     return StrategyResult(name="homogeneous", applicable=True, plan=plan, point=lead.point, goodput=total,
                           usd_per_hour=usd, tp=tps, detail={"replicas": desc})
+
+
+def _times(p: Plan, k: int, capacity: float, images: bool) -> Plan:
+    """``p`` (one replica) as k identical replicas: price and capacity × k."""
+    thr = capacity * k
+    return replace(p, replicas=k, usd_per_hour=p.usd_per_hour * k,
+                   throughput_tokens_per_s=None if images else thr, throughput_images_per_s=thr if images else None)
 
 
 def prefill_decode(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost,
@@ -373,26 +384,25 @@ def idle_reason(mil: StrategyResult, out: dict[str, StrategyResult]) -> str | No
 def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSpec, cost,
               cfg: PlannerConfig, *, bound_ratio: float | None = None, replicas: int = 1) -> Plan:
     """A Plan for the simulator and the report: the placement, the chosen operating point, and step points
-    at 1/4, 1/2 and the whole batch (contexts P, P + O/2, P + O for token models) on this placement."""
+    over point_grid on this placement."""
     from tessera.plan.verify import evaluate
 
     t = cfg.traffic
     phase = "denoise" if shapes.images else "mixed"
+    m = p.microbatches
     pts = []
-    for b in sorted({max(p.microbatches, p.batch // 4), max(p.microbatches, p.batch // 2), p.batch}):
-        ctxs = [None] if shapes.images else [t.prompt, t.prompt + t.output // 2, t.prompt + t.output]
-        for c in ctxs:
-            sh = shapes.shape(b, p.microbatches)
-            if c is not None:
-                sh = replace(sh, context=c)
-            g = shapes.at(sh)
-            ev = evaluate(g, p.assignment, units, lk, cost)
-            m = p.microbatches
-            step = max(m * ev.bottleneck_s, ev.latency_s)
-            tokens = b if shapes.images else sh.tokens * m
-            pts.append(StepPoint(batch=b, tokens=tokens, context=c or 0, microbatches=m,
-                                 device_busy_s=ev.device_busy_s, link_busy_s=ev.link_tuple(),
-                                 latency_s=ev.latency_s, step_s=step))
+    for b, chunk, ctx in point_grid(p, t, shapes.images):
+        if shapes.images:
+            sh = shapes.shape(b, m)
+        else:  # b decode sequences and a chunk of `chunk` prompt tokens over the whole step, split m ways
+            full = shapes.shape(b, m)
+            c = math.ceil(chunk / m)
+            sh = replace(full, context=ctx, chunk=c, chunk_len=min(c, t.prompt),
+                         prefix=max(0, (t.prompt - c) // 2) if c < t.prompt else 0)
+        ev = evaluate(shapes.at(sh), p.assignment, units, lk, cost)
+        pts.append(StepPoint(batch=b, tokens=b if shapes.images else b + chunk, context=ctx, microbatches=m,
+                             device_busy_s=ev.device_busy_s, link_busy_s=ev.link_tuple(),
+                             latency_s=ev.latency_s, step_s=max(m * ev.bottleneck_s, ev.latency_s)))
     usd = sum(u.usd_per_hour for u in units) * replicas
     thr = p.throughput * replicas
     busy = p.evaluation.device_busy_s
@@ -414,6 +424,19 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
         sync_throughput=(p.throughput * p.period_s / p.sync_period_s) * replicas,
         device_busy=frac, slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s},
         notes=(f"batch {p.batch}, {p.microbatches} micro-batch{'es' if p.microbatches > 1 else ''}",))
+
+
+def point_grid(p: Point, t: Traffic, images: bool) -> list[tuple[int, int, int]]:
+    """(batch, chunk tokens, context) of the step points a Plan carries, whole step: batches ¼, ½ and 1 of
+    the operating point's; for token models also chunks 0, ½ and 1 of its steady chunk C = B·P/O and
+    contexts P and P + O, a full grid (the simulator interpolates in all three)."""
+    m = p.microbatches
+    batches = sorted({max(m, p.batch // 4), max(m, p.batch // 2), p.batch})
+    if images:
+        return [(b, 0, 0) for b in batches]
+    c = math.ceil(p.batch * t.prompt / t.output)
+    chunks = sorted({0, max(m, c // 2), c})
+    return [(b, ch, ctx) for b in batches for ch in chunks for ctx in (t.prompt, t.prompt + t.output)]
 
 
 def kv_bytes_per_token(shapes: Shapes) -> int:

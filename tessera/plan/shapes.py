@@ -69,19 +69,26 @@ def _elem_bytes(dtype: str) -> int:
 
 
 def attention_kernels(k: Kernel, shape: IterShape) -> list[Kernel]:
-    """The decode and chunk attention kernels replacing captured attention kernel ``k`` (ids unset)."""
+    """The decode and chunk attention kernels replacing captured attention kernel ``k`` (ids unset). Both
+    are always there, so every iteration graph of a model has the same kernels (one placement fits all
+    shapes); a part with no work (no decode sequences, or no chunk) is a launch with nothing to do."""
     d = k.dims
     heads, kvh, hd = d.get("heads", 1), d.get("kv_heads", d.get("heads", 1)), d.get("head_dim", 64)
     e = _elem_bytes(k.dtype)
+    empty = replace(k, kind=KernelKind.OTHER, flops=0, bytes_read=0, bytes_written=0, dims={})
     out = []
-    if shape.decode:
+    if not shape.decode:
+        out.append(replace(empty, name=k.name + "[no decode]"))
+    else:
         n, ctx = shape.decode, max(1, shape.context)
         out.append(replace(k, kind=KernelKind.ATTENTION_DECODE, flops=4 * n * heads * hd * ctx,
                            bytes_read=(n * heads * hd + n * ctx * kvh * hd * 2) * e,
                            bytes_written=n * heads * hd * e,
                            dims={"batch": n, "heads": heads, "kv_heads": kvh, "q_len": 1, "kv_len": ctx,
                                  "head_dim": hd}))
-    if shape.chunk:
+    if not shape.chunk:
+        out.append(replace(empty, name=k.name + "[no chunk]"))
+    else:
         q, p = min(shape.chunk_len or shape.chunk, shape.chunk), shape.prefix
         n = math.ceil(shape.chunk / q)  # prompts (pieces) in the chunk
         pairs = q * p + q * (q + 1) // 2  # causal: token i of a piece sees the prefix and i piece tokens

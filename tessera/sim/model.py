@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tessera.errors import UserError
 from tessera.plan.types import Plan
-from tessera.sim.timing import StepTable, lanes
+from tessera.sim.timing import MixedTable, StepTable, lanes
 
 FIRST_PHASES = ("prefill", "encode")  # run once per request, before the iterative phase
 ITER_PHASES = ("mixed", "decode", "denoise")  # run once per output token / denoising step
@@ -36,8 +36,8 @@ class SchedulerConfig:
 @dataclass(frozen=True, kw_only=True)
 class PlanModel:
     plan: Plan
-    first: StepTable | None  # prefill (LLM) or encode (diffusion), None when the plan has neither
-    iter: StepTable  # decode or denoise
+    first: StepTable | MixedTable | None  # prefill (LLM) or encode (diffusion), None when the plan has neither
+    iter: StepTable | MixedTable  # decode or denoise, or the serving model's mixed iteration
     shared: bool  # first and iterative phases share devices -> one lane, serialised
     emits_token: bool  # the first phase produces the first output token (prefill does, encode does not)
     image: bool  # requests are images (denoise), not token sequences
@@ -82,7 +82,7 @@ class PlanModel:
         """A serving-model plan: every iteration is one lookup of the mixed table at (decode + chunk tokens,
         mean context); batch and token budget default to the planned B and B + C, and a request prefills at
         most its micro-batch's chunk ⌈C/m⌉ per iteration."""
-        it = StepTable.build(plan, "mixed")
+        it = MixedTable.build(plan, "mixed")
         w = plan.workload
         batch = plan.batch or it.max_batch
         m = max(1, plan.microbatches)

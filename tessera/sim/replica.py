@@ -176,9 +176,8 @@ class Replica:
         pf = self._start_first(t, pm.max_prefill_tokens - self.n, price=False)
         if dec is None and pf is None:
             return []
-        tokens = (dec[0] if dec else 0) + (pf[0] if pf else 0)
         ctx = dec[1] if dec else pf[1]
-        dur, w = pm.iter.time(tokens, ctx)
+        dur, w = pm.iter.time3(dec[0] if dec else 0, pf[0] if pf else 0, ctx)
         self._record(0, pm.iter.phase, t, dur, w, self.n)
         if dec and pf:
             return [("iter", dur), ("first", 0.0)]

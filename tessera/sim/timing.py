@@ -128,3 +128,65 @@ def lanes(plan: Plan, names: list[str]) -> list[list[str]]:
             groups.remove(g)
         groups.append((merged_devs, merged_names))
     return [g[1] for g in groups]
+
+
+@dataclass(frozen=True)
+class MixedTable:
+    """The serving model's step table (a plan's "mixed" phase): points on a full grid over decode sequences
+    (``batch``), chunk tokens (``tokens − batch``) and ``context``, interpolated along each axis with the
+    rules of StepTable (clamp below, linear above, never falling). A decode-only iteration and one that is
+    mostly prefill price differently even at the same token count.
+
+    ``time(tokens, context)`` splits ``tokens`` at the plan's steady ratio (B decode : C chunk) for callers
+    that think in tokens (the router's speed, the Gantt); the replica calls ``time3``."""
+
+    phase: str
+    step_s: np.ndarray  # [P]
+    busy_s: np.ndarray  # [P, D] device seconds per whole step
+    batches: tuple[float, ...]
+    chunks: tuple[float, ...]
+    contexts: tuple[float, ...]
+    index: dict[tuple[int, int, int], int]  # (batch i, chunk i, context i) -> point
+    tokens_per_item: float  # (B + C) / B: tokens one running sequence brings at the steady state
+    max_batch: int
+    max_tokens: int
+
+    @classmethod
+    def build(cls, plan: Plan, name: str = "mixed") -> MixedTable:
+        p: PhasePlan = plan.phases[name]
+        ndev = len(plan.devices)
+        for s in p.points:
+            if s.step_s <= 0 or len(s.device_busy_s) != ndev or s.tokens < s.batch:
+                raise UserError(f"plan phase {name!r}: point (batch={s.batch}, tokens={s.tokens}, context="
+                                f"{s.context}) is not a mixed-iteration point with {ndev} device times")
+        axes = [sorted({float(v) for v in vals}) for vals in (
+            [s.batch for s in p.points], [s.tokens - s.batch for s in p.points], [s.context for s in p.points])]
+        index = {(axes[0].index(s.batch), axes[1].index(s.tokens - s.batch), axes[2].index(s.context)): i
+                 for i, s in enumerate(p.points)}
+        if len(index) != len(axes[0]) * len(axes[1]) * len(axes[2]):
+            raise UserError(f"plan phase {name!r}: its {len(p.points)} points do not form a full grid over "
+                            "(batch, chunk, context)")
+        big = max(p.points, key=lambda s: (s.batch, s.tokens))
+        return cls(phase=name, step_s=np.array([s.step_s for s in p.points]),
+                   busy_s=np.array([[b * s.microbatches for b in s.device_busy_s] for s in p.points]),
+                   batches=tuple(axes[0]), chunks=tuple(axes[1]), contexts=tuple(axes[2]), index=index,
+                   tokens_per_item=big.tokens / big.batch, max_batch=big.batch, max_tokens=big.tokens)
+
+    def time3(self, decode: float, chunk: float, context: float) -> tuple[float, Weights]:
+        out: dict[int, float] = {}
+        for bi, wb in _axis_weights(self.batches, decode):
+            for ci, wc in _axis_weights(self.chunks, chunk):
+                for xi, wx in _axis_weights(self.contexts, context):
+                    i = self.index[bi, ci, xi]
+                    out[i] = out.get(i, 0.0) + wb * wc * wx
+        w = tuple(out.items())
+        t = sum(wi * float(self.step_s[i]) for i, wi in w)
+        lo = min(float(self.step_s[i]) for i, _ in w)
+        if t < lo:  # a falling extrapolation: hold the nearest sample
+            i = min(out, key=lambda j: self.step_s[j])
+            return float(self.step_s[i]), ((i, 1.0),)
+        return t, w
+
+    def time(self, tokens: float, context: float) -> tuple[float, Weights]:
+        decode = tokens / self.tokens_per_item
+        return self.time3(decode, tokens - decode, context)
