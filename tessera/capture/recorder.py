@@ -15,7 +15,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from tessera.capture.classify import dims_of, flops_of, kind_of
+from tessera.capture.classify import dims_of, flops_of, kernel_dtype, kind_of
 from tessera.graph import Buffer, Kernel, KernelKind, Role
 
 # Allocate without touching memory: their outputs are buffers, not kernels.
@@ -196,6 +196,6 @@ class Recorder(TorchDispatchMode):
             bytes_read=rbytes, bytes_written=wbytes,
             reads=tuple(dict.fromkeys(self.buffer_of(t) for t in reads)),
             writes=tuple(dict.fromkeys(written_ids)),
-            layer=layer, module=path, phase=self.phase, dtype=str(outs[0].dtype if outs else writes[0].dtype)
-            .removeprefix("torch."), dims=dims, indirect=indirect,
+            layer=layer, module=path, phase=self.phase,
+            dtype=kernel_dtype(func, args, kwargs, outs[0] if outs else writes[0]), dims=dims, indirect=indirect,
         ))

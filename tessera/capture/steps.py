@@ -5,7 +5,6 @@ Called inside the capture's tensor mode (fake or real) with the default dtype al
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tessera.capture import anymodel, quant
 from tessera.capture.zoo import ModelSpec
 from tessera.graph import Role
 
@@ -27,86 +27,63 @@ class Step:
 
 
 def build(spec: ModelSpec) -> nn.Module:
-    cfg = {k: v for k, v in spec.config.items() if not k.startswith("_")}
+    """The model from its config through transformers' Auto classes (diffusers for ``_class_name``), with
+    the hooks capture needs: balanced MoE routing, quantised storage as the checkpoint has it."""
     if spec.family == "dit":
-        from diffusers import FluxTransformer2DModel
+        import diffusers
 
-        return FluxTransformer2DModel(**cfg).eval()
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-    model_type = cfg.pop("model_type")
-    conf = AutoConfig.for_model(model_type, **cfg)
+        cfg = {k: v for k, v in spec.config.items() if not k.startswith("_")}
+        return getattr(diffusers, spec.config["_class_name"])(**cfg).eval()
+    conf = anymodel.transformers_config(spec.config, spec.name)
     attn = "eager" if spec.family == "ssm" else "sdpa"  # Mamba has no attention to choose
     conf._attn_implementation = attn
-    auto = AutoModelForImageTextToText if spec.family == "vlm" else AutoModelForCausalLM
-    model = auto.from_config(conf, attn_implementation=attn)
-    if spec.family == "moe":
-        _split_experts(model)
+    qcfg = spec.config.get("quantization_config")
+    if qcfg is not None:
+        quant.stored_format(qcfg)  # an unmodelled method is a one-line error before the build
+        del conf.quantization_config  # transformers' own quantisers need the real checkpoint
+    model = anymodel.auto_class(conf.model_type).from_config(conf, attn_implementation=attn)
+    anymodel.route_dense_mixtures(model)
+    anymodel.split_experts(model)
+    if qcfg is not None:
+        quant.quantise(model, qcfg)
     return model.eval()
-
-
-# ---- MoE: per-expert weights and balanced routing --------------------------------------------------------------
-
-
-def _split_experts(model: nn.Module) -> None:
-    """Give every expert its own weight tensors (one buffer each) and the balanced-routing forward."""
-    for mod in model.modules():
-        if type(mod).__name__.endswith("Experts") and isinstance(getattr(mod, "gate_up_proj", None), nn.Parameter):
-            mod.gate_up = nn.ParameterList([nn.Parameter(w.clone()) for w in mod.gate_up_proj.data])
-            mod.down = nn.ParameterList([nn.Parameter(w.clone()) for w in mod.down_proj.data])
-            del mod.gate_up_proj, mod.down_proj
-            mod.forward = types.MethodType(_balanced_experts_forward, mod)
-
-
-def _balanced_experts_forward(self: Any, hidden: torch.Tensor, top_k_index: torch.Tensor,
-                              top_k_weights: torch.Tensor) -> torch.Tensor:
-    """Experts under the capture's routing assumption: balanced top-k routing.
-
-    The router's choice is data: fake tensors cannot say which tokens go where. We assume every expert
-    receives tokens·top_k/E of the token-slots (slot s = token s // top_k, in order; the first
-    (tokens·top_k) mod E experts take one extra), so each expert is one gather + two GEMMs + one
-    scatter-add with the active-parameter FLOPs of the real model. The router's weights are used as
-    computed; its indices are ignored (so a real-mode MoE output is that of this routing, not the router's).
-    """
-    tokens, top_k = top_k_index.shape
-    slots = tokens * top_k
-    n_experts = len(self.gate_up)
-    flat_w = top_k_weights.reshape(-1)
-    out = torch.zeros_like(hidden)
-    start = 0
-    for e in range(n_experts):
-        n = slots // n_experts + (1 if e < slots % n_experts else 0)
-        if n == 0:
-            continue
-        tok = torch.arange(start, start + n, device=hidden.device) // top_k
-        x = hidden.index_select(0, tok)
-        gate, up = nn.functional.linear(x, self.gate_up[e]).chunk(2, dim=-1)
-        y = nn.functional.linear(self.act_fn(gate) * up, self.down[e])
-        out.index_add_(0, tok, y * flat_w[start:start + n, None].to(y.dtype))
-        start += n
-    return out
 
 
 # ---- steps -----------------------------------------------------------------------------------------------------
 
 
+_CACHE_NAMES = {"keys": "k", "values": "v", "cumulative_length": "length", "conv_states": "conv",
+                "recurrent_states": "ssm"}
+
+
 def static_cache(model: nn.Module, step: Step, *, batch: int, past: int, length: int, real: bool) -> Any:
-    """A static KV cache of past+length slots holding ``past`` tokens (random K/V in real mode); its
-    K, V and length counters join ``step.buffers``."""
+    """A static cache of past+length slots holding ``past`` tokens, for any mix of layers (full, sliding,
+    MLA, Mamba/linear attention): transformers allocates every layer's tensors in a one-token warm-up run
+    (before recording), then they are reset to hold ``past`` tokens (random contents in real mode). K/V
+    tensors join ``step.buffers`` as kv, conv/recurrent states and length counters as state."""
     from transformers import StaticCache
 
-    cfg = model.config.get_text_config(decoder=True)
-    cache = StaticCache(config=cfg, max_cache_len=past + length)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    cache.early_initialization(batch_size=batch, num_heads=cfg.num_key_value_heads, head_dim=head_dim,
-                               dtype=torch.get_default_dtype(), device=torch.device("cpu"))
+    cache = StaticCache(config=model.config, max_cache_len=past + length)
+    warm = torch.zeros(batch, 1, dtype=torch.long)
+    model(input_ids=warm, cache=cache, use_cache=True, logits_to_keep=1)
     for i, layer in enumerate(cache.layers):
-        layer.cumulative_length.fill_(past)
-        if real and past:
-            layer.keys.normal_()
-            layer.values.normal_()
-        step.buffers += [(layer.keys, Role.KV, f"kv.{i}.k"), (layer.values, Role.KV, f"kv.{i}.v"),
-                         (layer.cumulative_length, Role.STATE, f"kv.{i}.length")]
+        for attr, value in sorted(vars(layer).items()):
+            tensors = value.items() if isinstance(value, dict) else [(None, value)]
+            for j, t in tensors:
+                if not isinstance(t, torch.Tensor):
+                    continue
+                name = f"kv.{i}.{_CACHE_NAMES.get(attr, attr)}" + ("" if j is None else f".{j}")
+                if attr == "cumulative_length":
+                    t.fill_(past)
+                elif real and past:
+                    t.normal_()
+                else:
+                    t.zero_()
+                role = Role.KV if attr in ("keys", "values") else Role.STATE
+                step.buffers.append((t, role, name))
+        if isinstance(getattr(layer, "has_previous_state", None), dict):
+            for j in layer.has_previous_state:
+                layer.has_previous_state[j] = past > 0
     return cache
 
 
