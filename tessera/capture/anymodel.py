@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 from tessera.capture import ops
 from tessera.errors import UserError
@@ -26,6 +27,9 @@ from tessera.errors import UserError
 # Families whose steps differ: a Mamba-only model keeps SSM states, not a KV cache; a VL model with a
 # vision-metadata hook (vlm.py) also runs its vision tower; a diffusion transformer denoises.
 VISION_HOOKS = frozenset({"qwen2_5_vl"})
+# Text-only steps enter through this submodule where the whole model's forward cannot take text alone:
+# transformers 5.24's Llama4ForConditionalGeneration reads ``image_outputs`` off its text model's output.
+TEXT_ENTRY = {"llama4": "language_model"}
 # Fields that give a mixture-of-experts model its expert count.
 _EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
 # What the Flux-style denoise step hands a diffusers transformer.
@@ -115,9 +119,17 @@ def family_of(cfg: dict[str, Any], where: str) -> str:
     text = conf.get_text_config(decoder=True)
     if getattr(text, "num_attention_heads", None) is None:  # Mamba: no attention, no KV cache
         return "ssm"
-    if any((getattr(text, f, 0) or 0) > 1 for f in _EXPERT_FIELDS):
-        return "moe"
-    return "llm"
+    return "moe" if has_experts(conf) else "llm"
+
+
+def has_experts(conf: Any) -> bool:
+    """Whether the model holds an experts module: built on the meta device (no memory, ~0.2 s), since
+    an expert count in a config can be a default the layer pattern never uses (Nemotron-H 56B)."""
+    if not any((getattr(conf.get_text_config(decoder=True), f, 0) or 0) > 1 for f in _EXPERT_FIELDS):
+        return False
+    with torch.device("meta"):
+        model = auto_class(conf.model_type).from_config(conf)
+    return any(_expert_weight(m, "down_proj") is not None for m in model.modules())
 
 
 # ---- MoE: per-expert weights and balanced routing ---------------------------------------------------------------
@@ -130,13 +142,16 @@ def _expert_weight(mod: nn.Module, name: str) -> torch.Tensor | None:
 
 def _linears(weights: torch.Tensor, bias: torch.Tensor | None, transposed: bool) -> nn.ModuleList:
     """One nn.Linear (weight [out, in]) per expert from a stacked [E, out, in] (or [E, in, out]) tensor."""
+    fake = isinstance(weights, FakeTensor)  # fake: fresh tensors of the shape; real: the values
     out = nn.ModuleList()
     for e in range(weights.shape[0]):
         w = weights[e].transpose(0, 1) if transposed else weights[e]
-        lin = nn.Linear(w.shape[1], w.shape[0], bias=bias is not None, device="meta")
-        lin.weight = nn.Parameter(w.contiguous().clone(), requires_grad=False)
-        if bias is not None:
-            lin.bias = nn.Parameter(bias[e].clone(), requires_grad=False)
+        lin = nn.Linear.__new__(nn.Linear)  # no init: the weights are set below
+        nn.Module.__init__(lin)
+        lin.out_features, lin.in_features = w.shape
+        lin.weight = nn.Parameter(torch.empty(w.shape) if fake else w.contiguous().clone(), requires_grad=False)
+        b = None if bias is None else torch.empty(bias.shape[1:]) if fake else bias[e].clone()
+        lin.bias = None if b is None else nn.Parameter(b, requires_grad=False)
         out.append(lin)
     return out
 
@@ -219,3 +234,51 @@ def route_dense_mixtures(model: nn.Module) -> None:
         if isinstance(experts, nn.Module) and hasattr(mod, "router") and hasattr(mod, "shared_expert") \
                 and len(inspect.signature(type(experts).forward).parameters) == 2:
             mod.forward = types.MethodType(_topk_moe_forward, mod)
+
+
+def text_entry(model: nn.Module) -> nn.Module:
+    """The module a text-only step (prefill/decode) calls: the model, or its ``TEXT_ENTRY`` submodule."""
+    sub = TEXT_ENTRY.get(getattr(model.config, "model_type", ""))
+    return model.get_submodule(sub) if sub else model
+
+
+# ---- attention whose value head dim differs from the key's (MLA) ------------------------------------------------
+
+MLA_ATTENTION = "tessera_sdpa"
+
+
+def _mla_sdpa(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+              is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' sdpa, except where v's head dim differs from q's: there torch's sdpa falls back to its
+    math path on CPU (bmm, softmax, bmm as separate kernels), so the attention is one ``tessera::attention``
+    kernel instead, as FlashAttention/FlashMLA run it on a GPU."""
+    from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+
+    if query.shape[-1] == value.shape[-1]:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      is_causal=is_causal, **kwargs)
+    groups = getattr(module, "num_key_value_groups", 1)
+    if groups > 1:
+        key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    causal = query.shape[2] > 1 and attention_mask is None and (is_causal is not False)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    mask = attention_mask[..., : key.shape[2]] if attention_mask is not None else None
+    out = ops.attention(query, key, value, mask, scale, causal)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def attention_implementation(conf: Any, default: str) -> str:
+    """``default``, or the MLA-aware sdpa where the text model's value head dim differs from its key's."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    text = conf.get_text_config(decoder=True)
+    v_dim = getattr(text, "v_head_dim", None)
+    qk_dim = getattr(text, "qk_head_dim", None) or (getattr(text, "qk_nope_head_dim", 0) or 0) + \
+        (getattr(text, "qk_rope_head_dim", 0) or 0)
+    if default != "sdpa" or not v_dim or not qk_dim or v_dim == qk_dim:
+        return default
+    AttentionInterface.register(MLA_ATTENTION, _mla_sdpa)
+    AttentionMaskInterface.register(MLA_ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return MLA_ATTENTION

@@ -18,6 +18,7 @@ _ATTENTION = {
     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
     "_scaled_dot_product_attention_math", "scaled_dot_product_attention",
+    "attention",  # tessera::attention (ops.py): value head dim ≠ key head dim (MLA)
 }
 _NORM = {
     "native_layer_norm", "_fused_rms_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",

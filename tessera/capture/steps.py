@@ -35,13 +35,21 @@ def build(spec: ModelSpec) -> nn.Module:
         cfg = {k: v for k, v in spec.config.items() if not k.startswith("_")}
         return getattr(diffusers, spec.config["_class_name"])(**cfg).eval()
     conf = anymodel.transformers_config(spec.config, spec.name)
-    attn = "eager" if spec.family == "ssm" else "sdpa"  # Mamba has no attention to choose
+    # Mamba has no attention to choose; MLA (value head dim ≠ key's) gets one attention kernel
+    attn = anymodel.attention_implementation(conf, "eager" if spec.family == "ssm" else "sdpa")
     conf._attn_implementation = attn
     qcfg = spec.config.get("quantization_config")
     if qcfg is not None:
         quant.stored_format(qcfg)  # an unmodelled method is a one-line error before the build
         del conf.quantization_config  # transformers' own quantisers need the real checkpoint
-    model = anymodel.auto_class(conf.model_type).from_config(conf, attn_implementation=attn)
+    auto = anymodel.auto_class(conf.model_type)
+    try:
+        model = auto.from_config(conf, attn_implementation=attn)
+    except ValueError as e:  # no sdpa path (gpt-oss: attention sinks): transformers' eager attention
+        if "attention implementation" not in str(e):
+            raise
+        conf._attn_implementation = "eager"
+        model = auto.from_config(conf, attn_implementation="eager")
     anymodel.route_dense_mixtures(model)
     anymodel.split_experts(model)
     if qcfg is not None:
@@ -65,7 +73,7 @@ def static_cache(model: nn.Module, step: Step, *, batch: int, past: int, length:
 
     cache = StaticCache(config=model.config, max_cache_len=past + length)
     warm = torch.zeros(batch, 1, dtype=torch.long)
-    model(input_ids=warm, cache=cache, use_cache=True, logits_to_keep=1)
+    anymodel.text_entry(model)(input_ids=warm, cache=cache, use_cache=True, logits_to_keep=1, return_dict=False)
     for i, layer in enumerate(cache.layers):
         for attr, value in sorted(vars(layer).items()):
             tensors = value.items() if isinstance(value, dict) else [(None, value)]
@@ -98,8 +106,10 @@ def llm_step(model: nn.Module, phase: str, batch: int, seq: int, context: int, r
     ids = torch.randint(0, cfg.vocab_size, (batch, length))
     pos = torch.arange(past, past + length).expand(batch, length)
     step.buffers += [(ids, Role.INPUT, "input_ids"), (pos, Role.INPUT, "position_ids")]
-    step.run = lambda: (model(input_ids=ids, position_ids=pos, cache=cache, use_cache=True,
-                              logits_to_keep=1).logits,)
+    # return_dict=False: the logits come first in every model's tuple (Llama 4's output class misses a field)
+    entry = anymodel.text_entry(model)
+    step.run = lambda: (entry(input_ids=ids, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1,
+                              return_dict=False)[0],)
     return step
 
 
