@@ -137,7 +137,9 @@ class Recorder(TorchDispatchMode):
             written = a.alias_info is not None and a.alias_info.is_write
             if written:
                 writes += tensors
-            if not (written and a.kwarg_only):  # out= is write-only; in-place self is read and written
+            # out= is write-only, and so is copy_'s destination (it overwrites what it covers: a slice of a
+            # fresh buffer, as MLA builds its keys); any other in-place self is read and written
+            if not (written and (a.kwarg_only or func.overloadpacket.__name__ == "copy_")):
                 reads += tensors
         for t in reads + writes:
             self.buffer_of(t)  # first sight before the op runs: a constant's starting contents
