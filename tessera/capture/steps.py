@@ -72,22 +72,29 @@ def static_cache(model: nn.Module, step: Step, *, batch: int, past: int, length:
     from transformers import StaticCache
 
     cache = StaticCache(config=model.config, max_cache_len=past + length)
-    warm = torch.zeros(batch, 1, dtype=torch.long)
+    # one sequence in the warm-up: an MoE model then runs top_k experts, not all of them
+    warm = torch.zeros(1, 1, dtype=torch.long)
     anymodel.text_entry(model)(input_ids=warm, cache=cache, use_cache=True, logits_to_keep=1, return_dict=False)
     for i, layer in enumerate(cache.layers):
+        if hasattr(layer, "batch_size"):
+            layer.batch_size = batch
         for attr, value in sorted(vars(layer).items()):
-            tensors = value.items() if isinstance(value, dict) else [(None, value)]
-            for j, t in tensors:
+            slots = value if isinstance(value, dict) else {None: value}
+            for j, t in slots.items():
                 if not isinstance(t, torch.Tensor):
                     continue
-                name = f"kv.{i}.{_CACHE_NAMES.get(attr, attr)}" + ("" if j is None else f".{j}")
-                if attr == "cumulative_length":
+                if t.dim():  # [1, ...] from the warm-up -> [batch, ...], zeros (random K/V and states in real mode)
+                    t = torch.zeros((batch, *t.shape[1:]), dtype=t.dtype)
+                    if real and past:
+                        t.normal_()
+                else:  # the cache length counter
                     t.fill_(past)
-                elif real and past:
-                    t.normal_()
+                if j is None:
+                    setattr(layer, attr, t)
                 else:
-                    t.zero_()
+                    value[j] = t
                 role = Role.KV if attr in ("keys", "values") else Role.STATE
+                name = f"kv.{i}.{_CACHE_NAMES.get(attr, attr)}" + ("" if j is None else f".{j}")
                 step.buffers.append((t, role, name))
         if isinstance(getattr(layer, "has_previous_state", None), dict):
             for j in layer.has_previous_state:
