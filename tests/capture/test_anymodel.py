@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from tessera.capture import capture_model, resolve
+from tessera.capture import capture_model, capture_program, replay, resolve
 from tessera.capture.ops import dequantise
 from tessera.graph import KernelKind, Role
 from tests.conftest import RunCli
@@ -133,6 +133,12 @@ def test_moe_routing_is_its_own_kind_one_dispatch_and_combine_per_expert() -> No
     # (fp32: Mixtral's router takes the softmax in float32), not the whole [16, 64] output
     combine = next(k for k in routing if "combine" in k.name)
     assert combine.bytes_written == 8 * 64 * 2 + 8 * 8 + 8 * 4
+
+
+def test_moe_routing_ops_replay_bit_exact_in_real_mode() -> None:
+    cap = capture_program("moe-tiny", "prefill", batch=2, seq=8)
+    assert any(k.kind is KernelKind.MOE_ROUTING for k in cap.graph.kernels)
+    assert all(torch.equal(a, b) for a, b in zip(replay(cap), cap.expected, strict=True))
 
 
 def _meta_model(cfg: dict[str, Any]) -> nn.Module:
