@@ -14,6 +14,7 @@ from torch import nn
 
 from tessera.capture import anymodel, quant
 from tessera.capture.zoo import ModelSpec
+from tessera.errors import UserError
 from tessera.graph import Role
 
 
@@ -44,12 +45,15 @@ def build(spec: ModelSpec) -> nn.Module:
         del conf.quantization_config  # transformers' own quantisers need the real checkpoint
     auto = anymodel.auto_class(conf.model_type)
     try:
-        model = auto.from_config(conf, attn_implementation=attn)
-    except ValueError as e:  # no sdpa path (gpt-oss: attention sinks): transformers' eager attention
-        if "attention implementation" not in str(e):
-            raise
-        conf._attn_implementation = "eager"
-        model = auto.from_config(conf, attn_implementation="eager")
+        try:
+            model = auto.from_config(conf, attn_implementation=attn)
+        except ValueError as e:  # no sdpa path (gpt-oss: attention sinks): transformers' eager attention
+            if "attention implementation" not in str(e):
+                raise
+            conf._attn_implementation = "eager"
+            model = auto.from_config(conf, attn_implementation="eager")
+    except Exception as e:  # transformers' own code refusing this config under fake tensors: one line
+        raise _cannot(conf.model_type, "build a model", e) from None
     anymodel.route_dense_mixtures(model)
     anymodel.split_experts(model)
     if qcfg is not None:
@@ -58,6 +62,12 @@ def build(spec: ModelSpec) -> nn.Module:
 
 
 # ---- steps -----------------------------------------------------------------------------------------------------
+
+
+def _cannot(what: str, doing: str, e: Exception) -> UserError:
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    return UserError(f"{what} (transformers) cannot {doing} from this config alone under fake tensors: "
+                     f"{type(e).__name__}: {first}")
 
 
 _CACHE_NAMES = {"keys": "k", "values": "v", "cumulative_length": "length", "conv_states": "conv",
@@ -71,10 +81,13 @@ def static_cache(model: nn.Module, step: Step, *, batch: int, past: int, length:
     tensors join ``step.buffers`` as kv, conv/recurrent states and length counters as state."""
     from transformers import StaticCache
 
-    cache = StaticCache(config=model.config, max_cache_len=past + length)
     # one sequence in the warm-up: an MoE model then runs top_k experts, not all of them
     warm = torch.zeros(1, 1, dtype=torch.long)
-    anymodel.text_entry(model)(input_ids=warm, cache=cache, use_cache=True, logits_to_keep=1, return_dict=False)
+    try:
+        cache = StaticCache(config=model.config, max_cache_len=past + length)
+        anymodel.text_entry(model)(input_ids=warm, cache=cache, use_cache=True, logits_to_keep=1, return_dict=False)
+    except Exception as e:  # transformers' own code refusing this config or fake tensors: one line
+        raise _cannot(type(model).__name__, "run a text step", e) from None
     for i, layer in enumerate(cache.layers):
         if hasattr(layer, "batch_size"):
             layer.batch_size = batch
