@@ -84,19 +84,25 @@ def main() -> None:
             continue
         rows.append({**run_one(p), "loadavg": os.getloadavg()[0]})
         print(json.dumps(rows[-1]), flush=True)
+    write(out, rows, load_before)
+
+
+def write(out: Path, rows: list[dict[str, object]], load_before: tuple[float, float, float]) -> None:
+    """anymodel.json and anymodel.md from the rows (also used to merge rows of an interrupted run)."""
     result = {"shape": SHAPE, "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "rows": rows}
     (out / "anymodel.json").write_text(json.dumps(result, indent=1))
     lines = [f"decode {SHAPE['batch']}×{SHAPE['context']}; 1-min load average before {load_before[0]:.1f}, after "
              f"{os.getloadavg()[0]:.1f}; per row in anymodel.json (2 cores, shared with other work)", "",
-             "| config | kernels | moe_routing | weights GB | expected GB | error | capture s | wall s | peak RSS GB |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| config | kernels | moe_routing | weights GB | expected GB | error | capture s | wall s | peak RSS GB | load |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['config']} | error: {r['error']} | | | | | | {r['wall_s']} | |")
             continue
         lines.append(f"| {r['config']} | {r['kernels']} | {r['kinds'].get('moe_routing', 0)} | "
                      f"{r['weight_bytes'] / 1e9:.2f} | {r['expected_weight_bytes'] / 1e9:.2f} | "
-                     f"{100 * r['weight_error']:+.2f}% | {r['capture_s']:.1f} | {r['wall_s']} | {r['peak_rss_gb']} |")
+                     f"{100 * r['weight_error']:+.2f}% | {r['capture_s']:.1f} | {r['wall_s']} | {r['peak_rss_gb']} | "
+                     f"{r.get('loadavg', '')} |")
     (out / "anymodel.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
