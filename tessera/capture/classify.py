@@ -18,6 +18,7 @@ _ATTENTION = {
     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
     "_scaled_dot_product_attention_math", "scaled_dot_product_attention",
+    "attention",  # tessera::attention (ops.py): value head dim ≠ key head dim (MLA)
 }
 _NORM = {
     "native_layer_norm", "_fused_rms_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
@@ -37,6 +38,11 @@ _COPY = {
     "reflection_pad1d", "replication_pad1d", "tril", "triu", "where_self_copy",
 }
 _INDIRECT_COPY = {"index_copy"}
+# Capture's own MoE ops (tessera/capture/ops.py): tokens to their expert and the weighted results back.
+_MOE_ROUTING = {"moe_dispatch", "moe_combine"}
+# GEMMs on weights stored quantised (ops.quant_linear): x [..., k] · W [n, k]ᵀ; dtype = the stored format.
+_QUANT_GEMM = {"quant_linear"}
+_STORED_DTYPE = {"fp8": "float8_e4m3fn", "int4": "int4", "mxfp4": "mxfp4"}
 # Chunked SSM state passing and other prefix scans.
 _SCAN = {"cumsum", "cumprod", "logcumsumexp", "_cummax_helper", "_cummin_helper"}
 _CONV = {"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "_conv_depthwise2d", "mkldnn_convolution",
@@ -55,8 +61,10 @@ def op_name(func: Any) -> str:
 def kind_of(func: Any) -> tuple[KernelKind, bool]:
     """(kind, indirect) of an operator."""
     name = op_name(func)
-    if name in _GEMM:
+    if name in _GEMM or name in _QUANT_GEMM:
         return KernelKind.GEMM, False
+    if name in _MOE_ROUTING:
+        return KernelKind.MOE_ROUTING, True
     if name in _ATTENTION:
         return KernelKind.ATTENTION, False  # decode vs prefill decided from q_len by the caller
     if name in _INDIRECT_COPY:
@@ -83,6 +91,9 @@ def _shape(t: Any) -> tuple[int, ...]:
 def flops_of(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> int:
     """Matmul/conv/attention FLOPs from torch's flop counter; our formula where it has none."""
     packet = func.overloadpacket
+    if op_name(func) in _QUANT_GEMM:  # 2·m·n·k, as for any GEMM: dequantisation is not counted
+        x, w = _shape(args[0]), _shape(args[1])
+        return 2 * math.prod(x[:-1]) * w[0] * x[-1]
     if packet in flop_registry:
         return int(flop_registry[packet](*args, **kwargs, out_val=out))
     if op_name(func) in _ATTENTION:
@@ -103,7 +114,18 @@ def dims_of(kind: KernelKind, func: Any, args: tuple[Any, ...], out_tensors: lis
     if kind in (KernelKind.ATTENTION, KernelKind.ATTENTION_DECODE):
         q, k = _shape(args[0]), _shape(args[1])
         return {"batch": q[0], "heads": q[1], "kv_heads": k[1], "q_len": q[2], "kv_len": k[2], "head_dim": q[3]}
+    if name in _QUANT_GEMM:
+        x, w = _shape(args[0]), _shape(args[1])
+        return {"m": math.prod(x[:-1]), "k": x[-1], "n": w[0], "batch": 1}
     numel = max((math.prod(_shape(t)) for t in out_tensors), default=0)
     if numel == 0:
         numel = max((math.prod(_shape(a)) for a in args if isinstance(a, torch.Tensor)), default=0)
     return {"numel": int(numel)}
+
+
+def kernel_dtype(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], first: torch.Tensor) -> str:
+    """The dtype a kernel computes in: a quantised GEMM's stored weight format, else its first output's."""
+    if op_name(func) in _QUANT_GEMM:
+        fmt = args[4] if len(args) > 4 else kwargs["fmt"]
+        return _STORED_DTYPE[fmt]
+    return str(first.dtype).removeprefix("torch.")

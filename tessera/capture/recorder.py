@@ -15,7 +15,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from tessera.capture.classify import dims_of, flops_of, kind_of
+from tessera.capture.classify import dims_of, flops_of, kernel_dtype, kind_of
 from tessera.graph import Buffer, Kernel, KernelKind, Role
 
 # Allocate without touching memory: their outputs are buffers, not kernels.
@@ -152,7 +152,9 @@ class Recorder(TorchDispatchMode):
             written = a.alias_info is not None and a.alias_info.is_write
             if written:
                 writes += tensors
-            if not (written and a.kwarg_only):  # out= is write-only; in-place self is read and written
+            # out= is write-only, and so is copy_'s destination (it overwrites what it covers: a slice of a
+            # fresh buffer, as MLA builds its keys); any other in-place self is read and written
+            if not (written and (a.kwarg_only or func.overloadpacket.__name__ == "copy_")):
                 reads += tensors
         for t in reads + writes:
             self.buffer_of(t)  # first sight before the op runs: a constant's starting contents
@@ -203,8 +205,8 @@ class Recorder(TorchDispatchMode):
             bytes_read=sum(rb.values()), bytes_written=sum(wb.values()),
             reads=tuple(dict.fromkeys(self.buffer_of(t) for t in reads)),
             writes=tuple(dict.fromkeys(written_ids)),
-            layer=layer, module=path, phase=self.phase, dtype=str(outs[0].dtype if outs else writes[0].dtype)
-            .removeprefix("torch."), dims=dims, indirect=indirect,
+            layer=layer, module=path, phase=self.phase,
+            dtype=kernel_dtype(func, args, kwargs, outs[0] if outs else writes[0]), dims=dims, indirect=indirect,
         ))
 
     def _access(self, reads: list[torch.Tensor], writes: list[torch.Tensor], fresh: list[torch.Tensor],

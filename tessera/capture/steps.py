@@ -5,7 +5,6 @@ Called inside the capture's tensor mode (fake or real) with the default dtype al
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +12,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from tessera.capture import anymodel, quant
 from tessera.capture.zoo import ModelSpec
+from tessera.errors import UserError
 from tessera.graph import Role
 
 
@@ -27,86 +28,90 @@ class Step:
 
 
 def build(spec: ModelSpec) -> nn.Module:
-    cfg = {k: v for k, v in spec.config.items() if not k.startswith("_")}
+    """The model from its config through transformers' Auto classes (diffusers for ``_class_name``), with
+    the hooks capture needs: balanced MoE routing, quantised storage as the checkpoint has it."""
     if spec.family == "dit":
-        from diffusers import FluxTransformer2DModel
+        import diffusers
 
-        return FluxTransformer2DModel(**cfg).eval()
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
-
-    model_type = cfg.pop("model_type")
-    conf = AutoConfig.for_model(model_type, **cfg)
-    attn = "eager" if spec.family == "ssm" else "sdpa"  # Mamba has no attention to choose
+        cfg = {k: v for k, v in spec.config.items() if not k.startswith("_")}
+        return getattr(diffusers, spec.config["_class_name"])(**cfg).eval()
+    conf = anymodel.transformers_config(spec.config, spec.name)
+    # Mamba has no attention to choose; MLA (value head dim ≠ key's) gets one attention kernel
+    attn = anymodel.attention_implementation(conf, "eager" if spec.family == "ssm" else "sdpa")
     conf._attn_implementation = attn
-    auto = AutoModelForImageTextToText if spec.family == "vlm" else AutoModelForCausalLM
-    model = auto.from_config(conf, attn_implementation=attn)
-    if spec.family == "moe":
-        _split_experts(model)
+    qcfg = spec.config.get("quantization_config")
+    if qcfg is not None:
+        quant.stored_format(qcfg)  # an unmodelled method is a one-line error before the build
+        del conf.quantization_config  # transformers' own quantisers need the real checkpoint
+    auto = anymodel.auto_class(conf.model_type)
+    try:
+        try:
+            model = auto.from_config(conf, attn_implementation=attn)
+        except ValueError as e:  # no sdpa path (gpt-oss: attention sinks): transformers' eager attention
+            if "attention implementation" not in str(e):
+                raise
+            conf._attn_implementation = "eager"
+            model = auto.from_config(conf, attn_implementation="eager")
+    except Exception as e:  # transformers' own code refusing this config under fake tensors: one line
+        raise _cannot(conf.model_type, "build a model", e) from None
+    anymodel.route_dense_mixtures(model)
+    anymodel.split_experts(model)
+    if qcfg is not None:
+        quant.quantise(model, qcfg)
     return model.eval()
-
-
-# ---- MoE: per-expert weights and balanced routing --------------------------------------------------------------
-
-
-def _split_experts(model: nn.Module) -> None:
-    """Give every expert its own weight tensors (one buffer each) and the balanced-routing forward."""
-    for mod in model.modules():
-        if type(mod).__name__.endswith("Experts") and isinstance(getattr(mod, "gate_up_proj", None), nn.Parameter):
-            mod.gate_up = nn.ParameterList([nn.Parameter(w.clone()) for w in mod.gate_up_proj.data])
-            mod.down = nn.ParameterList([nn.Parameter(w.clone()) for w in mod.down_proj.data])
-            del mod.gate_up_proj, mod.down_proj
-            mod.forward = types.MethodType(_balanced_experts_forward, mod)
-
-
-def _balanced_experts_forward(self: Any, hidden: torch.Tensor, top_k_index: torch.Tensor,
-                              top_k_weights: torch.Tensor) -> torch.Tensor:
-    """Experts under the capture's routing assumption: balanced top-k routing.
-
-    The router's choice is data: fake tensors cannot say which tokens go where. We assume every expert
-    receives tokens·top_k/E of the token-slots (slot s = token s // top_k, in order; the first
-    (tokens·top_k) mod E experts take one extra), so each expert is one gather + two GEMMs + one
-    scatter-add with the active-parameter FLOPs of the real model. The router's weights are used as
-    computed; its indices are ignored (so a real-mode MoE output is that of this routing, not the router's).
-    """
-    tokens, top_k = top_k_index.shape
-    slots = tokens * top_k
-    n_experts = len(self.gate_up)
-    flat_w = top_k_weights.reshape(-1)
-    out = torch.zeros_like(hidden)
-    start = 0
-    for e in range(n_experts):
-        n = slots // n_experts + (1 if e < slots % n_experts else 0)
-        if n == 0:
-            continue
-        tok = torch.arange(start, start + n, device=hidden.device) // top_k
-        x = hidden.index_select(0, tok)
-        gate, up = nn.functional.linear(x, self.gate_up[e]).chunk(2, dim=-1)
-        y = nn.functional.linear(self.act_fn(gate) * up, self.down[e])
-        out.index_add_(0, tok, y * flat_w[start:start + n, None].to(y.dtype))
-        start += n
-    return out
 
 
 # ---- steps -----------------------------------------------------------------------------------------------------
 
 
+def _cannot(what: str, doing: str, e: Exception) -> UserError:
+    first = (str(e).strip().splitlines() or [""])[0][:200]
+    return UserError(f"{what} (transformers) cannot {doing} from this config alone under fake tensors: "
+                     f"{type(e).__name__}: {first}")
+
+
+_CACHE_NAMES = {"keys": "k", "values": "v", "cumulative_length": "length", "conv_states": "conv",
+                "recurrent_states": "ssm"}
+
+
 def static_cache(model: nn.Module, step: Step, *, batch: int, past: int, length: int, real: bool) -> Any:
-    """A static KV cache of past+length slots holding ``past`` tokens (random K/V in real mode); its
-    K, V and length counters join ``step.buffers``."""
+    """A static cache of past+length slots holding ``past`` tokens, for any mix of layers (full, sliding,
+    MLA, Mamba/linear attention): transformers allocates every layer's tensors in a one-token warm-up run
+    (before recording), then they are reset to hold ``past`` tokens (random contents in real mode). K/V
+    tensors join ``step.buffers`` as kv, conv/recurrent states and length counters as state."""
     from transformers import StaticCache
 
-    cfg = model.config.get_text_config(decoder=True)
-    cache = StaticCache(config=cfg, max_cache_len=past + length)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    cache.early_initialization(batch_size=batch, num_heads=cfg.num_key_value_heads, head_dim=head_dim,
-                               dtype=torch.get_default_dtype(), device=torch.device("cpu"))
+    # one sequence in the warm-up: an MoE model then runs top_k experts, not all of them
+    warm = torch.zeros(1, 1, dtype=torch.long)
+    try:
+        cache = StaticCache(config=model.config, max_cache_len=past + length)
+        anymodel.text_entry(model)(input_ids=warm, cache=cache, use_cache=True, logits_to_keep=1, return_dict=False)
+    except Exception as e:  # transformers' own code refusing this config or fake tensors: one line
+        raise _cannot(type(model).__name__, "run a text step", e) from None
     for i, layer in enumerate(cache.layers):
-        layer.cumulative_length.fill_(past)
-        if real and past:
-            layer.keys.normal_()
-            layer.values.normal_()
-        step.buffers += [(layer.keys, Role.KV, f"kv.{i}.k"), (layer.values, Role.KV, f"kv.{i}.v"),
-                         (layer.cumulative_length, Role.STATE, f"kv.{i}.length")]
+        if hasattr(layer, "batch_size"):
+            layer.batch_size = batch
+        for attr, value in sorted(vars(layer).items()):
+            slots = value if isinstance(value, dict) else {None: value}
+            for j, t in slots.items():
+                if not isinstance(t, torch.Tensor):
+                    continue
+                if t.dim():  # [1, ...] from the warm-up -> [batch, ...], zeros (random K/V and states in real mode)
+                    t = torch.zeros((batch, *t.shape[1:]), dtype=t.dtype)
+                    if real and past:
+                        t.normal_()
+                else:  # the cache length counter
+                    t.fill_(past)
+                if j is None:
+                    setattr(layer, attr, t)
+                else:
+                    value[j] = t
+                role = Role.KV if attr in ("keys", "values") else Role.STATE
+                name = f"kv.{i}.{_CACHE_NAMES.get(attr, attr)}" + ("" if j is None else f".{j}")
+                step.buffers.append((t, role, name))
+        if isinstance(getattr(layer, "has_previous_state", None), dict):
+            for j in layer.has_previous_state:
+                layer.has_previous_state[j] = past > 0
     return cache
 
 
@@ -121,8 +126,10 @@ def llm_step(model: nn.Module, phase: str, batch: int, seq: int, context: int, r
     ids = torch.randint(0, cfg.vocab_size, (batch, length))
     pos = torch.arange(past, past + length).expand(batch, length)
     step.buffers += [(ids, Role.INPUT, "input_ids"), (pos, Role.INPUT, "position_ids")]
-    step.run = lambda: (model(input_ids=ids, position_ids=pos, cache=cache, use_cache=True,
-                              logits_to_keep=1).logits,)
+    # return_dict=False: the logits come first in every model's tuple (Llama 4's output class misses a field)
+    entry = anymodel.text_entry(model)
+    step.run = lambda: (entry(input_ids=ids, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1,
+                              return_dict=False)[0],)
     return step
 
 

@@ -6,12 +6,11 @@ real sizes, real fp32 tensors for the tiny ones).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tessera.errors import UserError, choices_error, read_text
+from tessera.errors import choices_error
 
 PHASES: dict[str, tuple[str, ...]] = {
     "llm": ("prefill", "decode"),
@@ -122,40 +121,24 @@ SPECS: dict[str, ModelSpec] = {s.name: s for s in (
                           axes_dims_rope=[4, 6, 6])),
 )}
 
-# HF model_type / diffusers class -> family, for a local config.json.
-_LOCAL_FAMILIES = {
-    "llama": "llm", "qwen2": "llm", "qwen3": "llm", "mistral": "llm", "mixtral": "moe", "mamba2": "ssm",
-    "qwen2_5_vl": "vlm", "FluxTransformer2DModel": "dit",
-}
-
-
 def model_names() -> list[str]:
     return list(SPECS)
 
 
 def resolve(name: str) -> ModelSpec:
-    """A zoo name, or a path to a local HF config.json."""
+    """A zoo name, or a local config.json (or a directory holding one) of any architecture transformers
+    or diffusers builds from a config (``anymodel``)."""
     if name in SPECS:
         return SPECS[name]
     path = Path(name)
     if not (name.endswith(".json") or path.exists()):
-        raise choices_error("model", name, [*SPECS, "<path to config.json or its directory>"])
-    if path.is_dir():  # a model directory, as Hugging Face checkpoints are laid out
-        if not (path / "config.json").is_file():
-            raise UserError(f"model directory {name} holds no config.json")
-        path = path / "config.json"
-    try:
-        cfg = json.loads(read_text(path, "model config"))
-    except json.JSONDecodeError as e:
-        raise UserError(f"cannot read model config {path}: not JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(cfg, dict):
-        raise UserError(f"model config {name} is not a JSON object")
-    kind = cfg.get("model_type") or cfg.get("_class_name")
-    if kind not in _LOCAL_FAMILIES:
-        raise UserError(f"model config {name}: model_type {kind!r} not supported; valid: "
-                        + ", ".join(sorted(_LOCAL_FAMILIES)))
-    return ModelSpec(name=path.stem if path.stem != "config" else path.parent.name or "config",
-                     family=_LOCAL_FAMILIES[kind], config=cfg, source=str(path))
+        raise choices_error("model", name, [*SPECS, "<path to config.json or a model directory>"])
+    from tessera.capture import anymodel
+
+    cfg, file = anymodel.load_config(name)
+    family = anymodel.family_of(cfg, name)
+    stem = file.parent.name if file.stem == "config" else file.stem.removesuffix("_config")
+    return ModelSpec(name=stem or "config", family=family, config=cfg, source=str(file))
 
 
 def model_phases(name: str) -> list[str]:

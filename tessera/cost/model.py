@@ -55,6 +55,7 @@ DEFAULT_EFFICIENCY: dict[KernelKind, Efficiency] = {
     KernelKind.ELEMENTWISE: Efficiency(compute=0.3, memory=0.8),
     KernelKind.NORM: Efficiency(compute=0.3, memory=0.7),
     KernelKind.EMBEDDING: Efficiency(compute=0.3, memory=0.6),
+    KernelKind.MOE_ROUTING: Efficiency(compute=0.3, memory=0.6),
     KernelKind.SCAN: Efficiency(compute=0.2, memory=0.5),
     KernelKind.CONV: Efficiency(compute=0.4, memory=0.6),
     KernelKind.COPY: Efficiency(compute=0.3, memory=0.8),

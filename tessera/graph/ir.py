@@ -37,6 +37,7 @@ class KernelKind(StrEnum):
     ELEMENTWISE = "elementwise"
     NORM = "norm"  # norms, softmax and other reductions
     EMBEDDING = "embedding"  # gather / index_select / scatter
+    MOE_ROUTING = "moe_routing"  # tokens gathered to their expert and scattered back (weighted) after it
     SCAN = "scan"  # SSM selective scan / chunked state passing
     CONV = "conv"
     COPY = "copy"  # materialising copies, cat, index_copy_ into caches
