@@ -79,15 +79,21 @@ class PlanModel:
 
     @classmethod
     def _mixed(cls, plan: Plan, cfg: SchedulerConfig) -> PlanModel:
-        """A serving-model plan: every iteration is one lookup of the mixed table at (decode + chunk tokens,
-        mean context); batch and token budget default to the planned B and B + C, and a request prefills at
-        most its micro-batch's chunk ⌈C/m⌉ per iteration."""
+        """A serving-model plan: every iteration is one lookup of the mixed table at (decode sequences,
+        chunk tokens, mean context); the batch limit defaults to the planned B plus the prompts in prefill,
+        the token budget to B + C, and a request prefills at most its micro-batch's chunk ⌈C/m⌉ per
+        iteration."""
         it = MixedTable.build(plan, "mixed")
         w = plan.workload
         batch = plan.batch or it.max_batch
         m = max(1, plan.microbatches)
-        chunk = math.ceil(batch * w.get("prompt", 1) / max(1, w.get("output", 1)))
+        prompt = max(1, w.get("prompt", 1))
+        chunk = math.ceil(batch * prompt / max(1, w.get("output", 1)))
+        # the planner's B decoding sequences plus the prompts its chunks are prefilling: one per micro-batch,
+        # or ⌈c/P⌉ when a micro-batch's chunk c holds whole prompts
+        prefilling = m * max(1, math.ceil(math.ceil(chunk / m) / prompt))
         kv_cap = float(plan.kv_capacity_tokens) if plan.kv_bytes_per_token > 0 else math.inf
         return cls(plan=plan, first=it, iter=it, shared=True, emits_token=True, image=False, kv_cap=kv_cap,
-                   max_batch=cfg.max_batch or batch, max_prefill_tokens=cfg.max_prefill_tokens or batch + chunk,
+                   max_batch=cfg.max_batch or batch + prefilling,
+                   max_prefill_tokens=cfg.max_prefill_tokens or batch + chunk,
                    chunked=True, names=("mixed",), mixed=True, chunk_cap=math.ceil(chunk / m))
