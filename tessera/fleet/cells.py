@@ -205,9 +205,15 @@ class CellPlanner:
             return CellEval(gpus=gpus, feasible=False, reason=str(e), goodput_per_s=0.0, usd_per_hour=usd,
                             plan=None, chosen=None, strategy_goodput={}, eval_s=0.0)
         o = res.tessera
+        every = {n: s.goodput for n, s in res.strategies.items()}
+        if o.plan is not None and o.plan.members:
+            # Tessera's answer is one independent replica per GPU: those are the single-GPU cells (searched
+            # over at least the micro-batch counts homogeneous uses), so the pair adds nothing of its own.
+            return CellEval(gpus=gpus, feasible=False, reason="Tessera's answer is one replica per GPU (the "
+                            "single-GPU cells)", goodput_per_s=0.0, usd_per_hour=usd, plan=None, chosen=o.chosen,
+                            strategy_goodput={**every, "tessera": 0.0}, eval_s=0.0)
         return CellEval(gpus=gpus, feasible=o.feasible, reason=o.reason, goodput_per_s=o.goodput, usd_per_hour=usd,
-                        plan=o.plan if o.feasible else None, chosen=o.chosen,
-                        strategy_goodput={n: s.goodput for n, s in res.strategies.items()}, eval_s=0.0)
+                        plan=o.plan if o.feasible else None, chosen=o.chosen, strategy_goodput=every, eval_s=0.0)
 
     # ---- bound ---------------------------------------------------------------------------------------------
 

@@ -68,6 +68,7 @@ class FleetPlan:
     upper_bound_per_s: float  # the objective's optimum with upper bounds for unplanned cells (mix.py)
     gap: float  # certified: 1 − ours / upper (0 = optimal among the candidate cells)
     candidates: int
+    largest_candidate_gpus: int  # GPUs in the largest candidate cell (a TP group of up to 8)
     evaluated: int
     plan_s: float  # everything: capture, bounds, cell plans, integer programs
     eval_s: float  # planning cells
@@ -196,7 +197,8 @@ def plan_fleet(model: str, spec: FleetSpec, cfg: PlannerConfig | None = None, *,
         config=config_dict(cfg), available=spec.gpus, cells=cells, plans=plans, goodput_per_s=t, usd_per_hour=u,
         usd_per_million_tokens=None if cp.images or t <= 0 else u / 3600 / t * 1e6,
         unused={g: n - used.get(g, 0) for g, n in spec.gpus if n - used.get(g, 0) > 0},
-        upper_bound_per_s=lz.upper.score(objective), gap=lz.gap, candidates=len(cands), evaluated=lz.evaluated,
+        upper_bound_per_s=lz.upper.score(objective), gap=lz.gap, candidates=len(cands),
+        largest_candidate_gpus=max(len(c) for c in cands), evaluated=lz.evaluated,
         plan_s=time.perf_counter() - t0, eval_s=cp.eval_s - e0, bound_s=cp.bound_s - b0,
         solve_s=best.solve_s + lz.upper.solve_s, notes=tuple(_notes(cfg, lz.gap, budget_s, len(cands) - lz.evaluated)))
 
