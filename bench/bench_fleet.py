@@ -71,10 +71,13 @@ def main() -> None:
     fp16d = plan_fleet(MODEL, FleetSpec.from_counts(POOL16), objective="per_dollar")
     fail = failure_demo(fp16)
     advice = [advise(MODEL, None, b, simulate=b == BUDGETS[1]) for b in BUDGETS]
+    checks = cell_planner(MODEL, fp16.planner_config).bound_checks()
+    bounds = [{"cell": cell_name(c), "bound_per_s": b, "best_strategy_per_s": e, "ratio": e / b if b else None}
+              for c, b, e in checks]
     slo = fp16.config["slo"]
     res = {"model": MODEL, "pool16": POOL16, "slo": slo, "traffic": fp16.config["traffic"],
            "microbatches": fp16.config["microbatches"], "fleet16": fleet_row(fp16), "fleet64": fleet_row(fp64),
-           "fleet16_per_dollar": fleet_row(fp16d), "failure": fail, "advice": [a.to_dict() for a in advice],
+           "fleet16_per_dollar": fleet_row(fp16d), "failure": fail, "bounds": bounds, "advice": [a.to_dict() for a in advice],
            "frontier": [p.__dict__ for a in advice for p in a.frontier_points()],
            "bench_s": time.perf_counter() - t0, "load_1min": os.getloadavg()[0]}
     (OUT / "fleet.json").write_text(json.dumps(res, indent=1, default=str))
@@ -96,6 +99,12 @@ def markdown(res: dict[str, Any]) -> str:
         md.append(f"| {name} | {obj} | {r['plan_s']:.1f} | {r['evaluated']}/{r['candidates']} | "
                   f"{r['largest_candidate_gpus']} GPUs | {r['goodput_per_s']:,.0f} | {r['usd_per_hour']:.2f} | "
                   f"{r['gap']:.1%} | {', '.join(r['cells'])} |")
+    b = res["bounds"]
+    if b:
+        worst = max(x["ratio"] for x in b)
+        md += ["", f"Pair bound against the pair once planned (every strategy), {len(b)} pairs planned on the pool's "
+               f"link: best strategy / bound {min(x['ratio'] for x in b):.2f} to {worst:.2f} "
+               f"({'never above 1: the bound held' if worst <= 1 + 1e-9 else 'ABOVE 1: the bound failed'})."]
     f = res["failure"]
     if "replan_s" in f:
         md += ["", f"Losing one H100 (cell {f['lost_cell']}): re-planned in {f['replan_s']:.1f} s; simulated "

@@ -231,6 +231,11 @@ class CellPlanner:
             self._bounds[gpus] = ub
         return self._bounds[gpus]
 
+    def bound_checks(self) -> list[tuple[Cell, float, float]]:
+        """(pair, its bound, its best strategy's goodput) for every pair both bounded and planned so far."""
+        return [(c, b, max(e.strategy_goodput.values(), default=0.0)) for c, b in self._bounds.items()
+                if not is_group(c) and (e := self._evals.get(c)) is not None]
+
     def _placement_bound(self, gpus: Cell) -> float:
         """Term (i) of the module doc."""
         specs = tuple(resolve_gpu(g) for g in gpus)
