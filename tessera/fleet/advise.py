@@ -177,10 +177,10 @@ def verdict(mix: MixChoice, hom: MixChoice | None) -> str:
         return "no homogeneous mix fits the budget"
     r = mix.per_dollar / hom.per_dollar if hom.per_dollar > 0 else float("inf")
     if r > 1 + 1e-9:
-        return (f"the mix beats the best homogeneous mix ({hom.label}) by {r:.3f}x throughput per $/h "
+        return (f"the mix beats the best homogeneous mix ({hom.label}) by {r:.3f}x goodput per $/h "
                 f"({mix.per_dollar:.1f} vs {hom.per_dollar:.1f})")
     return (f"the mix does not beat the best homogeneous mix ({hom.label}): {mix.per_dollar:.1f} vs "
-            f"{hom.per_dollar:.1f} throughput per $/h; the best cells are of one type for this model and budget")
+            f"{hom.per_dollar:.1f} goodput per $/h; the best cells are of one type for this model and budget")
 
 
 def simulate_mix(cp: CellPlanner, mix: MixChoice) -> dict[str, Any]:
