@@ -20,7 +20,7 @@ from tessera.fleet.mix import OBJECTIVES, lazy_mix, verify_mix
 from tessera.fleet.spec import FleetSpec
 from tessera.plan.serve import PlannerConfig
 from tessera.plan.serving import Slo, Traffic
-from tessera.plan.types import PoolCell, PoolPlan
+from tessera.plan.types import Plan, PoolCell, PoolPlan
 
 FLEET_VERSION = 2
 # How the fleet narrows the caller's PlannerConfig: micro-batch counts 1 and 2 (of plan_serving's 1, 2, 4,
@@ -154,18 +154,7 @@ def plan_fleet(model: str, spec: FleetSpec, cfg: PlannerConfig | None = None, *,
     step("capturing the model")
     cp = cell_planner(model, cfg)
     e0, b0 = cp.eval_s, cp.bound_s
-    avail = spec.counts
-    cands = [c for c in candidate_cells(avail, max_gpus=max_gpus) if cp.fits(c)]
-    for c in cands:
-        if is_group(c):
-            step(f"planning cell {cell_name(c)}")
-            cp.evaluate(c)
-    step(f"bounding {len(cands)} candidate cells")
-    cands = [c for c in cands if cp.upper_bound(c) > 0]
-    if not cands:
-        raise UserError(f"{model} fits no cell of this pool ({', '.join(f'{n}x{g}' for g, n in spec.gpus)}) at "
-                        f"the SLO: no GPU type, TP group or pair holds the weights and meets it")
-    usd = {c: cp.usd_per_hour(c) for c in cands}
+    cands = bounded_candidates(cp, spec, max_gpus, step)
 
     def exact(c: Cell) -> float | None:
         return cp.evaluate(c).goodput_per_s if cp.evaluated(c) else None
@@ -175,35 +164,50 @@ def plan_fleet(model: str, spec: FleetSpec, cfg: PlannerConfig | None = None, *,
         return cp.evaluate(c).goodput_per_s
 
     step("choosing cells")
-    lz = lazy_mix(cands, exact=exact, bound=cp.upper_bound, usd=usd, objective=objective, available=avail,
+    usd = {c: cp.usd_per_hour(c) for c in cands}
+    lz = lazy_mix(cands, exact=exact, bound=cp.upper_bound, usd=usd, objective=objective, available=spec.counts,
                   budget_s=budget_s, evaluate=evaluate)
-    best = lz.best
-    if not best.counts:
+    if not lz.best.counts:
         reasons = "; ".join(f"{cell_name(c)}: {cp.evaluate(c).reason}" for c in cands if cp.evaluated(c))
         raise UserError(f"no cell of this pool serves {model} at the SLO: {reasons}")
-    thr = {c: cp.evaluate(c).goodput_per_s for c in best.counts}
-    t, u = verify_mix(best.counts, thr, usd, available=avail, budget_usd_per_hour=None)
-    assert abs(t - best.throughput_per_s) <= 1e-6 * max(1.0, t), "verifier disagrees with the program's total"
-    order = sorted(best.counts.items(), key=lambda x: -x[1] * thr[x[0]])
-    cells = tuple(FleetCell(gpus=c, count=n, goodput_per_s=thr[c], usd_per_hour=usd[c], chosen=cp.evaluate(c).chosen)
-                  for c, n in order)
-    plans = PoolPlan(cells=tuple(PoolCell(plan=_plan_of(cp, c), count=n) for c, n in order))
-    used: dict[str, int] = {}
-    for c, n in best.counts.items():
-        for g in c:
-            used[g] = used.get(g, 0) + n
+    counts = lz.best.counts
+    thr = {c: cp.evaluate(c).goodput_per_s for c in counts}
+    t, u = verify_mix(counts, thr, usd, available=spec.counts, budget_usd_per_hour=None)
+    assert abs(t - lz.best.throughput_per_s) <= 1e-6 * max(1.0, t), "verifier disagrees with the program's total"
+    order = sorted(counts.items(), key=lambda x: -x[1] * thr[x[0]])
+    used = {g: sum(n * c.count(g) for c, n in counts.items()) for g, _ in spec.gpus}
     return FleetPlan(
         model=model, objective=objective, link=spec.link, unit="images/s" if cp.images else "tokens/s",
-        config=config_dict(cfg), available=spec.gpus, cells=cells, plans=plans, goodput_per_s=t, usd_per_hour=u,
-        usd_per_million_tokens=None if cp.images or t <= 0 else u / 3600 / t * 1e6,
-        unused={g: n - used.get(g, 0) for g, n in spec.gpus if n - used.get(g, 0) > 0},
+        config=config_dict(cfg), available=spec.gpus,
+        cells=tuple(FleetCell(gpus=c, count=n, goodput_per_s=thr[c], usd_per_hour=usd[c],
+                              chosen=cp.evaluate(c).chosen) for c, n in order),
+        plans=PoolPlan(cells=tuple(PoolCell(plan=_plan_of(cp, c), count=n) for c, n in order)),
+        goodput_per_s=t, usd_per_hour=u, usd_per_million_tokens=None if cp.images or t <= 0 else u / 3600 / t * 1e6,
+        unused={g: n - used[g] for g, n in spec.gpus if n > used[g]},
         upper_bound_per_s=lz.upper.score(objective), gap=lz.gap, candidates=len(cands),
         largest_candidate_gpus=max(len(c) for c in cands), evaluated=lz.evaluated,
         plan_s=time.perf_counter() - t0, eval_s=cp.eval_s - e0, bound_s=cp.bound_s - b0,
-        solve_s=best.solve_s + lz.upper.solve_s, notes=tuple(_notes(cfg, lz.gap, budget_s, len(cands) - lz.evaluated)))
+        solve_s=lz.best.solve_s + lz.upper.solve_s,
+        notes=tuple(_notes(cfg, lz.gap, budget_s, len(cands) - lz.evaluated)))
 
 
-def _plan_of(cp: CellPlanner, c: Cell) -> Any:
+def bounded_candidates(cp: CellPlanner, spec: FleetSpec, max_gpus: int, step: Any) -> list[Cell]:
+    """The pool's candidate cells that hold the weights, groups planned, pairs bounded; those with a zero
+    bound (nothing meets the SLO) dropped."""
+    cands = [c for c in candidate_cells(spec.counts, max_gpus=max_gpus) if cp.fits(c)]
+    for c in cands:
+        if is_group(c):
+            step(f"planning cell {cell_name(c)}")
+            cp.evaluate(c)
+    step(f"bounding {len(cands)} candidate cells")
+    cands = [c for c in cands if cp.upper_bound(c) > 0]
+    if not cands:
+        raise UserError(f"{cp.model} fits no cell of this pool ({', '.join(f'{n}x{g}' for g, n in spec.gpus)}) at "
+                        f"the SLO: no GPU type, TP group or pair holds the weights and meets it")
+    return cands
+
+
+def _plan_of(cp: CellPlanner, c: Cell) -> Plan:
     p = cp.evaluate(c).plan
     assert p is not None, f"cell {cell_name(c)} has goodput but no plan"
     return p
