@@ -24,6 +24,7 @@ MODEL = "llama-3-8b"
 POOL16 = {"H100": 8, "A100": 2, "L40S": 2, "H20": 2, "L4": 2}  # eight H100: a TP=8 cell is a candidate
 BUDGETS = (10.0, 20.0, 40.0)
 LOST = "H100-SXM"
+BIG_MODEL, BIG_POOL = "llama-3-70b", {"H100": 8, "A100": 4, "L40S": 4}  # weights fit no single GPU: TP groups
 
 
 def fleet_row(fp: Any) -> dict[str, Any]:
@@ -71,13 +72,15 @@ def main() -> None:
     fp16d = plan_fleet(MODEL, FleetSpec.from_counts(POOL16), objective="per_dollar")
     fail = failure_demo(fp16)
     advice = [advise(MODEL, None, b, simulate=b == BUDGETS[1]) for b in BUDGETS]
+    fp70 = plan_fleet(BIG_MODEL, FleetSpec.from_counts(BIG_POOL))
     checks = cell_planner(MODEL, fp16.planner_config).bound_checks()
     bounds = [{"cell": cell_name(c), "bound_per_s": b, "best_strategy_per_s": e, "ratio": e / b if b else None}
               for c, b, e in checks]
     slo = fp16.config["slo"]
     res = {"model": MODEL, "pool16": POOL16, "slo": slo, "traffic": fp16.config["traffic"],
            "microbatches": fp16.config["microbatches"], "fleet16": fleet_row(fp16), "fleet64": fleet_row(fp64),
-           "fleet16_per_dollar": fleet_row(fp16d), "failure": fail, "bounds": bounds, "advice": [a.to_dict() for a in advice],
+           "fleet16_per_dollar": fleet_row(fp16d), "big": {"model": BIG_MODEL, "pool": BIG_POOL, **fleet_row(fp70)},
+           "failure": fail, "bounds": bounds, "advice": [a.to_dict() for a in advice],
            "frontier": [p.__dict__ for a in advice for p in a.frontier_points()],
            "bench_s": time.perf_counter() - t0, "load_1min": os.getloadavg()[0]}
     (OUT / "fleet.json").write_text(json.dumps(res, indent=1, default=str))
@@ -99,6 +102,11 @@ def markdown(res: dict[str, Any]) -> str:
         md.append(f"| {name} | {obj} | {r['plan_s']:.1f} | {r['evaluated']}/{r['candidates']} | "
                   f"{r['largest_candidate_gpus']} GPUs | {r['goodput_per_s']:,.0f} | {r['usd_per_hour']:.2f} | "
                   f"{r['gap']:.1%} | {', '.join(r['cells'])} |")
+    r = res["big"]
+    md += ["", f"{r['model']} (weights fit no single GPU) on {', '.join(f'{n}x{g}' for g, n in r['pool'].items())}: planned "
+           f"in {r['plan_s']:.1f} s including its capture (cold), {r['evaluated']}/{r['candidates']} cells planned, "
+           f"{r['goodput_per_s']:,.0f} tok/s for {r['usd_per_hour']:.2f} $/h, gap {r['gap']:.1%}: {', '.join(r['cells'])}; "
+           f"unused {', '.join(f'{n}x{g}' for g, n in r['unused'].items()) or 'none'}."]
     b = res["bounds"]
     if b:
         worst = max(x["ratio"] for x in b)
