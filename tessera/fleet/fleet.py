@@ -112,10 +112,8 @@ class FleetPlan:
     @property
     def planner_config(self) -> PlannerConfig:
         c = self.config
-        return PlannerConfig(traffic=Traffic(**c["traffic"]), slo=Slo(**c["slo"]), link=c["link"],
-                             batch_cap=c["batch_cap"], microbatches=tuple(c["microbatches"]),
-                             ref_batch=c["ref_batch"], mip_rel_gap=c["mip_rel_gap"],
-                             time_limit_s=c["time_limit_s"], max_tp=c["max_tp"])
+        return PlannerConfig(**{**c, "traffic": Traffic(**c["traffic"]), "slo": Slo(**c["slo"]),
+                                "microbatches": tuple(c["microbatches"])})
 
     def sim_cells(self) -> list[tuple[Any, int]]:
         """(plan, count) per cell type: what tessera.sim.simulate_pool takes."""
