@@ -131,7 +131,7 @@ def markdown(res: dict[str, Any]) -> str:
     for a in res["advice"]:
         s = a["sim"]
         if s:
-            md.append(f"- simulated mix at {a['budget_usd_per_hour']:g} $/h, Poisson at 90% of the predicted "
+            md.append(f"- simulated mix at {a['budget_usd_per_hour']:g} $/h, Poisson at 90% of the predicted goodput "
                       f"{s['predicted_per_s']:,.0f} tok/s ({s['requests']} requests): steady {s['steady_per_s']:,.0f} "
                       f"tok/s ({s['steady_per_s'] / s['offered_per_s']:.1%} of offered), SLO attainment "
                       f"{(s['slo_attainment'] or 0):.1%}, lost {s['lost']}")

@@ -195,7 +195,7 @@ def simulate_mix(cp: CellPlanner, mix: MixChoice) -> dict[str, Any]:
                                 if (p := cp.evaluate(c).plan) is not None))
     t, slo = cp.cfg.traffic, cp.cfg.slo
     per_request = 1 if cp.images else t.output
-    rate = 0.9 * pool.throughput_per_s / per_request
+    rate = 0.9 * mix.throughput_per_s / per_request  # the mix's goodput at the SLO, not its plans' capacity
     life_s = max((c.plan.latency_s or 0.0) for c in pool.cells) * (t.steps if cp.images else t.output)
     requests = max(500, int(rate * 4 * life_s))
     spec = WorkloadSpec(kind="poisson", requests=requests, rate_per_s=rate,
@@ -205,8 +205,8 @@ def simulate_mix(cp: CellPlanner, mix: MixChoice) -> dict[str, Any]:
     ser, w, span = np.array(res.series_per_s), res.series_window_s, requests / rate
     i0 = int(0.25 * span / w) + 1
     steady = float(ser[i0:max(int(span / w), i0 + 1)].mean()) if len(ser) > i0 else 0.0
-    return {**res.to_json(), "requests": requests, "offered_per_s": 0.9 * pool.throughput_per_s,
-            "predicted_per_s": pool.throughput_per_s, "steady_per_s": steady}
+    return {**res.to_json(), "requests": requests, "offered_per_s": rate * per_request,
+            "predicted_per_s": mix.throughput_per_s, "capacity_per_s": pool.throughput_per_s, "steady_per_s": steady}
 
 
 def frontier(model: str, cfg: PlannerConfig | None, budgets: list[float], **kw: Any) -> list[Any]:

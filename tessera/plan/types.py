@@ -187,7 +187,8 @@ class PoolPlan:
 
     @property
     def throughput_per_s(self) -> float:
-        """Output tokens/s (images/s), the plans' own predictions (which already count their replicas)."""
+        """Output tokens/s (images/s): the plans' own predictions of their capacity (which already count their
+        replicas); a goodput at the SLO is at most this."""
         def one(p: Plan) -> float:
             return (p.throughput_images_per_s if self.images else p.throughput_tokens_per_s) or 0.0
 

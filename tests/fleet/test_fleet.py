@@ -152,7 +152,7 @@ def test_tiny_fleet_end_to_end(tmp_path) -> None:
             used[g] = used.get(g, 0) + c.count
     assert all(used.get(g, 0) + fp.unused.get(g, 0) == n for g, n in spec.gpus)
     assert fp.goodput_per_s == pytest.approx(sum(c.count * c.goodput_per_s for c in fp.cells))
-    assert fp.goodput_per_s == pytest.approx(fp.plans.throughput_per_s)  # the cells' plans say the same
+    assert fp.goodput_per_s <= fp.plans.throughput_per_s * (1 + 1e-9)  # goodput within the plans' capacity
     assert fp.goodput_per_s <= fp.upper_bound_per_s * (1 + 1e-9) and fp.gap == 0.0
     # the bound is one: the mixed pair (bounded during the search, maybe never planned) planned now has no
     # strategy above it

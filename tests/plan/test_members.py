@@ -28,8 +28,11 @@ def test_pool_plan_from_a_members_plan(tmp_path, mixed) -> None:
     assert h is not None and [m.devices[0].gpu for m in h.members] == ["H100-SXM", "L40S"]
     pool = PoolPlan.from_plan(h)
     assert [c.plan for c in pool.cells] == list(h.members) and [c.count for c in pool.cells] == [1, 1]
-    # the headline of the members plan is the sum of its members' own predictions, and so is the pool's
-    assert pool.throughput_per_s == pytest.approx(h.throughput_tokens_per_s)
+    # the pool's capacity is the sum of its cells' own predictions × count; the members plan's headline (its
+    # goodput at the SLO) is within it
+    caps = [m.throughput_tokens_per_s for m in h.members]
+    assert PoolPlan.from_plan(h, 3).throughput_per_s == pytest.approx(3 * (caps[0] + caps[1]))
+    assert h.throughput_tokens_per_s <= pool.throughput_per_s * (1 + 1e-9)
     assert pool.usd_per_hour == pytest.approx(resolve_gpu("H100").usd_per_hour + resolve_gpu("L40S").usd_per_hour)
     p = tmp_path / "pool.json"
     pool.save(p)
