@@ -2,7 +2,7 @@
 steady-state prediction, adaptive vs fixed plans under bursts. Writes bench/results/sim.{json,md}.
 
 Plans here are hand-built (tessera.sim.handplan: closed-form step costs chosen for the experiment,
-not measured); when the planner's `tessera.plan.plan_model` exists, a real plan is run as well.
+not measured); a real plan from `tessera.plan.plan_serving` is run as well.
 
     .venv/bin/python bench/bench_sim.py
 """
@@ -76,20 +76,20 @@ def adaptive() -> dict:
 
 
 def real_plan() -> dict:
-    """Offline agreement on a real plan: llama-3-8b on H100 + L40S from the planner (captures + MILP)."""
-    from tessera.plan import plan_model
-    from tessera.plan.pool import Workload
+    """Offline agreement on a real plan: llama-3-8b on H100 + L40S from plan_serving (captures + MILP)."""
+    from tessera.plan.serve import PlannerConfig, plan_serving
+    from tessera.plan.serving import Traffic
 
-    w = Workload(batch=16, prompt=1024, output=256)
-    r = plan_model("llama-3-8b", ["H100-SXM", "L40S"], link="pcie5", workload=w)
+    t = Traffic(prompt=1024, output=256)
+    r = plan_serving("llama-3-8b", ["H100-SXM", "L40S"], PlannerConfig(traffic=t))
     out = {}
     for name, o in r.strategies.items():
         if not (o.feasible and o.plan is not None):
             continue
         p = o.plan
         n = 40 * max(pt.batch for ph in p.phases.values() for pt in ph.points) * max(1, len(p.members))
-        wl = WorkloadSpec(kind="offline", requests=n, prompt=LengthSpec(lo=w.prompt, hi=w.prompt),
-                          output=LengthSpec(lo=w.output, hi=w.output))
+        wl = WorkloadSpec(kind="offline", requests=n, prompt=LengthSpec(lo=t.prompt, hi=t.prompt),
+                          output=LengthSpec(lo=t.output, hi=t.output))
         sim = simulate(p, wl, seed=0).to_json()["throughput_tokens_per_s"]
         out[name] = {"predicted_tokens_per_s": p.throughput_tokens_per_s, "simulated_tokens_per_s": sim,
                      "gap": sim / p.throughput_tokens_per_s - 1, "requests": n}
@@ -111,7 +111,8 @@ def main() -> None:
              "| --- | --- | --- | --- | --- |"]
     lines += [f"| {k} | {v['slo_attainment']:.1%} | {v['ttft_p99_s']:.2f} | {v['tpot_p99_s'] * 1e3:.1f} | "
               f"{v['switches']} |" for k, v in a.items()]
-    lines += ["", "Offline, real plans (llama-3-8b on H100-SXM + L40S, batch 16/GPU, prompt 1024, output 256):", "",
+    lines += ["", "Offline, real plans (llama-3-8b on H100-SXM + L40S, batch chosen by memory and SLO, prompt 1024, "
+              "output 256):", "",
               "| strategy | planner tokens/s | simulated tokens/s | gap |", "| --- | --- | --- | --- |"]
     lines += [f"| {k} | {v['predicted_tokens_per_s']:.0f} | {v['simulated_tokens_per_s']:.0f} | {v['gap']:+.1%} |"
               for k, v in res["real_plan"].items()]

@@ -95,10 +95,9 @@ def sim_table(sims: list[dict[str, Any]]) -> Table:
 def advise_frontier(progress: Progress) -> tuple[Any, ...]:
     """Throughput–cost frontier: the advisor's mix, the best homogeneous and prefill/decode mixes per budget."""
     from tessera.fleet.advise import frontier
-    from tessera.plan.pool import Workload
 
     return _step(progress, f"advise GPU mixes for {ADVISE_MODEL} at $10, $20, $40 per hour",
-                 lambda: tuple(frontier(ADVISE_MODEL, Workload(batch=32), [10.0, 20.0, 40.0])))
+                 lambda: tuple(frontier(ADVISE_MODEL, None, [10.0, 20.0, 40.0])))  # plan_serving's default SLO
 
 
 def main() -> None:

@@ -13,33 +13,36 @@ from tessera.errors import UserError
 from tessera.fleet.cells import cell_name
 from tessera.fleet.fleet import FleetPlan, plan_fleet
 from tessera.fleet.spec import FleetSpec
-from tessera.plan.pool import Workload
+from tessera.plan.serve import PlannerConfig
+from tessera.plan.serving import Slo, Traffic
 from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)
 
 
 def fleet_table(fp: FleetPlan) -> Table:
-    t = Table(title=f"{fp.model} on {', '.join(f'{n}x{g}' for g, n in fp.pool)} ({fp.link}, objective "
-                    f"{fp.objective}), planned in {fp.plan_s:.1f} s")
-    for c in ("cell", "count", f"{fp.unit} each", "$/h each", f"{fp.unit} total", "$/h total"):
-        t.add_column(c, justify="left" if c == "cell" else "right")
+    slo = fp.config["slo"]
+    t = Table(title=f"{fp.model} on {', '.join(f'{n}x{g}' for g, n in fp.available)} ({fp.link}, objective "
+                    f"{fp.objective}, SLO TTFT ≤ {slo['ttft_s']:g} s, TPOT ≤ {slo['tpot_s'] * 1e3:g} ms), planned in "
+                    f"{fp.plan_s:.1f} s")
+    for c in ("cell", "chosen", "count", f"{fp.unit} each", "$/h each", f"{fp.unit} total", "$/h total"):
+        t.add_column(c, justify="left" if c in ("cell", "chosen") else "right")
     for c in fp.cells:
-        t.add_row(cell_name(c.gpus), str(c.count), f"{c.throughput_per_s:,.1f}", f"{c.usd_per_hour:.2f}",
-                  f"{c.count * c.throughput_per_s:,.1f}", f"{c.count * c.usd_per_hour:.2f}")
+        t.add_row(cell_name(c.gpus), c.chosen or "", str(c.count), f"{c.goodput_per_s:,.1f}", f"{c.usd_per_hour:.2f}",
+                  f"{c.count * c.goodput_per_s:,.1f}", f"{c.count * c.usd_per_hour:.2f}")
     per_m = f", {fp.usd_per_million_tokens:.3f} $/1M tok" if fp.usd_per_million_tokens else ""
-    t.caption = (f"total {fp.throughput_per_s:,.1f} {fp.unit}, {fp.usd_per_hour:.2f} $/h{per_m}; unused: "
+    t.caption = (f"goodput at the SLO {fp.goodput_per_s:,.1f} {fp.unit}, {fp.usd_per_hour:.2f} $/h{per_m}; unused: "
                  f"{', '.join(f'{n}x{g}' for g, n in fp.unused.items()) or 'none'}; {fp.evaluated}/{fp.candidates} "
                  f"cells planned, gap to bound {fp.gap:.1%}")
     return t
 
 
 def plan_pool_command(model: str, pool_path: Path | str, objective: str = "throughput", as_json: bool = False,
-                      out_path: Path | str | None = None, workload: Workload | None = None) -> FleetPlan:
-    """What `tessera plan MODEL --pool pool.toml` runs."""
+                      out_path: Path | str | None = None, cfg: PlannerConfig | None = None) -> FleetPlan:
+    """What `tessera plan MODEL --pool pool.toml` and `tessera fleet plan` run."""
     spec = FleetSpec.load(pool_path)
     with Steps(f"plan {model} on pool {pool_path}") as steps:
-        fp = plan_fleet(model, spec, objective=objective, workload=workload, progress=steps)
+        fp = plan_fleet(model, spec, cfg, objective=objective, progress=steps)
     if out_path is not None:
         fp.save(out_path)
     if as_json:
@@ -51,6 +54,17 @@ def plan_pool_command(model: str, pool_path: Path | str, objective: str = "throu
     return fp
 
 
+def config_of(batch: int | None, prompt: int, output: int, steps: int, slo_ttft_ms: float, slo_tpot_ms: float,
+              slo_image_s: float) -> PlannerConfig:
+    """The PlannerConfig `tessera plan --gpus` builds from the same flags."""
+    return PlannerConfig(traffic=Traffic(prompt=prompt, output=output, steps=steps),
+                         slo=Slo(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3, image_s=slo_image_s),
+                         batch_cap=batch)
+
+
+_BATCH_HELP = "cap on the batch (sequences or images in flight per cell); default: the largest that fits and meets the SLO"
+
+
 def register(app: typer.Typer) -> None:
     fleet_app = typer.Typer(no_args_is_help=True, help="Plan a fleet of cells over a many-GPU pool.")
     app.add_typer(fleet_app, name="fleet")
@@ -60,44 +74,47 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(..., help="zoo model name"),
         pool: Path = typer.Option(..., "--pool", help="pool file (TOML: link, [[gpu]] type + count)"),
         objective: str = typer.Option("throughput", "--objective", help="throughput | per_dollar"),
-        batch: int = typer.Option(32, "--batch", help="sequences in flight per GPU"),
-        prompt: int = typer.Option(1024, "--prompt", help="prompt tokens"),
-        output: int = typer.Option(256, "--output", help="output tokens"),
+        batch: int | None = typer.Option(None, "--batch", help=_BATCH_HELP),
+        prompt: int = typer.Option(1024, "--prompt", help="prompt tokens per request"),
+        output: int = typer.Option(256, "--output", help="output tokens per request"),
+        steps: int = typer.Option(28, "--steps", help="denoising steps per image (diffusion models)"),
+        slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="SLO: time to first token, ms"),
+        slo_tpot_ms: float = typer.Option(100.0, "--slo-tpot-ms", help="SLO: time per output token, ms"),
+        slo_image_s: float = typer.Option(60.0, "--slo-image-s", help="SLO: latency of one image, s (diffusion)"),
         as_json: bool = typer.Option(False, "--json", help="print the fleet plan as JSON"),
         save: Path | None = typer.Option(None, "-o", "--out", help="write the fleet plan here"),
     ) -> None:
-        """Form cells from the pool, replicate them, maximise throughput or throughput per dollar."""
-        plan_pool_command(model, pool, objective, as_json, save, Workload(batch=batch, prompt=prompt, output=output))
+        """Form cells from the pool, replicate them, maximise goodput at the SLO or goodput per dollar."""
+        cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s)
+        plan_pool_command(model, pool, objective, as_json, save, cfg)
 
     @app.command("advise")
     def advise_cmd(
         model: str = typer.Argument(..., help="zoo model name"),
         budget: float = typer.Option(..., "--budget-usd-per-hour", help="what you spend per hour"),
-        batch: int = typer.Option(32, "--batch", help="sequences in flight per GPU"),
-        prompt: int = typer.Option(1024, "--prompt", help="prompt tokens"),
-        output: int = typer.Option(256, "--output", help="output tokens"),
-        slo_ttft_ms: float | None = typer.Option(None, "--slo-ttft-ms", help="time-to-first-token SLO"),
-        slo_tpot_ms: float | None = typer.Option(None, "--slo-tpot-ms", help="time-per-output-token SLO"),
+        batch: int | None = typer.Option(None, "--batch", help=_BATCH_HELP),
+        prompt: int = typer.Option(1024, "--prompt", help="prompt tokens per request"),
+        output: int = typer.Option(256, "--output", help="output tokens per request"),
+        steps: int = typer.Option(28, "--steps", help="denoising steps per image (diffusion models)"),
+        slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="SLO: time to first token, ms"),
+        slo_tpot_ms: float = typer.Option(100.0, "--slo-tpot-ms", help="SLO: time per output token, ms"),
+        slo_image_s: float = typer.Option(60.0, "--slo-image-s", help="SLO: latency of one image, s (diffusion)"),
         gpus: str | None = typer.Option(None, "--gpus", help="catalog types to consider (default: all priced)"),
         as_json: bool = typer.Option(False, "--json", help="print the advice as JSON"),
     ) -> None:
         """Which GPU mix to rent for a budget, against the best homogeneous and prefill/decode mixes."""
         from tessera.fleet.advise import advise
-        from tessera.sim import SLO
 
-        slo = None
-        if slo_ttft_ms is not None or slo_tpot_ms is not None:
-            slo = SLO(ttft_s=slo_ttft_ms / 1e3 if slo_ttft_ms else None,
-                      tpot_s=slo_tpot_ms / 1e3 if slo_tpot_ms else None)
+        cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s)
         types = [g for g in gpus.split(",") if g.strip()] if gpus else None
-        with Steps(f"advise {model}") as steps:
-            a = advise(model, Workload(batch=batch, prompt=prompt, output=output), budget, slo, types,
-                       progress=steps)
+        with Steps(f"advise {model}") as progress:
+            a = advise(model, cfg, budget, types, progress=progress)
         if as_json:
             print(json.dumps(a.to_dict()))
             return
-        t = Table(title=f"{model}, budget {budget:.2f} $/h (advised in {a.advise_s:.1f} s)")
-        for c in ("choice", "cells", "tokens/s", "$/h", "tokens/s per $/h", "gap"):
+        t = Table(title=f"{model}, budget {budget:.2f} $/h, SLO TTFT ≤ {slo_ttft_ms:g} ms, TPOT ≤ {slo_tpot_ms:g} ms "
+                        f"(advised in {a.advise_s:.1f} s)")
+        for c in ("choice", "cells", "goodput/s", "$/h", "goodput/s per $/h", "gap"):
             t.add_column(c, justify="left" if c in ("choice", "cells") else "right")
         for c in (a.mix, a.homogeneous, a.prefill_decode):
             if c is not None:
@@ -107,13 +124,13 @@ def register(app: typer.Typer) -> None:
         out.print(a.verdict, highlight=False)
         if a.sim:
             s = a.sim
-            out.print(f"simulated: {s['throughput_tokens_per_s']:,.0f} tokens/s, TTFT p50/p99 "
-                      f"{s['ttft_s']['p50']:.3f}/{s['ttft_s']['p99']:.3f} s, TPOT p50/p99 {s['tpot_s']['p50'] * 1e3:.1f}/"
-                      f"{s['tpot_s']['p99'] * 1e3:.1f} ms, lost {s['lost']}"
+            out.print(f"simulated at 90% of the predicted goodput: {s['throughput_tokens_per_s']:,.0f} tokens/s, "
+                      f"TTFT p50/p99 {s['ttft_s']['p50']:.3f}/{s['ttft_s']['p99']:.3f} s, TPOT p50/p99 "
+                      f"{s['tpot_s']['p50'] * 1e3:.1f}/{s['tpot_s']['p99'] * 1e3:.1f} ms, lost {s['lost']}"
                       + (f", SLO attainment {s['slo_attainment']:.1%}" if s["slo_attainment"] is not None else ""),
                       highlight=False)
         out.print(f"types kept: {', '.join(a.kept_types)}; pruned: "
-                  f"{'; '.join(f'{t} ({why})' for t, why in a.pruned)}", highlight=False)
+                  f"{'; '.join(f'{t} ({why})' for t, why in a.pruned) or 'none'}", highlight=False)
 
 
-__all__ = ["UserError", "fleet_table", "plan_pool_command", "register"]
+__all__ = ["UserError", "config_of", "fleet_table", "plan_pool_command", "register"]

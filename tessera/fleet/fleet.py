@@ -1,35 +1,53 @@
 """plan_fleet: cells formed from a many-GPU pool, replicated, chosen by the integer program (mix.py).
 
-Steps: candidate cells (cells.py) over the pool's types, dropped if the model cannot fit them; upper
-bounds for all (cheap); exact plans by the planner for singles at once and for pairs lazily (mix.py);
-the answer with its certified gap, verified independently. ``replan_without`` re-plans on the survivors.
+Steps: candidate cells (cells.py) over the pool's types, dropped if the weights cannot fit them; group
+cells (one GPU, a TP group of 4 or 8) planned at once, pairs bounded (cheap) and planned lazily by
+``plan_serving`` (mix.py); the answer with its certified gap, verified independently. ``replan_without``
+re-plans on the survivors.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tessera.errors import UserError
-from tessera.fleet.cells import CellPlanner, candidate_cells, cell_name
+from tessera.fleet.cells import Cell, CellPlanner, candidate_cells, cell_name, is_group
 from tessera.fleet.mix import OBJECTIVES, lazy_mix, verify_mix
 from tessera.fleet.spec import FleetSpec
-from tessera.plan.pool import Workload
-from tessera.plan.types import Plan
+from tessera.plan.serve import PlannerConfig
+from tessera.plan.serving import Slo, Traffic
+from tessera.plan.types import Plan, PoolCell, PoolPlan
 
-FLEET_VERSION = 1
+FLEET_VERSION = 2
+# How the fleet narrows the caller's PlannerConfig: micro-batch counts 1 and 2 (of plan_serving's 1, 2, 4,
+# 8), a 5% MILP gap and 1 s per MILP solve, so that a pair plans in a few seconds and 16 GPUs of five types
+# in well under 30 s. Cells are valued and planned under this one config; nothing is re-planned afterwards.
+SEARCH_MICROBATCHES = (1, 2)
+SEARCH_MIP_REL_GAP = 0.05
+SEARCH_TIME_LIMIT_S = 1.0
+
+
+def fleet_config(cfg: PlannerConfig | None = None, *, link: str | None = None) -> PlannerConfig:
+    """``cfg`` (default: plan_serving's defaults) narrowed for the fleet search, on the pool's link."""
+    cfg = cfg or PlannerConfig()
+    ms = tuple(sorted({1, *(m for m in cfg.microbatches if m in SEARCH_MICROBATCHES)}))
+    return replace(cfg, microbatches=ms, mip_rel_gap=max(cfg.mip_rel_gap, SEARCH_MIP_REL_GAP),
+                   time_limit_s=min(cfg.time_limit_s, SEARCH_TIME_LIMIT_S), link=link or cfg.link)
 
 
 @dataclass(frozen=True, kw_only=True)
 class FleetCell:
-    gpus: tuple[str, ...]
+    """One chosen cell type: its GPUs, how many copies, and what one copy serves."""
+
+    gpus: Cell
     count: int
-    throughput_per_s: float  # one cell
+    goodput_per_s: float  # one cell, output tokens/s (images/s) meeting the SLO
     usd_per_hour: float  # one cell
-    plan: Plan  # Tessera's plan for one cell (search-time: one StepPoint per phase)
+    chosen: str | None  # Tessera's answer for the cell: "milp" or the baseline it adopted
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,35 +57,43 @@ class FleetPlan:
     objective: str
     link: str
     unit: str  # tokens/s | images/s
-    workload: dict[str, int] = field(hash=False)
-    pool: tuple[tuple[str, int], ...]
+    config: dict[str, Any] = field(hash=False)  # the PlannerConfig the cells were planned with
+    available: tuple[tuple[str, int], ...]  # the pool: GPU type -> count
     cells: tuple[FleetCell, ...]
-    throughput_per_s: float
+    plans: PoolPlan  # each chosen cell's Plan with its count, in the order of ``cells``
+    goodput_per_s: float
     usd_per_hour: float
     usd_per_million_tokens: float | None
     unused: dict[str, int] = field(hash=False)
-    upper_bound_per_s: float  # the objective's optimum with upper bounds for unevaluated cells (mix.py)
+    upper_bound_per_s: float  # the objective's optimum with upper bounds for unplanned cells (mix.py)
     gap: float  # certified: 1 − ours / upper (0 = optimal among the candidate cells)
     candidates: int
+    largest_candidate_gpus: int  # GPUs in the largest candidate cell (a TP group of up to 8)
     evaluated: int
-    plan_s: float  # everything: captures, bounds, cell plans, integer programs
-    eval_s: float  # planner time on cells
+    plan_s: float  # everything: capture, bounds, cell plans, integer programs
+    eval_s: float  # planning cells
+    bound_s: float  # bounding pairs
     solve_s: float  # integer programs
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("cells", "plans")}
+        d["available"] = [list(x) for x in self.available]
+        d["cells"] = [{"gpus": list(c.gpus), "count": c.count, "goodput_per_s": c.goodput_per_s,
+                       "usd_per_hour": c.usd_per_hour, "chosen": c.chosen} for c in self.cells]
+        d["plans"] = self.plans.to_dict()
+        d["notes"] = list(self.notes)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FleetPlan:
         if not isinstance(d, dict) or d.get("version") != FLEET_VERSION:
             raise ValueError(f"fleet plan version {d.get('version') if isinstance(d, dict) else d!r} is not "
                              f"{FLEET_VERSION}")
-        cells = tuple(FleetCell(gpus=tuple(c["gpus"]), count=c["count"], throughput_per_s=c["throughput_per_s"],
-                                usd_per_hour=c["usd_per_hour"], plan=Plan.from_dict(c["plan"])) for c in d["cells"])
-        rest = {k: v for k, v in d.items() if k not in ("cells", "pool", "notes")}
-        return cls(**rest, cells=cells, pool=tuple((str(g), int(n)) for g, n in d["pool"]),
-                   notes=tuple(d.get("notes", ())))
+        cells = tuple(FleetCell(**{**c, "gpus": tuple(c["gpus"])}) for c in d["cells"])
+        rest = {k: v for k, v in d.items() if k not in ("cells", "plans", "available", "notes")}
+        return cls(**rest, cells=cells, plans=PoolPlan.from_dict(d["plans"]),
+                   available=tuple((str(g), int(n)) for g, n in d["available"]), notes=tuple(d.get("notes", ())))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
@@ -81,99 +107,124 @@ class FleetPlan:
 
     @property
     def spec(self) -> FleetSpec:
-        return FleetSpec(gpus=self.pool, link=self.link)
+        return FleetSpec(gpus=self.available, link=self.link)
 
-    def sim_cells(self) -> list[tuple[Plan, int]]:
+    @property
+    def planner_config(self) -> PlannerConfig:
+        c = self.config
+        return PlannerConfig(**{**c, "traffic": Traffic(**c["traffic"]), "slo": Slo(**c["slo"]),
+                                "microbatches": tuple(c["microbatches"])})
+
+    def sim_cells(self) -> list[tuple[Any, int]]:
         """(plan, count) per cell type: what tessera.sim.simulate_pool takes."""
-        return [(c.plan, c.count) for c in self.cells]
+        return self.plans.sim_cells()
 
 
-_PLANNERS: dict[tuple[str, Workload, str], CellPlanner] = {}
+_PLANNERS: dict[tuple[str, PlannerConfig], CellPlanner] = {}
 
 
-def cell_planner(model: str, workload: Workload, link: str) -> CellPlanner:
-    """One CellPlanner per (model, workload, link) per process: evaluations are reused across pools."""
-    key = (model, workload, link)
+def cell_planner(model: str, cfg: PlannerConfig) -> CellPlanner:
+    """One CellPlanner per (model, config) per process: evaluations are reused across pools and budgets."""
+    key = (model, cfg)
     if key not in _PLANNERS:
-        _PLANNERS[key] = CellPlanner(model, workload, link=link)
+        _PLANNERS[key] = CellPlanner(model, cfg)
     return _PLANNERS[key]
 
 
-def plan_fleet(model: str, spec: FleetSpec, *, objective: str = "throughput", workload: Workload | None = None,
-               budget_s: float = 10.0, progress: Any = None) -> FleetPlan:
-    """``budget_s``: planner time the lazy search may spend on pair cells before it settles (gap reported).
-    ``progress(description)`` is called before each slow step (the CLI's progress bar)."""
+def config_dict(cfg: PlannerConfig) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    d = asdict(cfg)
+    d["microbatches"] = list(cfg.microbatches)
+    return d
+
+
+def plan_fleet(model: str, spec: FleetSpec, cfg: PlannerConfig | None = None, *, objective: str = "throughput",
+               budget_s: float = 25.0, max_gpus: int = 8, progress: Any = None) -> FleetPlan:
+    """Cells of up to ``max_gpus`` GPUs planned under ``fleet_config(cfg)`` on the pool's link.
+    ``budget_s``: the wall time the whole plan aims for (capture and bounds included); pairs are planned
+    lazily while it lasts, then the search settles on planned cells and reports its certified gap.
+    ``progress(description)`` is called before each slow step (the CLI's progress lines)."""
     if objective not in OBJECTIVES:
         raise UserError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     t0 = time.perf_counter()
-    w = workload or Workload(batch=32)
     step = progress or (lambda _d: None)
+    cfg = fleet_config(cfg, link=spec.link)
     step("capturing the model")
-    cp = cell_planner(model, w, spec.link)
-    e0 = cp.eval_s
-    avail = spec.counts
-    cands = candidate_cells(list(avail))
-    cands = [c for c in cands if all(avail[g] >= c.count(g) for g in set(c))]
+    cp = cell_planner(model, cfg)
+    e0, b0 = cp.eval_s, cp.bound_s
+    cands = bounded_candidates(cp, spec, max_gpus, step)
+
+    def exact(c: Cell) -> float | None:
+        return cp.evaluate(c).goodput_per_s if cp.evaluated(c) else None
+
+    def evaluate(c: Cell) -> float:
+        step(f"planning cell {cell_name(c)}")
+        return cp.evaluate(c).goodput_per_s
+
+    step("choosing cells")
+    usd = {c: cp.usd_per_hour(c) for c in cands}
+    lz = lazy_mix(cands, exact=exact, bound=cp.upper_bound, usd=usd, objective=objective, available=spec.counts,
+                  budget_s=budget_s - (time.perf_counter() - t0), evaluate=evaluate)
+    if not lz.best.counts:
+        reasons = "; ".join(f"{cell_name(c)}: {cp.evaluate(c).reason}" for c in cands if cp.evaluated(c))
+        raise UserError(f"no cell of this pool serves {model} at the SLO: {reasons}")
+    counts = lz.best.counts
+    thr = {c: cp.evaluate(c).goodput_per_s for c in counts}
+    t, u = verify_mix(counts, thr, usd, available=spec.counts, budget_usd_per_hour=None)
+    assert abs(t - lz.best.throughput_per_s) <= 1e-6 * max(1.0, t), "verifier disagrees with the program's total"
+    order = sorted(counts.items(), key=lambda x: -x[1] * thr[x[0]])
+    used = {g: sum(n * c.count(g) for c, n in counts.items()) for g, _ in spec.gpus}
+    return FleetPlan(
+        model=model, objective=objective, link=spec.link, unit="images/s" if cp.images else "tokens/s",
+        config=config_dict(cfg), available=spec.gpus,
+        cells=tuple(FleetCell(gpus=c, count=n, goodput_per_s=thr[c], usd_per_hour=usd[c],
+                              chosen=cp.evaluate(c).chosen) for c, n in order),
+        plans=PoolPlan(cells=tuple(PoolCell(plan=_plan_of(cp, c), count=n) for c, n in order)),
+        goodput_per_s=t, usd_per_hour=u, usd_per_million_tokens=None if cp.images or t <= 0 else u / 3600 / t * 1e6,
+        unused={g: n - used[g] for g, n in spec.gpus if n > used[g]},
+        upper_bound_per_s=lz.upper.score(objective), gap=lz.gap, candidates=len(cands),
+        largest_candidate_gpus=max(len(c) for c in cands), evaluated=lz.evaluated,
+        plan_s=time.perf_counter() - t0, eval_s=cp.eval_s - e0, bound_s=cp.bound_s - b0,
+        solve_s=lz.best.solve_s + lz.upper.solve_s,
+        notes=tuple(_notes(cfg, lz.gap, budget_s, len(cands) - lz.evaluated)))
+
+
+def bounded_candidates(cp: CellPlanner, spec: FleetSpec, max_gpus: int, step: Any) -> list[Cell]:
+    """The pool's candidate cells that hold the weights, groups planned, pairs bounded; those with a zero
+    bound (nothing meets the SLO) dropped."""
+    cands = [c for c in candidate_cells(spec.counts, max_gpus=max_gpus) if cp.fits(c)]
     for c in cands:
-        if len(c) == 1:
+        if is_group(c):
             step(f"planning cell {cell_name(c)}")
             cp.evaluate(c)
     step(f"bounding {len(cands)} candidate cells")
     cands = [c for c in cands if cp.upper_bound(c) > 0]
     if not cands:
-        raise UserError(f"{model} fits no cell of this pool ({', '.join(f'{n}x{g}' for g, n in spec.gpus)}): "
-                        f"each GPU type, and each pair, has less memory than the weights")
-    usd = {c: cp.usd_per_hour(c) for c in cands}
-
-    def exact(c: tuple[str, ...]) -> float | None:
-        return cp.evaluate(c).throughput_per_s if cp.evaluated(c) else None
-
-    def evaluate(c: tuple[str, ...]) -> float:
-        step(f"planning cell {cell_name(c)}")
-        return cp.evaluate(c).throughput_per_s
-
-    step("choosing cells")
-    lz = lazy_mix(cands, exact=exact, bound=cp.upper_bound, usd=usd, objective=objective, available=avail,
-                  budget_s=budget_s, evaluate=evaluate)
-    best = lz.best
-    if not best.counts:
-        reasons = "; ".join(f"{cell_name(c)}: {cp.evaluate(c).reason}" for c in cands if cp.evaluated(c))
-        raise UserError(f"no cell of this pool holds {model}: {reasons}")
-    thr = {c: cp.evaluate(c).throughput_per_s for c in best.counts}
-    t, u = verify_mix(best.counts, thr, usd, available=avail, budget_usd_per_hour=None)
-    assert abs(t - best.throughput_per_s) <= 1e-6 * max(1.0, t), "verifier disagrees with the program's throughput"
-    used: dict[str, int] = {}
-    for c, n in best.counts.items():
-        for g in c:
-            used[g] = used.get(g, 0) + n
-    cells = []
-    for c, n in sorted(best.counts.items(), key=lambda x: -x[1] * thr[x[0]]):
-        ev = cp.evaluate(c)
-        assert ev.plan is not None
-        cells.append(FleetCell(gpus=c, count=n, throughput_per_s=ev.throughput_per_s, usd_per_hour=usd[c],
-                               plan=ev.plan))
-    images = "denoise" in cp.phases
-    notes = ["candidates: singles, same-type pairs (kernel placement over two identical GPUs stands in for "
-             "tensor parallelism, which the planner does not model) and heterogeneous pairs; search-time plans "
-             "use one micro-batch per step"]
-    if lz.gap > 1e-9:
-        notes.append(f"search stopped at its {budget_s:g} s budget: within {lz.gap:.1%} of the best any "
-                     f"candidate mix could reach (upper bounds for {len(cands) - lz.evaluated} unplanned cells)")
-    return FleetPlan(
-        model=model, objective=objective, link=spec.link, unit="images/s" if images else "tokens/s",
-        workload={"batch": w.batch, "prompt": w.prompt, "output": w.output, "steps": w.steps}, pool=spec.gpus,
-        cells=tuple(cells), throughput_per_s=t, usd_per_hour=u,
-        usd_per_million_tokens=None if images or t <= 0 else u / 3600 / t * 1e6,
-        unused={g: n - used.get(g, 0) for g, n in spec.gpus if n - used.get(g, 0) > 0},
-        upper_bound_per_s=lz.upper.score(objective), gap=lz.gap, candidates=len(cands), evaluated=lz.evaluated,
-        plan_s=time.perf_counter() - t0, eval_s=cp.eval_s - e0, solve_s=best.solve_s + lz.upper.solve_s,
-        notes=tuple(notes))
+        raise UserError(f"{cp.model} fits no cell of this pool ({', '.join(f'{n}x{g}' for g, n in spec.gpus)}) at "
+                        f"the SLO: no GPU type, TP group or pair holds the weights and meets it")
+    return cands
 
 
-def replan_without(fleet: FleetPlan, lost_gpu: str, *, budget_s: float = 10.0) -> tuple[FleetPlan, float]:
+def _plan_of(cp: CellPlanner, c: Cell) -> Plan:
+    p = cp.evaluate(c).plan
+    assert p is not None, f"cell {cell_name(c)} has goodput but no plan"
+    return p
+
+
+def _notes(cfg: PlannerConfig, gap: float, budget_s: float, unplanned: int) -> list[str]:
+    notes = [f"candidates: one GPU, TP groups of 4 and 8, same-type and mixed pairs (plan_serving: TP=2, "
+             f"replicas or the MILP); cells planned with micro-batch counts {', '.join(map(str, cfg.microbatches))} "
+             f"and ≤ {cfg.time_limit_s:g} s, gap {cfg.mip_rel_gap:g} per MILP solve"]
+    if gap > 1e-9:
+        notes.append(f"search stopped at its {budget_s:g} s planning budget: within {gap:.1%} of the best any candidate "
+                     f"mix could reach (upper bounds for {unplanned} unplanned cells)")
+    return notes
+
+
+def replan_without(fleet: FleetPlan, lost_gpu: str, *, budget_s: float = 25.0) -> tuple[FleetPlan, float]:
     """The fleet after one ``lost_gpu`` fails, re-planned on the survivors; returns (plan, seconds taken)."""
     t0 = time.perf_counter()
-    survivors = fleet.spec.without(lost_gpu)
-    w = Workload(**fleet.workload)
-    new = plan_fleet(fleet.model, survivors, objective=fleet.objective, workload=w, budget_s=budget_s)
+    new = plan_fleet(fleet.model, fleet.spec.without(lost_gpu), fleet.planner_config, objective=fleet.objective,
+                     budget_s=budget_s)
     return new, time.perf_counter() - t0

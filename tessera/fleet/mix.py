@@ -12,7 +12,8 @@ objective "per_dollar":  max Σ thr·c / Σ usd·c  by Dinkelbach: λ ← ratio 
 Lazy search: thr[t] is exact for cells the planner has evaluated and an upper bound (cells.py) for the
 rest. When the optimum with upper bounds uses only evaluated cells it is the true optimum; otherwise the
 most valuable unevaluated cell of a guide solution (bounds scaled by the exact/bound ratio seen so far) is
-evaluated and the program re-solved, until that holds or the time budget is spent. The answer is then
+evaluated and the program re-solved, until that holds or the time budget is spent (an evaluation is not
+started when one as slow as the slowest so far would end past it). The answer is then
 the optimum over evaluated cells, with its certified gap to the upper-bound optimum.
 """
 
@@ -145,12 +146,13 @@ def lazy_mix(cells: list[Cell], *, exact: Callable[[Cell], float | None], bound:
     t0 = time.perf_counter()
     kw = dict(objective=objective, available=available, budget_usd_per_hour=budget_usd_per_hour)
     rounds = 0
+    longest_s = 0.0  # the slowest evaluation so far: one is not started unless it should end within budget_s
     while True:
         rounds += 1
         ub = {k: (e if (e := exact(k)) is not None else bound(k)) for k in cells}
         upper = solve_mix(ub, usd, **kw)  # type: ignore[arg-type]
         todo = [k for k in upper.counts if exact(k) is None]
-        if not todo or time.perf_counter() - t0 > budget_s:
+        if not todo or time.perf_counter() - t0 + longest_s > budget_s:
             break
         ratios = [exact(k) / bound(k) for k in cells if exact(k) is not None and len(k) > 1 and bound(k) > 0]
         rho = statistics.median(ratios) if ratios else 1.0  # guide: bounds scaled by what evaluation showed
@@ -158,7 +160,9 @@ def lazy_mix(cells: list[Cell], *, exact: Callable[[Cell], float | None], bound:
         guide = solve_mix(est, usd, **kw)  # type: ignore[arg-type]
         pick = [k for k in guide.counts if exact(k) is None] or todo
         sol_of = guide if pick is not todo else upper
+        e0 = time.perf_counter()
         evaluate(max(pick, key=lambda k: sol_of.counts[k] * est[k]))
+        longest_s = max(longest_s, time.perf_counter() - e0)
     got = {k: e for k in cells if (e := exact(k)) is not None}
     best = solve_mix(got, usd, **kw)  # type: ignore[arg-type]
     up, b = upper.score(objective), best.score(objective)

@@ -1,8 +1,9 @@
-"""Placement: the memory-aware kernel placement MILP, the baselines in the same terms, the Plan file."""
+"""Placement under the serving model: plan_serving (Tessera's kernel placement MILP and every baseline, each
+at its best batch, micro-batch count and tensor parallelism under memory and SLO), the Plan and PoolPlan files."""
 
-from tessera.plan.planner import STRATEGIES, Outcome, PlanResult, plan_graphs, plan_model
-from tessera.plan.pool import Pool, Workload
-from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
+from tessera.plan.pool import Pool
+from tessera.plan.serve import STRATEGIES, PlannerConfig, ServingResult, StrategyResult, plan_serving
+from tessera.plan.types import Device, PhasePlan, Plan, PoolCell, PoolPlan, StepPoint
 
-__all__ = ["STRATEGIES", "Device", "Outcome", "PhasePlan", "Plan", "PlanResult", "Pool", "StepPoint", "Workload",
-           "plan_graphs", "plan_model"]
+__all__ = ["STRATEGIES", "Device", "PhasePlan", "Plan", "PlannerConfig", "Pool", "PoolCell", "PoolPlan",
+           "ServingResult", "StepPoint", "StrategyResult", "plan_serving"]

@@ -9,7 +9,6 @@ import typer
 from rich.console import Console
 
 from tessera.errors import UserError
-from tessera.plan.pool import Workload
 from tessera.plan.report import result_table
 from tessera.plan.serve import PlannerConfig, plan_serving
 from tessera.plan.serving import Slo, Traffic
@@ -39,6 +38,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Place every kernel of MODEL on the pool under the serving model (continuous batching, async
         micro-batches, batch chosen by memory and SLO); Tessera against every baseline at its best."""
+        cfg = PlannerConfig(traffic=Traffic(prompt=prompt, output=output, steps=steps),
+                            slo=Slo(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3, image_s=slo_image_s),
+                            link=link, batch_cap=batch)
         if pool is not None:
             if gpus is not None:
                 raise UserError("give either --gpus (one cell) or --pool (a many-GPU pool), not both")
@@ -46,14 +48,10 @@ def register(app: typer.Typer) -> None:
                 raise UserError("--pool plans with the link named in the pool file; drop --link")
             from tessera.fleet.cli import plan_pool_command
 
-            plan_pool_command(model, pool, objective, as_json, save,
-                              Workload(batch=batch or 32, prompt=prompt, output=output))
+            plan_pool_command(model, pool, objective, as_json, save, cfg)  # the same config, on the pool's link
             return
         if gpus is None:
             raise UserError("missing --gpus A,B (one cell) or --pool pool.toml (a many-GPU pool)")
-        cfg = PlannerConfig(traffic=Traffic(prompt=prompt, output=output, steps=steps),
-                            slo=Slo(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3, image_s=slo_image_s),
-                            link=link, batch_cap=batch)
         r = plan_serving(model, gpus, cfg)
         if save is not None:
             if r.tessera.plan is None:

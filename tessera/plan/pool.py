@@ -65,23 +65,3 @@ class Pool:
     def pairs(self) -> list[tuple[int, int]]:
         """Directed device pairs (d1, d2), d1 != d2: one link direction each."""
         return [(a, b) for a in range(self.n) for b in range(self.n) if a != b]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Workload:
-    """The load: ``batch`` sequences (or images) in flight *per GPU* (a cell of n GPUs serves n·batch, an
-    independent replica serves batch), prompt and output lengths in tokens.
-
-    ``steps`` is the number of denoising steps per image (diffusion only).
-    """
-
-    batch: int = 64
-    prompt: int = 1024
-    output: int = 256
-    steps: int = 28
-
-    def __post_init__(self) -> None:
-        for k in ("batch", "prompt", "output", "steps"):
-            v = getattr(self, k)
-            if not isinstance(v, int) or v < 1:
-                raise UserError(f"workload {k}={v!r} must be a positive integer")

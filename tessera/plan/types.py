@@ -134,3 +134,90 @@ class Plan:
             return cls.from_dict(json.loads(Path(path).read_text()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:
             raise ValueError(f"cannot read plan {path}: {e}") from None
+
+
+POOL_PLAN_VERSION = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolCell:
+    """``count`` independent copies of one cell ``plan`` (each copy itself ``plan.replicas`` replicas)."""
+
+    plan: Plan
+    count: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise ValueError(f"pool cell count={self.count!r} must be an integer >= 1")
+        if self.plan.members:
+            raise ValueError("a pool cell must be one cell, not a plan of independent replicas (members); "
+                             "use PoolPlan.from_plan")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolPlan:
+    """A pool served by several *different* cells behind one router (a fleet; the homogeneous baseline on a
+    mixed pool). Headline figures are sums over cells × count × replicas."""
+
+    version: int = POOL_PLAN_VERSION
+    cells: tuple[PoolCell, ...]
+
+    def __post_init__(self) -> None:
+        if not self.cells:
+            raise ValueError("a pool plan needs at least one cell")
+        models = sorted({c.plan.model for c in self.cells})
+        if len(models) > 1:
+            raise ValueError(f"a pool plan serves one model, got {', '.join(models)}")
+        kinds = {c.plan.throughput_images_per_s is not None for c in self.cells}
+        if len(kinds) > 1:
+            raise ValueError("a pool plan's cells must all serve images or all serve tokens")
+
+    @classmethod
+    def from_plan(cls, plan: Plan, count: int = 1) -> PoolPlan:
+        """One plan as a pool: its members (each once per ``count``) or the plan itself."""
+        return cls(cells=tuple(PoolCell(plan=m, count=count) for m in (plan.members or (plan,))))
+
+    @property
+    def model(self) -> str:
+        return self.cells[0].plan.model
+
+    @property
+    def images(self) -> bool:
+        return self.cells[0].plan.throughput_images_per_s is not None
+
+    @property
+    def throughput_per_s(self) -> float:
+        """Output tokens/s (images/s): the plans' own predictions of their capacity (which already count their
+        replicas); a goodput at the SLO is at most this."""
+        def one(p: Plan) -> float:
+            return (p.throughput_images_per_s if self.images else p.throughput_tokens_per_s) or 0.0
+
+        return sum(c.count * one(c.plan) for c in self.cells)
+
+    @property
+    def usd_per_hour(self) -> float:
+        return sum(c.count * c.plan.usd_per_hour for c in self.cells)
+
+    def sim_cells(self) -> list[tuple[Plan, int]]:
+        """``[(plan, count)]``: what tessera.sim's simulate_pool and run_pool take."""
+        return [(c.plan, c.count) for c in self.cells]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "cells": [{"count": c.count, "plan": c.plan.to_dict()} for c in self.cells]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PoolPlan:
+        if not isinstance(d, dict) or d.get("version") != POOL_PLAN_VERSION:
+            raise ValueError(f"pool plan version {d.get('version') if isinstance(d, dict) else d!r} is not "
+                             f"{POOL_PLAN_VERSION}")
+        return cls(cells=tuple(PoolCell(plan=Plan.from_dict(c["plan"]), count=c["count"]) for c in d["cells"]))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> PoolPlan:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:
+            raise ValueError(f"cannot read pool plan {path}: {e}") from None

@@ -170,12 +170,12 @@ def cost_step_s(graph: KernelGraph, assignment: tuple[int, ...], devices: int, c
                 m: int) -> float:
     """StepPoint step time of ``assignment`` on ``devices`` catalog "cpu" devices under any cost model
     (tessera.cost's CostModel, or ProfileCost)."""
-    from tessera.plan.score import step_time_s
     from tessera.plan.verify import evaluate
 
     cpus = tuple(gpu("cpu") for _ in range(devices))
     ev = evaluate(graph, assignment, cpus, link.spec(), cost)  # type: ignore[arg-type]
-    return step_time_s(m, ev.bottleneck_s, ev.latency_s)
+    t = ev.bottleneck_s
+    return max(m * t, ev.latency_s + (m - 1) * t)  # StepPoint.step_s: the synchronous schedule
 
 
 def chrome_trace(history: list[dict[str, Any]], partitions: dict[tuple[str, str], Partition],

@@ -75,7 +75,7 @@ GLOO_LOCAL = LinkSpec(name="gloo-local", bytes_per_s=3e9, latency_s=1e-4,
 def milp(graphs: dict[str, KernelGraph], devices: int, *, microbatches: int = 2, link: LinkSpec = GLOO_LOCAL,
          cost: CostModel | None = None) -> dict[str, tuple[int, ...]]:
     """The MILP's throughput-mode placement of each phase's graph over ``devices`` CPUs (catalog entry "cpu",
-    kernel times from tessera.cost's CPU profile). As tessera.plan.plan_model does: the KV-owning phase
+    kernel times from tessera.cost's CPU profile). The KV-owning phase
     (decode) first, then the others with its placement as background facts (weights already resident, KV
     home); any KV placed elsewhere is handed over by the runtime (runner.build_partitions)."""
     from tessera.cost.calibrate import default_cost_model

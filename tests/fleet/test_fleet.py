@@ -1,16 +1,24 @@
-"""Fleet planning: pool file, the integer program against hand-worked optima, the lazy search's certificate,
-and one real fleet on a tiny model (planner included) with a JSON round trip and a re-plan after a loss."""
+"""Fleet planning: pool file, candidate cells, the pair bound's pieces against hand-worked values and an
+independent LP, the integer program against hand-worked optima, the lazy search's certificate, and one real
+fleet on a tiny model (plan_serving included) with a JSON round trip, the bound checked against every planned
+pair, and a re-plan after a loss."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import typer
 from typer.testing import CliRunner
 
 from tessera.errors import UserError
 from tessera.fleet import FleetPlan, FleetSpec, plan_fleet, replan_without
-from tessera.fleet.cells import candidate_cells
+from tessera.fleet.cells import activation_deps, balance_two, candidate_cells, is_group, shortest_latency
+from tessera.fleet.fleet import cell_planner, fleet_config
 from tessera.fleet.mix import lazy_mix, solve_mix, verify_mix
+from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
+from tessera.plan.highs import Model
+from tessera.plan.serve import PlannerConfig
+from tessera.plan.serving import Slo
 
 A, B = "H100-SXM", "L4"
 
@@ -32,7 +40,59 @@ def test_pool_file_parses_and_validates() -> None:
 
 
 def test_candidate_cells() -> None:
-    assert candidate_cells([B, A]) == [(A,), (B,), (A, A), (B, B), (A, B)]
+    # 4 H100: alone, a TP=4 group, a same-type pair; 1 L4: alone; the mixed pair. No TP=8 (only four H100).
+    assert candidate_cells({B: 1, A: 4}) == [(A,), (B,), (A, A), (A, B), (A, A, A, A)]
+    assert candidate_cells({A: 8}, max_gpus=4) == [(A,), (A, A), (A,) * 4]
+    assert candidate_cells({A: 8})[-1] == (A,) * 8
+    assert [is_group(c) for c in [(A,), (A, A), (A,) * 4, (A, B)]] == [True, False, True, False]
+
+
+def test_balance_two_by_hand() -> None:
+    # chain3's kernels on (H100, L40S): a (2, 4), b (3, 3), c (4, 2). Fractionally: a on H100 (2), c on L40S
+    # (2), b split evenly so both carry 3.5; nothing better exists since a+b+c on the faster side is 7.
+    assert balance_two(np.array([[2.0, 4.0], [3.0, 3.0], [4.0, 2.0]])) == pytest.approx(3.5)
+    # one device has nothing to do for free: every kernel costs 0 on b
+    assert balance_two(np.array([[1.0, 0.0], [2.0, 0.0]])) == 0.0
+    assert balance_two(np.array([[5.0, 5.0]])) == pytest.approx(2.5)  # one kernel split in half
+
+
+def _lp_balance(t: np.ndarray) -> float:
+    """The same relaxation written as an LP for HiGHS: min C, Σ t_a·y ≤ C, Σ t_b·(1 − y) ≤ C."""
+    m = Model("balance")
+    c = m.var("C", cost=1.0)
+    ys = [m.var(f"y{k}", ub=1.0) for k in range(len(t))]
+    m.row("a", {c: -1.0, **{y: float(t[k, 0]) for k, y in enumerate(ys)}}, ub=0.0)
+    m.row("b", {c: -1.0, **{y: -float(t[k, 1]) for k, y in enumerate(ys)}}, ub=-float(t[:, 1].sum()))
+    return m.solve(relax=True).objective
+
+
+def test_balance_two_matches_an_lp() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        t = rng.uniform(0.0, 5.0, size=(int(rng.integers(1, 30)), 2))
+        assert balance_two(t) == pytest.approx(_lp_balance(t), rel=1e-7, abs=1e-9)
+
+
+def _chain3():
+    """x -> a -> b -> c, one activation between each, one weight per kernel, c also writes a KV buffer a
+    reads (resident: no wait)."""
+    bufs = [Buffer(id=0, name="x", bytes=8, role=Role.INPUT), Buffer(id=7, name="kv", bytes=8, role=Role.KV)]
+    bufs += [Buffer(id=1 + i, name=n, bytes=8, role=Role.ACTIVATION) for i, n in enumerate(("va", "vb", "vc"))]
+    bufs += [Buffer(id=4 + i, name=n, bytes=8, role=Role.WEIGHT) for i, n in enumerate(("wa", "wb", "wc"))]
+    io = [((0, 4, 7), (1,)), ((1, 5), (2,)), ((2, 6), (3, 7))]
+    ks = [Kernel(id=i, name=n, kind=KernelKind.GEMM, flops=1, bytes_read=1, bytes_written=1, reads=r, writes=w,
+                 layer=None) for i, (n, (r, w)) in enumerate(zip("abc", io, strict=True))]
+    return build_graph(model="chain3", phase="decode", shape={"batch": 1}, kernels=ks,
+                       buffers=sorted(bufs, key=lambda b: b.id))
+
+
+def test_shortest_latency_on_chain3() -> None:
+    # x -> a -> b -> c: each kernel waits for the one that wrote the activation it reads; weights and KV wait
+    # for nothing. At the faster device's times (2, 3, 2) the chain takes 7 s.
+    deps = activation_deps(_chain3())
+    assert deps == [(), (0,), (1,)]
+    assert shortest_latency(deps, np.array([2.0, 3.0, 2.0])) == pytest.approx(7.0)
+    assert shortest_latency([(), (), (0, 1)], np.array([1.0, 4.0, 1.0])) == pytest.approx(5.0)  # a fork
 
 
 def test_throughput_program_hand_worked() -> None:
@@ -84,20 +144,29 @@ def test_lazy_search_is_exact_when_bounds_hold() -> None:
 @pytest.mark.slow
 def test_tiny_fleet_end_to_end(tmp_path) -> None:
     spec = FleetSpec.from_counts({"H100": 2, "L4": 1})
-    fp = plan_fleet("llama-tiny", spec, workload=None, budget_s=60.0)
-    used = {}
+    cfg = PlannerConfig(slo=Slo(ttft_s=2.0, tpot_s=0.05), batch_cap=64)
+    fp = plan_fleet("llama-tiny", spec, cfg, budget_s=120.0)
+    used: dict[str, int] = {}
     for c in fp.cells:
         for g in c.gpus:
             used[g] = used.get(g, 0) + c.count
     assert all(used.get(g, 0) + fp.unused.get(g, 0) == n for g, n in spec.gpus)
-    assert fp.throughput_per_s == pytest.approx(sum(c.count * c.throughput_per_s for c in fp.cells))
-    assert fp.throughput_per_s <= fp.upper_bound_per_s * (1 + 1e-9) and fp.gap == 0.0
+    assert fp.goodput_per_s == pytest.approx(sum(c.count * c.goodput_per_s for c in fp.cells))
+    assert fp.goodput_per_s <= fp.plans.throughput_per_s * (1 + 1e-9)  # goodput within the plans' capacity
+    assert fp.goodput_per_s <= fp.upper_bound_per_s * (1 + 1e-9) and fp.gap == 0.0
+    # the bound is one: the mixed pair (bounded during the search, maybe never planned) planned now has no
+    # strategy above it
+    cp = cell_planner("llama-tiny", fleet_config(cfg, link=spec.link))
+    bound = cp.upper_bound((A, B))
+    every = cp.evaluate((A, B)).strategy_goodput
+    assert len(every) == 5 and 0 < max(every.values()) <= bound * (1 + 1e-9), (every, bound)
     p = tmp_path / "fleet.json"
     fp.save(p)
     assert FleetPlan.load(p) == fp
+    assert fp.planner_config == fleet_config(cfg, link=spec.link)
     new, replan_s = replan_without(fp, "H100")
     assert replan_s > 0 and new.spec.counts == {A: 1, B: 1}
-    assert new.throughput_per_s <= fp.throughput_per_s
+    assert new.goodput_per_s <= fp.goodput_per_s
 
 
 def test_cli_bad_pool_is_one_line(tmp_path) -> None:

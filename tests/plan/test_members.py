@@ -1,38 +1,61 @@
-"""Homogeneous on a mixed pool is a pool of *different* replicas: members, not N copies of one."""
+"""Homogeneous on a mixed pair is a pool of *different* replicas: a Plan with members, which PoolPlan turns
+into cells with counts; the simulator serves both spellings alike."""
 
 from __future__ import annotations
 
 import json
 
-from tessera.plan.planner import plan_graphs
-from tessera.plan.pool import Pool
-from tessera.plan.types import Plan
+import pytest
+
+from tessera.plan.planner import capture_source
+from tessera.plan.pool import resolve_gpu, resolve_link
+from tessera.plan.problem import default_cost
+from tessera.plan.serve import PlannerConfig, Shapes, homogeneous
+from tessera.plan.types import PoolCell, PoolPlan
 from tessera.sim import LengthSpec, WorkloadSpec, simulate, simulate_pool
 
-from .test_planner import CFG, W, _source
+
+@pytest.fixture(scope="module")
+def mixed():
+    cfg = PlannerConfig(batch_cap=32)
+    shapes = Shapes("llama-tiny", capture_source("llama-tiny"), cfg, False)
+    specs = (resolve_gpu("H100"), resolve_gpu("L40S"))
+    return homogeneous(shapes, specs, resolve_link("pcie5"), default_cost(), cfg).plan
 
 
-def test_homogeneous_mixed_pool_has_one_member_per_gpu_and_simulates_as_a_pool(tmp_path) -> None:
-    r = plan_graphs("synth", ["prefill", "decode"], _source(CFG), Pool.parse("H100,L40S", "pcie5"),
-                    workload=W, points=True)
-    h = r.strategies["homogeneous"].plan
-    assert h is not None and h.replicas == 1
-    assert [m.devices[0].gpu for m in h.members] == ["H100-SXM", "L40S"]
-    assert [d.gpu for d in h.devices] == ["H100-SXM", "L40S"]
-    # headline throughput is the sum of the members' own predictions
-    assert h.throughput_tokens_per_s is not None
-    assert abs(h.throughput_tokens_per_s - sum(m.throughput_tokens_per_s or 0 for m in h.members)) < 1e-6
-    p = tmp_path / "h.json"
-    h.save(p)
-    assert Plan.load(p) == h and json.loads(p.read_text())["members"][1]["devices"][0]["gpu"] == "L40S"
-    wl = WorkloadSpec(kind="offline", requests=200, prompt=LengthSpec(lo=256, hi=256),
-                      output=LengthSpec(lo=64, hi=64))
-    a = simulate(h, wl, seed=3).to_json()
-    b = simulate_pool([(m, 1) for m in h.members], wl, seed=3).to_json()
+def test_pool_plan_from_a_members_plan(tmp_path, mixed) -> None:
+    h = mixed
+    assert h is not None and sorted(m.devices[0].gpu for m in h.members) == ["H100-SXM", "L40S"]
+    pool = PoolPlan.from_plan(h)
+    assert [c.plan for c in pool.cells] == list(h.members) and [c.count for c in pool.cells] == [1, 1]
+    # the pool's capacity is the sum of its cells' own predictions × count; the members plan's headline (its
+    # goodput at the SLO) is within it
+    caps = [m.throughput_tokens_per_s for m in h.members]
+    assert PoolPlan.from_plan(h, 3).throughput_per_s == pytest.approx(3 * (caps[0] + caps[1]))
+    assert h.throughput_tokens_per_s <= pool.throughput_per_s * (1 + 1e-9)
+    assert pool.usd_per_hour == pytest.approx(resolve_gpu("H100").usd_per_hour + resolve_gpu("L40S").usd_per_hour)
+    p = tmp_path / "pool.json"
+    pool.save(p)
+    on_disk = json.loads(p.read_text())["cells"]
+    assert PoolPlan.load(p) == pool and [c["plan"]["devices"][0]["gpu"] for c in on_disk] == [
+        m.devices[0].gpu for m in h.members]
+    assert PoolPlan.from_plan(h, 3).sim_cells() == [(m, 3) for m in h.members]
+
+
+def test_pool_plan_simulates_as_the_members_plan(mixed) -> None:
+    wl = WorkloadSpec(kind="offline", requests=200, prompt=LengthSpec(lo=256, hi=256), output=LengthSpec(lo=64, hi=64))
+    a = simulate(mixed, wl, seed=3).to_json()
+    b = simulate_pool(PoolPlan.from_plan(mixed).sim_cells(), wl, seed=3).to_json()
     a.pop("sim_wall_s"), b.pop("sim_wall_s")
     assert a == b
-    # a members plan inside a pool is expanded too (fleet cells, failure bench), fastest member first
-    assert h.members[0].throughput_tokens_per_s >= h.members[1].throughput_tokens_per_s
-    c = simulate_pool([(h, 2)], wl, seed=3).to_json()
-    d = simulate(h, wl, replicas=2, seed=3).to_json()
-    assert c == d and h.kv_capacity_tokens == sum(m.kv_capacity_tokens for m in h.members)
+
+
+def test_pool_plan_rejects_what_is_not_a_pool(mixed) -> None:
+    with pytest.raises(ValueError, match="not a plan of independent replicas"):
+        PoolCell(plan=mixed, count=1)
+    with pytest.raises(ValueError, match="count=0"):
+        PoolCell(plan=mixed.members[0], count=0)
+    with pytest.raises(ValueError, match="at least one cell"):
+        PoolPlan(cells=())
+    with pytest.raises(ValueError, match="version"):
+        PoolPlan.from_dict({"version": 99, "cells": []})
