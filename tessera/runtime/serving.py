@@ -1,0 +1,271 @@
+"""Serve a request stream on the workers: continuous batching over KV/state slots, mixed iterations,
+asynchronous micro-batches, and the per-request single-process reference.
+
+Shapes: every program is captured at batch 1 (one sequence), so a request is one micro-batch of a step
+and owns one KV/state slot on the workers for its lifetime. ``prefill@P`` fills an empty cache of P
+slots with a P-token prompt; ``decode@c`` feeds one token against c cached tokens (the capture's static
+cache of c+1 slots; the workers carry a slot's KV into the next shape by name). An iteration of a group
+is one step whose micro-batches are its running requests, each running its own program: new requests'
+prompts (whole, one chunk: the capture has no prefill-at-an-offset program) beside the others' decodes.
+
+Schedules: ``async`` splits the slots into m groups; each group's next iteration waits only for its own
+previous one, and the workers run queued iterations in submission order, so one group computes while
+another's outputs travel to the driver and back. ``sync`` is one group holding every slot: all running
+requests advance in lock-step, re-synchronised at every iteration.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from tessera.capture.zoo import resolve
+from tessera.errors import UserError, choices_error
+from tessera.runtime.cluster import Cluster, ClusterConfig, WorkerFailure
+from tessera.runtime.program import Program
+from tessera.runtime.runner import build_partitions, by_microbatch, phase_of
+from tessera.runtime.steps import LocalExecutor, as_input, capture, input_buffer
+from tessera.sim.workload import Requests
+
+log = logging.getLogger("tessera.runtime")
+
+SCHEDULES = ("async", "sync")
+PLAN = "serve"  # the one partition set a serving run holds
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    rid: int
+    arrival_s: float  # after the stream's start
+    prompt: torch.Tensor  # (1, P) token ids
+    output_tokens: int  # greedy tokens to generate (the first comes from the prefill)
+
+    def key(self, generated: int) -> str:
+        """The program that produces token ``generated`` (0 = from the prompt)."""
+        p = self.prompt.shape[1]
+        return f"prefill@{p}" if generated == 0 else f"decode@{p + generated - 1}"
+
+
+def make_requests(model: str, reqs: Requests, seed: int = 0) -> list[Request]:
+    """The workload's arrivals and lengths with prompt ids drawn per request (seeded by its index)."""
+    cfg = resolve(model).config
+    vocab = int(cfg.get("text_config", cfg).get("vocab_size", cfg.get("vocab_size")))
+    out = []
+    for i, (a, p, o) in enumerate(zip(reqs.arrival_s, reqs.prompt, reqs.output, strict=True)):
+        g = torch.Generator().manual_seed(seed * 1_000_003 + i)
+        out.append(Request(rid=i, arrival_s=float(a), prompt=torch.randint(0, vocab, (1, int(p)), generator=g),
+                           output_tokens=int(o)))
+    return out
+
+
+def serving_keys(requests: list[Request]) -> list[str]:
+    keys = {r.key(j) for r in requests for j in range(r.output_tokens)}
+    return sorted(keys, key=lambda k: (phase_of(k) != "prefill", int(k.split("@")[1])))
+
+
+def capture_serving(model: str, keys: list[str], seed: int = 0) -> dict[str, Program]:
+    """One batch-1 program per key; every prefill (decode) program must be the same kernel sequence so one
+    assignment per phase places them all."""
+    family = resolve(model).family
+    if family not in ("llm", "ssm", "moe"):
+        raise UserError(f"model {model}: family {family} cannot be served yet; valid families: llm, moe, ssm")
+    out: dict[str, Program] = {}
+    for key in keys:
+        phase, n = key.split("@")
+        cap = (capture(model, "prefill", batch=1, seq=int(n), seed=seed) if phase == "prefill"
+               else capture(model, "decode", batch=1, context=int(n), seed=seed))
+        out[key] = Program.from_capture(cap)
+    first: dict[str, Program] = {}
+    for key, prog in out.items():
+        ref = first.setdefault(phase_of(key), prog)
+        if [o.func for o in prog.ops] != [o.func for o in ref.ops]:
+            raise AssertionError(f"{key} is not the same kernel sequence as the other {phase_of(key)} programs")
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    slots: int = 8  # KV/state slots on the workers: requests running at once
+    microbatches: int = 2  # groups advancing independently (async); sync runs one group of every slot
+    schedule: str = "async"
+    prefills_per_iteration: int = 1  # new prompts a group admits per iteration (the iteration's prefill chunk)
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise choices_error("schedule", self.schedule, SCHEDULES)
+        if not 1 <= self.microbatches <= self.slots <= 64:
+            raise UserError(f"need 1 <= microbatches ({self.microbatches}) <= slots ({self.slots}) <= 64")
+        if self.prefills_per_iteration < 1:
+            raise UserError(f"prefills_per_iteration={self.prefills_per_iteration} must be >= 1")
+
+    def groups(self) -> list[list[int]]:
+        """Each group's slots: m near-equal groups (async), or one group of all slots (sync)."""
+        m = self.microbatches if self.schedule == "async" else 1
+        return [list(range(g, self.slots, m)) for g in range(m)]
+
+
+@dataclass
+class Served:
+    """One request's life on the workers."""
+
+    request: Request
+    slot: int = -1
+    tokens: list[int] = field(default_factory=list)
+    logits: list[torch.Tensor] = field(default_factory=list)  # per generated token: (vocab,) fp32
+    admitted_s: float = 0.0
+    token_s: list[float] = field(default_factory=list)  # when each token reached the driver (stream clock)
+
+    @property
+    def done(self) -> bool:
+        return len(self.tokens) >= self.request.output_tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamResult:
+    schedule: str
+    served: tuple[Served, ...]
+    wall_s: float  # stream start (first arrival) to the last token
+    iterations: int
+    history: tuple[dict[str, Any], ...]  # per iteration: keys, slots, submit/finish times, worker events
+    lost: tuple[int, ...] = ()
+
+
+class Group:
+    def __init__(self, slots: list[int]) -> None:
+        self.free = list(slots)
+        self.running: list[Served] = []
+        self.step: int | None = None  # the iteration in flight
+        self.batch: list[Served] = []  # its requests, in micro-batch order
+        self.submitted_s = 0.0
+
+
+def _feed(programs: dict[str, Program], s: Served) -> tuple[str, dict[int, torch.Tensor], bool]:
+    key = s.request.key(len(s.tokens))
+    ids = s.request.prompt if not s.tokens else torch.tensor([[s.tokens[-1]]])
+    return key, {input_buffer(programs[key], "input_ids"): as_input(ids)}, not s.tokens
+
+
+def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[Request], cfg: ServeConfig
+                 ) -> StreamResult:
+    """Serve ``requests`` arriving on the clock; returns each request's tokens, logits and times."""
+    groups = [Group(s) for s in cfg.groups()]
+    waiting = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
+    served: list[Served] = []
+    history: list[dict[str, Any]] = []
+    by_step: dict[int, Group] = {}
+    t0 = time.perf_counter()
+    now = 0.0
+    while waiting or any(g.running for g in groups):
+        now = time.perf_counter() - t0
+        for g in groups:
+            if g.step is None:
+                admitted = 0
+                while (waiting and g.free and waiting[0].arrival_s <= now
+                       and admitted < cfg.prefills_per_iteration):
+                    s = Served(request=waiting.pop(0), slot=g.free.pop(0), admitted_s=now)
+                    g.running.append(s)
+                    served.append(s)
+                    admitted += 1
+                if g.running:
+                    feeds = [_feed(programs, s) for s in g.running]
+                    g.batch = list(g.running)
+                    g.submitted_s = time.perf_counter() - t0
+                    g.step = cluster.submit(PLAN, [f for _, f, _ in feeds], keys=tuple(k for k, _, _ in feeds),
+                                            slots=tuple(s.slot for s in g.batch), resets=tuple(r for *_, r in feeds))
+                    by_step[g.step] = g
+        idle = all(g.step is None for g in groups)
+        if idle:  # nothing running: sleep until the next arrival
+            time.sleep(max(0.0, waiting[0].arrival_s - (time.perf_counter() - t0)))
+            continue
+        wait_s = 0.5
+        if waiting and any(g.step is None and g.free for g in groups):  # an idle group may admit the next arrival
+            wait_s = min(wait_s, max(1e-3, waiting[0].arrival_s - (time.perf_counter() - t0)))
+        for sid, per_worker in cluster.poll(wait_s).items():
+            g = by_step.pop(sid)
+            done_s = time.perf_counter() - t0
+            outs = by_microbatch(per_worker, 1, len(g.batch))
+            for s, out in zip(g.batch, outs, strict=True):
+                logits = out[0].reshape(-1, out[0].shape[-1])[-1]
+                s.logits.append(logits)
+                s.tokens.append(int(logits.argmax()))
+                s.token_s.append(done_s)
+                if s.done:
+                    g.running.remove(s)
+                    g.free.append(s.slot)
+            history.append(dict(step=sid, keys=[s.request.key(len(s.tokens) - 1) for s in g.batch],
+                                submit_s=g.submitted_s, done_s=done_s, workers=per_worker))
+            g.step = None
+    first = min((r.arrival_s for r in requests), default=0.0)
+    last = max((t for s in served for t in s.token_s), default=first)
+    return StreamResult(schedule=cfg.schedule, served=tuple(sorted(served, key=lambda s: s.request.rid)),
+                        wall_s=last - first, iterations=len(history), history=tuple(history))
+
+
+def reference(programs: dict[str, Program], requests: list[Request], threads: int = 1
+              ) -> dict[int, tuple[list[int], list[torch.Tensor]]]:
+    """Each request generated alone in one process (same programs, batch 1): rid -> (tokens, logits)."""
+    local = LocalExecutor(programs)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)  # bit-exactness needs the workers' intra-op thread count
+    out = {}
+    try:
+        for r in requests:
+            s = Served(request=r)
+            while not s.done:
+                key, feed, reset = _feed(programs, s)
+                logits = local.step(key, PLAN, [feed], reset=reset)[0][0]
+                logits = logits.reshape(-1, logits.shape[-1])[-1]
+                s.logits.append(logits)
+                s.tokens.append(int(logits.argmax()))
+            out[r.rid] = (s.tokens, s.logits)
+    finally:
+        torch.set_num_threads(saved)
+    return out
+
+
+def check(result: StreamResult, ref: dict[int, tuple[list[int], list[torch.Tensor]]]
+          ) -> tuple[bool, float, bool]:
+    """(every logit bit-identical, max |logit difference|, every request's tokens identical)."""
+    same, diff, tokens = True, 0.0, True
+    for s in result.served:
+        ref_tokens, ref_logits = ref[s.request.rid]
+        tokens &= s.tokens == ref_tokens
+        for a, b in zip(s.logits, ref_logits, strict=True):
+            same &= torch.equal(a, b)
+            diff = max(diff, float((a - b).abs().max()))
+    return same, diff, tokens
+
+
+def percentiles(xs: list[float]) -> dict[str, float | None]:
+    if not xs:
+        return {"p50": None, "p99": None}
+    return {"p50": float(np.percentile(xs, 50)), "p99": float(np.percentile(xs, 99))}
+
+
+def latency_stats(result: StreamResult) -> dict[str, Any]:
+    """Throughput (generated tokens / stream seconds), TTFT and TPOT per request."""
+    ttft = [s.token_s[0] - s.request.arrival_s for s in result.served if s.token_s]
+    tpot = [(s.token_s[-1] - s.token_s[0]) / (len(s.token_s) - 1) for s in result.served if len(s.token_s) > 1]
+    generated = sum(len(s.tokens) for s in result.served)
+    return {"throughput_tokens_per_s": generated / result.wall_s if result.wall_s > 0 else 0.0,
+            "ttft_s": percentiles(ttft), "tpot_s": percentiles(tpot), "generated_tokens": generated,
+            "iterations": result.iterations, "wall_s": result.wall_s,
+            "mean_iteration_s": statistics.mean([h["done_s"] - h["submit_s"] for h in result.history])
+            if result.history else 0.0}
+
+
+def start_cluster(programs: dict[str, Program], by_phase: dict[str, tuple[int, ...]], devices: tuple[str, ...],
+                  slots: int, recv_timeout_s: float = 5.0) -> Cluster:
+    parts = build_partitions(programs, {PLAN: by_phase}, len(devices))
+    cfg = ClusterConfig(devices=devices, max_microbatches=slots, recv_timeout_s=recv_timeout_s, transport="gloo")
+    return Cluster(programs, parts, cfg)
+
+
+__all__ = ["SCHEDULES", "Request", "ServeConfig", "StreamResult", "WorkerFailure", "capture_serving", "check",
+           "latency_stats", "make_requests", "reference", "serve_stream", "serving_keys", "start_cluster"]
