@@ -64,6 +64,19 @@ def make_requests(model: str, reqs: Requests, seed: int = 0) -> list[Request]:
     return out
 
 
+def warmup_requests(requests: list[Request]) -> list[Request]:
+    """Requests (arriving at once) that touch every program the stream uses: one per prompt length, with
+    the longest output of that length. The first run of a program on a worker pays one-off costs
+    (allocator growth, first dispatch) that would otherwise land on whichever schedule runs first."""
+    longest: dict[int, Request] = {}
+    for r in requests:
+        p = r.prompt.shape[1]
+        if p not in longest or r.output_tokens > longest[p].output_tokens:
+            longest[p] = r
+    return [Request(rid=-1 - i, arrival_s=0.0, prompt=r.prompt, output_tokens=r.output_tokens)
+            for i, r in enumerate(longest.values())]
+
+
 def serving_keys(requests: list[Request]) -> list[str]:
     keys = {r.key(j) for r in requests for j in range(r.output_tokens)}
     return sorted(keys, key=lambda k: (phase_of(k) != "prefill", int(k.split("@")[1])))

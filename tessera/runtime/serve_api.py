@@ -1,0 +1,191 @@
+"""`tessera serve-run` as a function: a typed spec in, a typed result out.
+
+Capture the batch-1 programs the workload needs, place them (a Plan's assignment carried onto them, or a
+named placement), serve the stream on worker processes under the chosen schedule (and the other one with
+``compare_sync``), check every request against its single-process reference, and predict the same run
+from CPU profiles of the programs (the planner's serving-model formula, and tessera.sim on a Plan built
+from the same profiles).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tessera.errors import UserError
+from tessera.plan.types import Plan
+from tessera.runtime.cluster import WorkerFailure
+from tessera.runtime.placements import carry_over, placements
+from tessera.runtime.program import Program
+from tessera.runtime.recovery import placement_graphs
+from tessera.runtime.runner import phase_of
+from tessera.runtime.serving import (
+    Request,
+    ServeConfig,
+    StreamResult,
+    capture_serving,
+    check,
+    latency_stats,
+    make_requests,
+    reference,
+    serve_stream,
+    serving_keys,
+    start_cluster,
+    warmup_requests,
+)
+from tessera.sim.workload import WorkloadSpec, generate
+
+log = logging.getLogger("tessera.runtime")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeRunSpec:
+    model: str  # zoo tiny name (or the Plan's model)
+    devices: tuple[str, ...]
+    workload: WorkloadSpec
+    serve: ServeConfig = ServeConfig()
+    placement: str = "layer_split"  # when no plan is given
+    plan: Plan | None = field(default=None, hash=False)
+    compare_sync: bool = False
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.devices) < 1:
+            raise UserError("--devices is empty; give one or more of: cpu")
+        if any(d != "cpu" for d in self.devices):
+            raise UserError(f"serve-run runs on CPU workers for now; got {','.join(self.devices)}; valid: cpu")
+        if self.plan is not None and len(self.plan.devices) != len(self.devices):
+            raise UserError(f"the plan has {len(self.plan.devices)} devices but --devices names {len(self.devices)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeRunResult:
+    model: str
+    devices: tuple[str, ...]
+    placement: str
+    schedule: str
+    requests: int
+    completed: int
+    lost: int
+    verified: bool  # every logit bit-identical to the per-request single-process reference
+    tokens_identical: bool
+    max_abs_diff: float
+    measured_throughput_tokens_per_s: float
+    predicted_throughput_tokens_per_s: float | None
+    simulated_throughput_tokens_per_s: float | None
+    sync_throughput_tokens_per_s: float | None
+    ttft_s: dict[str, float | None]
+    tpot_s: dict[str, float | None]
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.completed <= self.requests or self.lost < 0:
+            raise ValueError(f"completed={self.completed}, lost={self.lost} of {self.requests} requests")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    def summary(self) -> str:
+        sync = (f", sync {self.sync_throughput_tokens_per_s:.0f}" if self.sync_throughput_tokens_per_s else "")
+        pred = "; ".join(f"{w} {v:.0f}" for w, v in (("predicted", self.predicted_throughput_tokens_per_s),
+                                                      ("simulated", self.simulated_throughput_tokens_per_s)) if v)
+        return "\n".join([
+            f"{self.model} on {','.join(self.devices)} ({self.placement}, {self.schedule}): "
+            f"{self.completed}/{self.requests} requests, lost {self.lost}, verified={self.verified} "
+            f"(tokens identical {self.tokens_identical}, max |diff| {self.max_abs_diff:.3g})",
+            f"throughput {self.measured_throughput_tokens_per_s:.0f} tokens/s measured{sync}"
+            f"{'; ' + pred if pred else ''}",
+            f"TTFT p50 {_ms(self.ttft_s['p50'])} p99 {_ms(self.ttft_s['p99'])}; "
+            f"TPOT p50 {_ms(self.tpot_s['p50'])} p99 {_ms(self.tpot_s['p99'])}"])
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.1f} ms"
+
+
+def plan_assignments(plan: Plan, programs: dict[str, Program]) -> dict[str, tuple[int, ...]]:
+    """phase -> assignment of the eager ops: the plan's kernels aligned with the runtime's programs (a
+    serving-model plan's "mixed" iteration aligns with both prefill and decode)."""
+    from tessera.capture import capture_model
+    from tessera.capture.fuse import unfuse
+
+    out: dict[str, tuple[int, ...]] = {}
+    graphs = placement_graphs(programs)
+    if "mixed" in plan.phases:
+        from tessera.plan.serve import plan_graph
+
+        mixed = plan_graph(plan)
+        return {ph: unfuse(g, carry_over(mixed, tuple(plan.phases["mixed"].assignment), g)) for ph, g in graphs.items()}
+    for ph, g in graphs.items():
+        pp = plan.phases.get(ph)
+        if pp is None:
+            raise UserError(f"plan for {plan.model} has no {ph} phase (phases: {', '.join(sorted(plan.phases))})")
+        shape = {k: v for k, v in pp.graph_shape.items() if k in ("batch", "seq", "context") and v}
+        out[ph] = unfuse(g, carry_over(capture_model(plan.model, ph, **shape), tuple(pp.assignment), g))
+    return out
+
+
+def serve_schedules(spec: ServeRunSpec, programs: dict[str, Program], by_phase: dict[str, tuple[int, ...]],
+                    requests: list[Request], schedules: list[str]) -> tuple[dict[str, StreamResult], float, Any]:
+    """The same stream served under each schedule on one cluster (one placement, weights loaded once);
+    returns the results, the cluster's start-up seconds and its measured link."""
+    out = {}
+    t0 = time.monotonic()
+    with start_cluster(programs, by_phase, spec.devices, spec.serve.slots) as cluster:
+        start_s = time.monotonic() - t0
+        serve_stream(cluster, programs, warmup_requests(requests), spec.serve)  # not measured
+        for sched in schedules:
+            cfg = ServeConfig(slots=spec.serve.slots, microbatches=spec.serve.microbatches, schedule=sched,
+                              prefills_per_iteration=spec.serve.prefills_per_iteration)
+            out[sched] = serve_stream(cluster, programs, requests, cfg)
+        link = cluster.link
+    return out, start_s, link
+
+
+def serve_run(spec: ServeRunSpec) -> ServeRunResult:
+    requests = make_requests(spec.model, generate(spec.workload, spec.seed), spec.seed)
+    programs = capture_serving(spec.model, serving_keys(requests), spec.seed)
+    graphs = placement_graphs(programs)
+    if spec.plan is not None:
+        by_phase, placement = plan_assignments(spec.plan, programs), f"plan ({spec.plan.strategy})"
+    else:
+        by_phase, placement = placements(spec.placement, graphs, len(spec.devices), spec.serve.microbatches), spec.placement
+    schedules = [spec.serve.schedule]
+    if spec.compare_sync and spec.serve.schedule != "sync":
+        schedules.append("sync")
+    results, start_s, link = serve_schedules(spec, programs, by_phase, requests, schedules)
+    main = results[spec.serve.schedule]
+    t0 = time.monotonic()
+    ref = reference(programs, requests)
+    ref_s = time.monotonic() - t0
+    same, diff, tokens = True, 0.0, True
+    for r in results.values():
+        s, d, t = check(r, ref)
+        same, diff, tokens = same and s, max(diff, d), tokens and t
+    stats = latency_stats(main)
+    sync = results.get("sync")
+    completed = sum(1 for s in main.served if s.done)
+    extra = {"stats": stats, "sync_stats": latency_stats(sync) if sync else None,
+             "cluster_start_s": start_s, "reference_s": ref_s, "link": link,
+             "slots": spec.serve.slots, "microbatches": spec.serve.microbatches,
+             "workload": {"kind": spec.workload.kind, "rate_per_s": spec.workload.rate_per_s,
+                          "prompt": str(spec.workload.prompt), "output": str(spec.workload.output)},
+             "programs": sorted(programs, key=lambda k: (phase_of(k), int(k.split("@")[1]))),
+             "tokens": {s.request.rid: s.tokens for s in main.served},
+             "mixed_iterations": sum(1 for h in main.history
+                                     if len({phase_of(k) for k in h["keys"]}) > 1),
+             "load_avg": os.getloadavg()}
+    return ServeRunResult(
+        model=spec.model, devices=spec.devices, placement=placement, schedule=spec.serve.schedule,
+        requests=len(requests), completed=completed, lost=len(requests) - completed, verified=same and tokens,
+        tokens_identical=tokens, max_abs_diff=diff, measured_throughput_tokens_per_s=stats["throughput_tokens_per_s"],
+        predicted_throughput_tokens_per_s=None, simulated_throughput_tokens_per_s=None,
+        sync_throughput_tokens_per_s=latency_stats(sync)["throughput_tokens_per_s"] if sync else None,
+        ttft_s=stats["ttft_s"], tpot_s=stats["tpot_s"], extra=extra)
+
+
+__all__ = ["ServeRunResult", "ServeRunSpec", "WorkerFailure", "plan_assignments", "serve_run"]
