@@ -21,14 +21,15 @@ from tessera.plan.types import Plan
 from tessera.runtime.cluster import WorkerFailure
 from tessera.runtime.placements import carry_over, placements
 from tessera.runtime.program import Program
-from tessera.runtime.recovery import placement_graphs
 from tessera.runtime.runner import phase_of
 from tessera.runtime.serving import (
     Request,
     ServeConfig,
     StreamResult,
+    by_key,
     capture_serving,
     check,
+    group_graphs,
     latency_stats,
     make_requests,
     reference,
@@ -108,34 +109,38 @@ def _ms(x: float | None) -> str:
 
 
 def plan_assignments(plan: Plan, programs: dict[str, Program]) -> dict[str, tuple[int, ...]]:
-    """phase -> assignment of the eager ops: the plan's kernels aligned with the runtime's programs (a
-    serving-model plan's "mixed" iteration aligns with both prefill and decode)."""
+    """Each program's assignment of its eager ops: the plan's kernels aligned with it (a serving-model plan's
+    "mixed" iteration aligns with both prefill and decode; otherwise the plan's phase of the program)."""
     from tessera.capture import capture_model
     from tessera.capture.fuse import unfuse
 
-    out: dict[str, tuple[int, ...]] = {}
-    graphs = placement_graphs(programs)
+    graphs = group_graphs(programs)
+    mixed = None
     if "mixed" in plan.phases:
         from tessera.plan.serve import plan_graph
 
-        mixed = plan_graph(plan)
-        return {ph: unfuse(g, carry_over(mixed, tuple(plan.phases["mixed"].assignment), g)) for ph, g in graphs.items()}
-    for ph, g in graphs.items():
+        mixed = plan_graph(plan), tuple(plan.phases["mixed"].assignment)
+    out: dict[str, tuple[int, ...]] = {}
+    for name, g in graphs.items():
+        if mixed is not None:
+            out[name] = unfuse(g, carry_over(mixed[0], mixed[1], g))
+            continue
+        ph = phase_of(name.split("#")[0])
         pp = plan.phases.get(ph)
         if pp is None:
             raise UserError(f"plan for {plan.model} has no {ph} phase (phases: {', '.join(sorted(plan.phases))})")
         shape = {k: v for k, v in pp.graph_shape.items() if k in ("batch", "seq", "context") and v}
-        out[ph] = unfuse(g, carry_over(capture_model(plan.model, ph, **shape), tuple(pp.assignment), g))
-    return out
+        out[name] = unfuse(g, carry_over(capture_model(plan.model, ph, **shape), tuple(pp.assignment), g))
+    return by_key(programs, out)
 
 
-def serve_schedules(spec: ServeRunSpec, programs: dict[str, Program], by_phase: dict[str, tuple[int, ...]],
+def serve_schedules(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[str, tuple[int, ...]],
                     requests: list[Request], schedules: list[str]) -> tuple[dict[str, StreamResult], float, Any]:
     """The same stream served under each schedule on one cluster (one placement, weights loaded once);
     returns the results, the cluster's start-up seconds and its measured link."""
     out = {}
     t0 = time.monotonic()
-    with start_cluster(programs, by_phase, spec.devices, spec.serve.slots) as cluster:
+    with start_cluster(programs, assign, spec.devices, spec.serve.slots) as cluster:
         start_s = time.monotonic() - t0
         serve_stream(cluster, programs, warmup_requests(requests), spec.serve)  # not measured
         for sched in schedules:
@@ -149,15 +154,16 @@ def serve_schedules(spec: ServeRunSpec, programs: dict[str, Program], by_phase: 
 def serve_run(spec: ServeRunSpec) -> ServeRunResult:
     requests = make_requests(spec.model, generate(spec.workload, spec.seed), spec.seed)
     programs = capture_serving(spec.model, serving_keys(requests), spec.seed)
-    graphs = placement_graphs(programs)
     if spec.plan is not None:
-        by_phase, placement = plan_assignments(spec.plan, programs), f"plan ({spec.plan.strategy})"
+        assign, placement = plan_assignments(spec.plan, programs), f"plan ({spec.plan.strategy})"
     else:
-        by_phase, placement = placements(spec.placement, graphs, len(spec.devices), spec.serve.microbatches), spec.placement
+        graphs = group_graphs(programs)
+        assign = by_key(programs, placements(spec.placement, graphs, len(spec.devices), spec.serve.microbatches))
+        placement = spec.placement
     schedules = [spec.serve.schedule]
     if spec.compare_sync and spec.serve.schedule != "sync":
         schedules.append("sync")
-    results, start_s, link = serve_schedules(spec, programs, by_phase, requests, schedules)
+    results, start_s, link = serve_schedules(spec, programs, assign, requests, schedules)
     main = results[spec.serve.schedule]
     t0 = time.monotonic()
     ref = reference(programs, requests)

@@ -27,9 +27,11 @@ import torch
 
 from tessera.capture.zoo import resolve
 from tessera.errors import UserError, choices_error
+from tessera.graph import KernelGraph, Role
 from tessera.runtime.cluster import Cluster, ClusterConfig, WorkerFailure
+from tessera.runtime.partition import Partition, partition
 from tessera.runtime.program import Program
-from tessera.runtime.runner import build_partitions, by_microbatch, phase_of
+from tessera.runtime.runner import by_microbatch, phase_of
 from tessera.runtime.steps import LocalExecutor, as_input, capture, input_buffer
 from tessera.sim.workload import Requests
 
@@ -83,8 +85,7 @@ def serving_keys(requests: list[Request]) -> list[str]:
 
 
 def capture_serving(model: str, keys: list[str], seed: int = 0) -> dict[str, Program]:
-    """One batch-1 program per key; every prefill (decode) program must be the same kernel sequence so one
-    assignment per phase places them all."""
+    """One batch-1 program per key (same seed, so the same weights in every one)."""
     family = resolve(model).family
     if family not in ("llm", "ssm", "moe"):
         raise UserError(f"model {model}: family {family} cannot be served yet; valid families: llm, moe, ssm")
@@ -94,12 +95,49 @@ def capture_serving(model: str, keys: list[str], seed: int = 0) -> dict[str, Pro
         cap = (capture(model, "prefill", batch=1, seq=int(n), seed=seed) if phase == "prefill"
                else capture(model, "decode", batch=1, context=int(n), seed=seed))
         out[key] = Program.from_capture(cap)
-    first: dict[str, Program] = {}
-    for key, prog in out.items():
-        ref = first.setdefault(phase_of(key), prog)
-        if [o.func for o in prog.ops] != [o.func for o in ref.ops]:
-            raise AssertionError(f"{key} is not the same kernel sequence as the other {phase_of(key)} programs")
     return out
+
+
+def kernel_groups(programs: dict[str, Program]) -> dict[str, list[str]]:
+    """Programs with one kernel sequence share one placement: group name -> keys. The first group of a
+    phase is named by the phase (Mamba-2's chunked scan makes prefill's sequence depend on the prompt
+    length, so a phase may have several groups: "prefill", "prefill#1", ...)."""
+    groups: dict[str, list[str]] = {}
+    sig: dict[tuple[str, ...], str] = {}
+    for key, prog in programs.items():
+        sequence = tuple(o.func for o in prog.ops)
+        if sequence not in sig:
+            phase = phase_of(key)
+            n = sum(1 for g in groups if phase_of(g.split("#")[0]) == phase)
+            sig[sequence] = phase if n == 0 else f"{phase}#{n}"
+        groups.setdefault(sig[sequence], []).append(key)
+    return groups
+
+
+def group_graphs(programs: dict[str, Program]) -> dict[str, KernelGraph]:
+    return {g: programs[keys[0]].placement_graph for g, keys in kernel_groups(programs).items()}
+
+
+def by_key(programs: dict[str, Program], by_group: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Each program's assignment from its group's."""
+    return {k: by_group[g] for g, keys in kernel_groups(programs).items() for k in keys}
+
+
+def serve_partitions(programs: dict[str, Program], assign: dict[str, tuple[int, ...]], devices: int
+                     ) -> dict[tuple[str, str], Partition]:
+    """Each program split by its own assignment. KV/state carry from step to step by name: every device
+    that touches a cache in a decode program holds it and receives its current version after any step that
+    writes it elsewhere (a prefill starts its slot from the initial contents, so needs no earlier version)."""
+    holders: dict[str, set[int]] = {}
+    for key, prog in programs.items():
+        if phase_of(key) == "prefill":
+            continue
+        for k in range(len(prog.ops)):
+            for b in prog.needs(k) | prog.writes(k):
+                if prog.role(b) in (Role.KV, Role.STATE):
+                    holders.setdefault(prog.name(b), set()).add(assign[key][k])
+    frozen = {n: frozenset(d) for n, d in holders.items()}
+    return {(key, PLAN): partition(prog, assign[key], devices, frozen) for key, prog in programs.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,12 +311,14 @@ def latency_stats(result: StreamResult) -> dict[str, Any]:
             if result.history else 0.0}
 
 
-def start_cluster(programs: dict[str, Program], by_phase: dict[str, tuple[int, ...]], devices: tuple[str, ...],
+def start_cluster(programs: dict[str, Program], assign: dict[str, tuple[int, ...]], devices: tuple[str, ...],
                   slots: int, recv_timeout_s: float = 5.0) -> Cluster:
-    parts = build_partitions(programs, {PLAN: by_phase}, len(devices))
+    """Workers for a serving run; ``assign``: program key -> kernel -> device (see ``by_key``)."""
+    parts = serve_partitions(programs, assign, len(devices))
     cfg = ClusterConfig(devices=devices, max_microbatches=slots, recv_timeout_s=recv_timeout_s, transport="gloo")
     return Cluster(programs, parts, cfg)
 
 
-__all__ = ["SCHEDULES", "Request", "ServeConfig", "StreamResult", "WorkerFailure", "capture_serving", "check",
+__all__ = ["SCHEDULES", "Request", "ServeConfig", "StreamResult", "WorkerFailure", "by_key", "capture_serving", "check",
+           "group_graphs", "kernel_groups", "serve_partitions",
            "latency_stats", "make_requests", "reference", "serve_stream", "serving_keys", "start_cluster"]
