@@ -19,10 +19,13 @@ from typing import Any
 from tessera.errors import UserError
 from tessera.plan.types import Plan
 from tessera.runtime.cluster import WorkerFailure
+from tessera.runtime.measure import LinkModel
 from tessera.runtime.placements import carry_over, placements
 from tessera.runtime.program import Program
 from tessera.runtime.runner import phase_of
+from tessera.runtime.serve_predict import predicted_tokens_per_s, profile_plan, simulated, step_costs
 from tessera.runtime.serving import (
+    PLAN,
     Request,
     ServeConfig,
     StreamResult,
@@ -33,11 +36,13 @@ from tessera.runtime.serving import (
     latency_stats,
     make_requests,
     reference,
+    serve_partitions,
     serve_stream,
     serving_keys,
     start_cluster,
     warmup_requests,
 )
+from tessera.runtime.steps import LocalExecutor
 from tessera.sim.workload import WorkloadSpec, generate
 
 log = logging.getLogger("tessera.runtime")
@@ -151,6 +156,24 @@ def serve_schedules(spec: ServeRunSpec, programs: dict[str, Program], assign: di
     return out, start_s, link
 
 
+def predictions(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[str, tuple[int, ...]],
+                local: LocalExecutor, link: Any) -> dict[str, Any]:
+    """The planner's serving-model figure and tessera.sim's, both from these programs' CPU profiles."""
+    link_model = LinkModel(latency_s=0.0, bytes_per_s=1e12)  # one device: nothing travels
+    if link:
+        lat, bw, cpu_s, cpu_b = link
+        link_model = LinkModel(latency_s=lat, bytes_per_s=bw, cpu_s=cpu_s, cpu_s_per_byte=cpu_b)
+    costs = step_costs(programs, serve_partitions(programs, assign, len(spec.devices)), PLAN, local, link_model)
+    m = spec.serve.microbatches if spec.serve.schedule == "async" else 1
+    plan = profile_plan(spec.model, costs, spec.workload, spec.serve.slots, m)
+    sim = simulated(plan, spec.workload, spec.seed)
+    return {"predicted_throughput_tokens_per_s": predicted_tokens_per_s(costs, spec.workload, spec.serve.slots, m),
+            "predicted_sync_throughput_tokens_per_s": predicted_tokens_per_s(costs, spec.workload,
+                                                                             spec.serve.slots, 1),
+            "simulated": sim,
+            "step_costs": {k: {"busy_s": c.busy_s, "latency_s": c.latency_s} for k, c in costs.items()}}
+
+
 def serve_run(spec: ServeRunSpec) -> ServeRunResult:
     requests = make_requests(spec.model, generate(spec.workload, spec.seed), spec.seed)
     programs = capture_serving(spec.model, serving_keys(requests), spec.seed)
@@ -166,8 +189,10 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
     results, start_s, link = serve_schedules(spec, programs, assign, requests, schedules)
     main = results[spec.serve.schedule]
     t0 = time.monotonic()
-    ref = reference(programs, requests)
+    local = LocalExecutor(programs)
+    ref = reference(programs, requests, local=local)
     ref_s = time.monotonic() - t0
+    pred = predictions(spec, programs, assign, local, link)
     same, diff, tokens = True, 0.0, True
     for r in results.values():
         s, d, t = check(r, ref)
@@ -184,12 +209,16 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
              "tokens": {s.request.rid: s.tokens for s in main.served},
              "mixed_iterations": sum(1 for h in main.history
                                      if len({phase_of(k) for k in h["keys"]}) > 1),
-             "load_avg": os.getloadavg()}
+             "load_avg": os.getloadavg(), "prediction": pred,
+             "prediction_source": "serving model period max(m*T, L) over CPU profiles of the programs (one "
+                                  "process, 1 thread), the partitions and the gloo link measured at start-up; "
+                                  "simulated: tessera.sim on a mixed-phase Plan priced by the same profiles"}
     return ServeRunResult(
         model=spec.model, devices=spec.devices, placement=placement, schedule=spec.serve.schedule,
         requests=len(requests), completed=completed, lost=len(requests) - completed, verified=same and tokens,
         tokens_identical=tokens, max_abs_diff=diff, measured_throughput_tokens_per_s=stats["throughput_tokens_per_s"],
-        predicted_throughput_tokens_per_s=None, simulated_throughput_tokens_per_s=None,
+        predicted_throughput_tokens_per_s=pred["predicted_throughput_tokens_per_s"],
+        simulated_throughput_tokens_per_s=pred["simulated"]["throughput_tokens_per_s"],
         sync_throughput_tokens_per_s=latency_stats(sync)["throughput_tokens_per_s"] if sync else None,
         ttft_s=stats["ttft_s"], tpot_s=stats["tpot_s"], extra=extra)
 

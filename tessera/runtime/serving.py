@@ -258,10 +258,11 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
                         wall_s=last - first, iterations=len(history), history=tuple(history))
 
 
-def reference(programs: dict[str, Program], requests: list[Request], threads: int = 1
-              ) -> dict[int, tuple[list[int], list[torch.Tensor]]]:
-    """Each request generated alone in one process (same programs, batch 1): rid -> (tokens, logits)."""
-    local = LocalExecutor(programs)
+def reference(programs: dict[str, Program], requests: list[Request], threads: int = 1,
+              local: LocalExecutor | None = None) -> dict[int, tuple[list[int], list[torch.Tensor]]]:
+    """Each request generated alone in one process (same programs, batch 1): rid -> (tokens, logits).
+    ``local`` (optional) keeps the per-kernel times of these runs (CPU profiles for prediction)."""
+    local = local or LocalExecutor(programs)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)  # bit-exactness needs the workers' intra-op thread count
     out = {}
