@@ -116,11 +116,16 @@ def register_serve(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="workload and prompt seed"),
         verify: bool = typer.Option(False, help="exit 1 unless every request equals its single-process run"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON result"),
+        recover: bool = typer.Option(False, help="on a lost worker, re-plan onto the survivors and resume"),
+        replan: str = typer.Option("layer_split", help=f"placement after a loss: {', '.join([*PLACEMENTS, MILP])}"),
+        kill_at: int | None = typer.Option(None, help="fault injection: SIGKILL a worker when request N is admitted"),
+        kill_rank: int = typer.Option(1, help="the worker --kill-at kills"),
     ) -> None:
         """Serve a request stream on worker processes: continuous batching, async micro-batches, verified."""
+        from tessera.errors import UserError
         from tessera.runtime.cluster import WorkerFailure
         from tessera.runtime.serve_api import ServeRunSpec, serve_run
-        from tessera.runtime.serving import ServeConfig
+        from tessera.runtime.serving import Fault, ServeConfig
         from tessera.sim.workload import LengthSpec, WorkloadSpec
 
         devs = tuple(d.strip() for d in devices.split(",") if d.strip())
@@ -135,8 +140,12 @@ def register_serve(app: typer.Typer) -> None:
         wl = WorkloadSpec(kind=workload, requests=requests, rate_per_s=rate, prompt=LengthSpec.parse(prompt),
                           output=LengthSpec.parse(output))
         cfg = ServeConfig(slots=slots, microbatches=microbatches, schedule=schedule, prefills_per_iteration=prefills)
+        if kill_at is not None and not (0 <= kill_at < requests and 0 <= kill_rank < len(devs)):
+            raise UserError(f"--kill-at {kill_at} / --kill-rank {kill_rank}: valid 0..{requests - 1} / "
+                            f"0..{len(devs) - 1}")
+        fault = Fault(at_request=kill_at, rank=kill_rank) if kill_at is not None else None
         spec = ServeRunSpec(model=model, devices=devs, workload=wl, serve=cfg, placement=placement_name, plan=plan,
-                            compare_sync=compare_sync, seed=seed)
+                            compare_sync=compare_sync, seed=seed, recover=recover, replan=replan, fault=fault)
         try:
             out = serve_run(spec)
         except WorkerFailure as e:

@@ -16,16 +16,18 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tessera.errors import UserError
+from tessera.errors import UserError, choices_error
 from tessera.plan.types import Plan
-from tessera.runtime.cluster import WorkerFailure
+from tessera.runtime.cluster import Cluster, WorkerFailure
 from tessera.runtime.measure import LinkModel
-from tessera.runtime.placements import carry_over, placements
+from tessera.runtime.placements import MILP, PLACEMENTS, carry_over, placements
 from tessera.runtime.program import Program
+from tessera.runtime.recovery import replan_with
 from tessera.runtime.runner import phase_of
 from tessera.runtime.serve_predict import predicted_tokens_per_s, profile_plan, simulated, step_costs
 from tessera.runtime.serving import (
     PLAN,
+    Fault,
     Request,
     ServeConfig,
     StreamResult,
@@ -58,12 +60,17 @@ class ServeRunSpec:
     plan: Plan | None = field(default=None, hash=False)
     compare_sync: bool = False
     seed: int = 0
+    recover: bool = False  # a lost worker: re-plan onto the survivors, resume the requests in flight
+    replan: str = "layer_split"  # placement for the survivors (a lone survivor runs everything)
+    fault: Fault | None = None  # injected: kill a worker when a given request is admitted
 
     def __post_init__(self) -> None:
         if len(self.devices) < 1:
             raise UserError("--devices is empty; give one or more of: cpu")
         if any(d != "cpu" for d in self.devices):
             raise UserError(f"serve-run runs on CPU workers for now; got {','.join(self.devices)}; valid: cpu")
+        if self.replan not in (*PLACEMENTS, MILP):
+            raise choices_error("replan placement", self.replan, [*PLACEMENTS, MILP])
         if self.plan is not None and len(self.plan.devices) != len(self.devices):
             raise UserError(f"the plan has {len(self.plan.devices)} devices but --devices names {len(self.devices)}")
 
@@ -141,18 +148,36 @@ def plan_assignments(plan: Plan, programs: dict[str, Program]) -> dict[str, tupl
 
 def serve_schedules(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[str, tuple[int, ...]],
                     requests: list[Request], schedules: list[str]) -> tuple[dict[str, StreamResult], float, Any]:
-    """The same stream served under each schedule on one cluster (one placement, weights loaded once);
-    returns the results, the cluster's start-up seconds and its measured link."""
+    """The same stream served under each schedule on one cluster (one placement, weights loaded once; the
+    fault, if any, during the first); returns the results, the cluster's start-up seconds and its link."""
     out = {}
     t0 = time.monotonic()
-    with start_cluster(programs, assign, spec.devices, spec.serve.slots) as cluster:
-        start_s = time.monotonic() - t0
-        serve_stream(cluster, programs, warmup_requests(requests), spec.serve)  # not measured
-        for sched in schedules:
+    clusters = [start_cluster(programs, assign, spec.devices, spec.serve.slots)]
+    devices = [spec.devices]
+
+    def recover(failure: WorkerFailure) -> Cluster:
+        survivors = tuple(d for i, d in enumerate(devices[-1]) if i != failure.rank)
+        if failure.rank < 0 or not survivors:
+            raise failure
+        again = replan_with(spec.replan, spec.serve.microbatches)(group_graphs(programs), len(survivors))
+        clusters.append(start_cluster(programs, by_key(programs, again), survivors, spec.serve.slots))
+        devices.append(survivors)
+        clusters[-1].start()
+        log.warning("recovery: %s; re-planned (%s) onto %d surviving workers", failure, spec.replan, len(survivors))
+        return clusters[-1]
+
+    try:
+        clusters[0].start()
+        start_s, link = time.monotonic() - t0, clusters[0].link
+        serve_stream(clusters[0], programs, warmup_requests(requests), spec.serve)  # not measured
+        for i, sched in enumerate(schedules):
             cfg = ServeConfig(slots=spec.serve.slots, microbatches=spec.serve.microbatches, schedule=sched,
                               prefills_per_iteration=spec.serve.prefills_per_iteration)
-            out[sched] = serve_stream(cluster, programs, requests, cfg)
-        link = cluster.link
+            out[sched] = serve_stream(clusters[-1], programs, requests, cfg, fault=spec.fault if i == 0 else None,
+                                      recover=recover if spec.recover else None)
+    finally:
+        for c in clusters:
+            c.close()
     return out, start_s, link
 
 
@@ -209,7 +234,7 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
              "tokens": {s.request.rid: s.tokens for s in main.served},
              "mixed_iterations": sum(1 for h in main.history
                                      if len({phase_of(k) for k in h["keys"]}) > 1),
-             "load_avg": os.getloadavg(), "prediction": pred,
+             "load_avg": os.getloadavg(), "prediction": pred, "recoveries": list(main.recoveries),
              "prediction_source": "serving model period max(m*T, L) over CPU profiles of the programs (one "
                                   "process, 1 thread), the partitions and the gloo link measured at start-up; "
                                   "simulated: tessera.sim on a mixed-phase Plan priced by the same profiles"}

@@ -17,8 +17,11 @@ requests advance in lock-step, re-synchronised at every iteration.
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,10 +174,12 @@ class Served:
     logits: list[torch.Tensor] = field(default_factory=list)  # per generated token: (vocab,) fp32
     admitted_s: float = 0.0
     token_s: list[float] = field(default_factory=list)  # when each token reached the driver (stream clock)
+    pos: int = 0  # steps this request has run on the current workers (after a recovery: replays first)
+    replay_mismatch: bool = False  # a replayed step's logits differed from the ones first produced
 
     @property
     def done(self) -> bool:
-        return len(self.tokens) >= self.request.output_tokens
+        return self.pos >= self.request.output_tokens
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,7 +189,7 @@ class StreamResult:
     wall_s: float  # stream start (first arrival) to the last token
     iterations: int
     history: tuple[dict[str, Any], ...]  # per iteration: keys, slots, submit/finish times, worker events
-    lost: tuple[int, ...] = ()
+    recoveries: tuple[dict[str, Any], ...] = ()  # per lost worker: who, detection and recovery seconds
 
 
 class Group:
@@ -197,65 +202,112 @@ class Group:
 
 
 def _feed(programs: dict[str, Program], s: Served) -> tuple[str, dict[int, torch.Tensor], bool]:
-    key = s.request.key(len(s.tokens))
-    ids = s.request.prompt if not s.tokens else torch.tensor([[s.tokens[-1]]])
-    return key, {input_buffer(programs[key], "input_ids"): as_input(ids)}, not s.tokens
+    """The request's next step: its program, its input ids (the prompt, else the token before), reset."""
+    key = s.request.key(s.pos)
+    ids = s.request.prompt if s.pos == 0 else torch.tensor([[s.tokens[s.pos - 1]]])
+    return key, {input_buffer(programs[key], "input_ids"): as_input(ids)}, s.pos == 0
 
 
-def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[Request], cfg: ServeConfig
-                 ) -> StreamResult:
-    """Serve ``requests`` arriving on the clock; returns each request's tokens, logits and times."""
+def _take(s: Served, logits: torch.Tensor, done_s: float) -> None:
+    """A step's logits: a new token, or (replaying after a recovery) a check against the first run's."""
+    if s.pos < len(s.tokens):
+        s.replay_mismatch |= not torch.equal(logits, s.logits[s.pos])
+    else:
+        s.logits.append(logits)
+        s.tokens.append(int(logits.argmax()))
+        s.token_s.append(done_s)
+    s.pos += 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    """Fault injection for tests and benchmarks: SIGKILL (or SIGSTOP) worker ``rank`` when request
+    ``at_request`` (by arrival order) is admitted."""
+
+    at_request: int
+    rank: int = 1
+    signal: str = "SIGKILL"
+
+
+Recover = Callable[[WorkerFailure], Cluster]  # a lost worker -> a fresh cluster on the survivors
+
+
+def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[Request], cfg: ServeConfig,
+                 *, fault: Fault | None = None, recover: Recover | None = None) -> StreamResult:
+    """Serve ``requests`` arriving on the clock; returns each request's tokens, logits and times.
+
+    recover: on a lost worker, returns a cluster on the survivors; every request in flight then replays
+    its prompt and the tokens it already has (the KV died with the worker) and goes on from its last
+    token; a replayed step's logits must equal the first run's (Served.replay_mismatch)."""
     groups = [Group(s) for s in cfg.groups()]
     waiting = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
     served: list[Served] = []
     history: list[dict[str, Any]] = []
+    recoveries: list[dict[str, Any]] = []
     by_step: dict[int, Group] = {}
     t0 = time.perf_counter()
-    now = 0.0
+    killed_s: float | None = None
     while waiting or any(g.running for g in groups):
         now = time.perf_counter() - t0
         for g in groups:
-            if g.step is None:
-                admitted = 0
-                while (waiting and g.free and waiting[0].arrival_s <= now
-                       and admitted < cfg.prefills_per_iteration):
-                    s = Served(request=waiting.pop(0), slot=g.free.pop(0), admitted_s=now)
-                    g.running.append(s)
-                    served.append(s)
-                    admitted += 1
-                if g.running:
-                    feeds = [_feed(programs, s) for s in g.running]
-                    g.batch = list(g.running)
-                    g.submitted_s = time.perf_counter() - t0
-                    g.step = cluster.submit(PLAN, [f for _, f, _ in feeds], keys=tuple(k for k, _, _ in feeds),
-                                            slots=tuple(s.slot for s in g.batch), resets=tuple(r for *_, r in feeds))
-                    by_step[g.step] = g
-        idle = all(g.step is None for g in groups)
-        if idle:  # nothing running: sleep until the next arrival
+            if g.step is not None:
+                continue
+            admitted = 0
+            while waiting and g.free and waiting[0].arrival_s <= now and admitted < cfg.prefills_per_iteration:
+                s = Served(request=waiting.pop(0), slot=g.free.pop(0), admitted_s=now)
+                g.running.append(s)
+                served.append(s)
+                admitted += 1
+                if fault is not None and len(served) == fault.at_request + 1 and killed_s is None:
+                    os.kill(cluster.procs[fault.rank].pid, getattr(signal, fault.signal))
+                    killed_s = time.perf_counter() - t0
+            if g.running:
+                feeds = [_feed(programs, s) for s in g.running]
+                g.batch = list(g.running)
+                g.submitted_s = time.perf_counter() - t0
+                g.step = cluster.submit(PLAN, [f for _, f, _ in feeds], keys=tuple(k for k, _, _ in feeds),
+                                        slots=tuple(s.slot for s in g.batch), resets=tuple(r for *_, r in feeds))
+                by_step[g.step] = g
+        if all(g.step is None for g in groups):  # nothing running: sleep until the next arrival
             time.sleep(max(0.0, waiting[0].arrival_s - (time.perf_counter() - t0)))
             continue
         wait_s = 0.5
         if waiting and any(g.step is None and g.free for g in groups):  # an idle group may admit the next arrival
             wait_s = min(wait_s, max(1e-3, waiting[0].arrival_s - (time.perf_counter() - t0)))
-        for sid, per_worker in cluster.poll(wait_s).items():
+        try:
+            finished = cluster.poll(wait_s)
+        except WorkerFailure as failure:
+            if recover is None:
+                raise
+            detected_s = time.perf_counter() - t0
+            cluster = recover(failure)
+            for g in groups:  # every iteration in flight died with the cluster: replay from the prompt
+                g.step = None
+                for s in g.running:
+                    s.pos = 0
+            by_step.clear()
+            recoveries.append(dict(failure=str(failure), rank=failure.rank, detected_s=detected_s,
+                                   detection_s=None if killed_s is None else detected_s - killed_s,
+                                   recovery_s=time.perf_counter() - t0 - detected_s,
+                                   in_flight=sum(len(g.running) for g in groups)))
+            continue
+        for sid, per_worker in finished.items():
             g = by_step.pop(sid)
             done_s = time.perf_counter() - t0
             outs = by_microbatch(per_worker, 1, len(g.batch))
+            keys = [s.request.key(s.pos) for s in g.batch]
             for s, out in zip(g.batch, outs, strict=True):
-                logits = out[0].reshape(-1, out[0].shape[-1])[-1]
-                s.logits.append(logits)
-                s.tokens.append(int(logits.argmax()))
-                s.token_s.append(done_s)
+                _take(s, out[0].reshape(-1, out[0].shape[-1])[-1], done_s)
                 if s.done:
                     g.running.remove(s)
                     g.free.append(s.slot)
-            history.append(dict(step=sid, keys=[s.request.key(len(s.tokens) - 1) for s in g.batch],
-                                submit_s=g.submitted_s, done_s=done_s, workers=per_worker))
+            history.append(dict(step=sid, keys=keys, submit_s=g.submitted_s, done_s=done_s, workers=per_worker))
             g.step = None
     first = min((r.arrival_s for r in requests), default=0.0)
     last = max((t for s in served for t in s.token_s), default=first)
     return StreamResult(schedule=cfg.schedule, served=tuple(sorted(served, key=lambda s: s.request.rid)),
-                        wall_s=last - first, iterations=len(history), history=tuple(history))
+                        wall_s=last - first, iterations=len(history), history=tuple(history),
+                        recoveries=tuple(recoveries))
 
 
 def reference(programs: dict[str, Program], requests: list[Request], threads: int = 1,
@@ -272,9 +324,7 @@ def reference(programs: dict[str, Program], requests: list[Request], threads: in
             while not s.done:
                 key, feed, reset = _feed(programs, s)
                 logits = local.step(key, PLAN, [feed], reset=reset)[0][0]
-                logits = logits.reshape(-1, logits.shape[-1])[-1]
-                s.logits.append(logits)
-                s.tokens.append(int(logits.argmax()))
+                _take(s, logits.reshape(-1, logits.shape[-1])[-1], 0.0)
             out[r.rid] = (s.tokens, s.logits)
     finally:
         torch.set_num_threads(saved)
@@ -288,6 +338,7 @@ def check(result: StreamResult, ref: dict[int, tuple[list[int], list[torch.Tenso
     for s in result.served:
         ref_tokens, ref_logits = ref[s.request.rid]
         tokens &= s.tokens == ref_tokens
+        same &= not s.replay_mismatch
         for a, b in zip(s.logits, ref_logits, strict=True):
             same &= torch.equal(a, b)
             diff = max(diff, float((a - b).abs().max()))

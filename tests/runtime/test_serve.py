@@ -94,3 +94,22 @@ def test_bad_input_is_one_line_exit_2(run_cli, argv: list[str], needle: str) -> 
 def test_step_cmd_checks_per_microbatch_lengths() -> None:
     with pytest.raises(ValueError, match="keys has 1 entries for 2 micro-batches"):
         StepCmd(step_id=0, key="a", plan="p", inputs=({}, {}), reset=False, keys=("a",))
+
+
+def test_killed_worker_mid_stream_recovered_nothing_lost_tokens_identical(run_cli) -> None:
+    code, out, err = run_cli(["serve-run", "llama-tiny", "--requests", "6", "--rate", "100", "--prompt", "3-4",
+                              "--output", "3-4", "--slots", "4", "--recover", "--kill-at", "3", "--json"])
+    assert code == 0, err
+    got = json.loads(out)
+    assert (got["completed"], got["lost"]) == (6, 0)
+    assert got["verified"] and got["tokens_identical"]  # replayed steps too: bit-identical logits
+    (rec,) = got["extra"]["recoveries"]
+    assert rec["rank"] == 1 and "SIGKILL" in rec["failure"]
+    assert rec["detection_s"] is not None and rec["detection_s"] >= 0
+
+
+def test_killed_worker_without_recover_is_named_exit_1(run_cli) -> None:
+    code, _, err = run_cli(["serve-run", "llama-tiny", "--requests", "4", "--rate", "100", "--prompt", "3",
+                            "--output", "3", "--kill-at", "1"])
+    assert code == 1
+    assert "worker 1" in err and "SIGKILL" in err
