@@ -120,6 +120,8 @@ def register_serve(app: typer.Typer) -> None:
         replan: str = typer.Option("layer_split", help=f"placement after a loss: {', '.join([*PLACEMENTS, MILP])}"),
         kill_at: int | None = typer.Option(None, help="fault injection: SIGKILL a worker when request N is admitted"),
         kill_rank: int = typer.Option(1, help="the worker --kill-at kills"),
+        repeats: int = typer.Option(1, help="serve the stream this many times per schedule (ABBA order); "
+                                    "figures from the median run"),
     ) -> None:
         """Serve a request stream on worker processes: continuous batching, async micro-batches, verified."""
         from tessera.errors import UserError
@@ -145,7 +147,8 @@ def register_serve(app: typer.Typer) -> None:
                             f"0..{len(devs) - 1}")
         fault = Fault(at_request=kill_at, rank=kill_rank) if kill_at is not None else None
         spec = ServeRunSpec(model=model, devices=devs, workload=wl, serve=cfg, placement=placement_name, plan=plan,
-                            compare_sync=compare_sync, seed=seed, recover=recover, replan=replan, fault=fault)
+                            compare_sync=compare_sync, seed=seed, recover=recover, replan=replan, fault=fault,
+                            repeats=repeats)
         try:
             out = serve_run(spec)
         except WorkerFailure as e:

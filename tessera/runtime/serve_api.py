@@ -24,7 +24,14 @@ from tessera.runtime.placements import MILP, PLACEMENTS, carry_over, placements
 from tessera.runtime.program import Program
 from tessera.runtime.recovery import replan_with
 from tessera.runtime.runner import phase_of
-from tessera.runtime.serve_predict import predicted_tokens_per_s, profile_plan, simulated, step_costs
+from tessera.runtime.serve_predict import (
+    predicted_period_s,
+    predicted_tokens_per_s,
+    profile,
+    profile_plan,
+    simulated,
+    step_costs,
+)
 from tessera.runtime.serving import (
     PLAN,
     Fault,
@@ -63,12 +70,15 @@ class ServeRunSpec:
     recover: bool = False  # a lost worker: re-plan onto the survivors, resume the requests in flight
     replan: str = "layer_split"  # placement for the survivors (a lone survivor runs everything)
     fault: Fault | None = None  # injected: kill a worker when a given request is admitted
+    repeats: int = 1  # serve the stream this many times per schedule; figures from the median run
 
     def __post_init__(self) -> None:
         if len(self.devices) < 1:
             raise UserError("--devices is empty; give one or more of: cpu")
         if any(d != "cpu" for d in self.devices):
             raise UserError(f"serve-run runs on CPU workers for now; got {','.join(self.devices)}; valid: cpu")
+        if self.repeats < 1:
+            raise UserError(f"repeats={self.repeats} must be >= 1")
         if self.replan not in (*PLACEMENTS, MILP):
             raise choices_error("replan placement", self.replan, [*PLACEMENTS, MILP])
         if self.plan is not None and len(self.plan.devices) != len(self.devices):
@@ -147,10 +157,14 @@ def plan_assignments(plan: Plan, programs: dict[str, Program]) -> dict[str, tupl
 
 
 def serve_schedules(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[str, tuple[int, ...]],
-                    requests: list[Request], schedules: list[str]) -> tuple[dict[str, StreamResult], float, Any]:
+                    requests: list[Request], schedules: list[str]
+                    ) -> tuple[dict[str, list[StreamResult]], float, Any]:
     """The same stream served under each schedule on one cluster (one placement, weights loaded once; the
-    fault, if any, during the first); returns the results, the cluster's start-up seconds and its link."""
-    out = {}
+    fault, if any, during the first), ``spec.repeats`` times in ABBA order (a shared machine's load drifts:
+    alternating keeps it from favouring one schedule); returns each schedule's runs, the cluster's start-up
+    seconds and its link."""
+    out: dict[str, list[StreamResult]] = {s: [] for s in schedules}
+    order = [s for r in range(spec.repeats) for s in (schedules if r % 2 == 0 else schedules[::-1])]
     t0 = time.monotonic()
     clusters = [start_cluster(programs, assign, spec.devices, spec.serve.slots)]
     devices = [spec.devices]
@@ -170,15 +184,21 @@ def serve_schedules(spec: ServeRunSpec, programs: dict[str, Program], assign: di
         clusters[0].start()
         start_s, link = time.monotonic() - t0, clusters[0].link
         serve_stream(clusters[0], programs, warmup_requests(requests), spec.serve)  # not measured
-        for i, sched in enumerate(schedules):
+        for i, sched in enumerate(order):
             cfg = ServeConfig(slots=spec.serve.slots, microbatches=spec.serve.microbatches, schedule=sched,
                               prefills_per_iteration=spec.serve.prefills_per_iteration)
-            out[sched] = serve_stream(clusters[-1], programs, requests, cfg, fault=spec.fault if i == 0 else None,
-                                      recover=recover if spec.recover else None)
+            out[sched].append(serve_stream(clusters[-1], programs, requests, cfg, fault=spec.fault if i == 0 else None,
+                                      recover=recover if spec.recover else None))
     finally:
         for c in clusters:
             c.close()
     return out, start_s, link
+
+
+def median_run(runs: list[StreamResult]) -> StreamResult:
+    """The run of median throughput (the lower middle one of an even count)."""
+    ranked = sorted(runs, key=lambda r: latency_stats(r)["throughput_tokens_per_s"])
+    return ranked[(len(ranked) - 1) // 2]
 
 
 def predictions(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[str, tuple[int, ...]],
@@ -195,6 +215,7 @@ def predictions(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[s
     return {"predicted_throughput_tokens_per_s": predicted_tokens_per_s(costs, spec.workload, spec.serve.slots, m),
             "predicted_sync_throughput_tokens_per_s": predicted_tokens_per_s(costs, spec.workload,
                                                                              spec.serve.slots, 1),
+            "predicted_tpot_s": predicted_period_s(costs, spec.workload, spec.serve.slots, m),
             "simulated": sim,
             "step_costs": {k: {"busy_s": c.busy_s, "latency_s": c.latency_s} for k, c in costs.items()}}
 
@@ -211,20 +232,22 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
     schedules = [spec.serve.schedule]
     if spec.compare_sync and spec.serve.schedule != "sync":
         schedules.append("sync")
-    results, start_s, link = serve_schedules(spec, programs, assign, requests, schedules)
+    runs, start_s, link = serve_schedules(spec, programs, assign, requests, schedules)
+    results = {s: median_run(rs) for s, rs in runs.items()}
     main = results[spec.serve.schedule]
     t0 = time.monotonic()
     local = LocalExecutor(programs)
     ref = reference(programs, requests, local=local)
     ref_s = time.monotonic() - t0
+    profile(local, programs)
     pred = predictions(spec, programs, assign, local, link)
     same, diff, tokens = True, 0.0, True
-    for r in results.values():
+    for r in (r for rs in runs.values() for r in rs):
         s, d, t = check(r, ref)
         same, diff, tokens = same and s, max(diff, d), tokens and t
     stats = latency_stats(main)
     sync = results.get("sync")
-    completed = sum(1 for s in main.served if s.done)
+    completed = min(sum(1 for s in r.served if s.done) for rs in runs.values() for r in rs)  # the worst run
     extra = {"stats": stats, "sync_stats": latency_stats(sync) if sync else None,
              "cluster_start_s": start_s, "reference_s": ref_s, "link": link,
              "slots": spec.serve.slots, "microbatches": spec.serve.microbatches,
@@ -234,7 +257,9 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
              "tokens": {s.request.rid: s.tokens for s in main.served},
              "mixed_iterations": sum(1 for h in main.history
                                      if len({phase_of(k) for k in h["keys"]}) > 1),
-             "load_avg": os.getloadavg(), "prediction": pred, "recoveries": list(main.recoveries),
+             "load_avg": os.getloadavg(), "prediction": pred, "recoveries": [x for rs in runs.values() for r in rs for x in r.recoveries],
+             "runs_throughput_tokens_per_s": {s: [latency_stats(r)["throughput_tokens_per_s"] for r in rs]
+                                              for s, rs in runs.items()},
              "prediction_source": "serving model period max(m*T, L) over CPU profiles of the programs (one "
                                   "process, 1 thread), the partitions and the gloo link measured at start-up; "
                                   "simulated: tessera.sim on a mixed-phase Plan priced by the same profiles"}

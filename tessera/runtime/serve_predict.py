@@ -17,6 +17,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
+import torch
+
 from tessera.hardware import gpu
 from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
 from tessera.plan.verify import evaluate
@@ -39,6 +41,19 @@ class StepCost:
     @property
     def bottleneck_s(self) -> float:
         return max(self.busy_s)
+
+
+def profile(local: LocalExecutor, programs: dict[str, Program], repeats: int = 5) -> None:
+    """Time every program ``repeats`` more times (from its captured inputs), so that a program few
+    requests ran still has a median over several samples (the reference's own runs count too)."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers' intra-op thread count
+    try:
+        for key in programs:
+            for _ in range(repeats):
+                local.step(key, "profile", [{}], reset=True)
+    finally:
+        torch.set_num_threads(saved)
 
 
 def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partition], plan: str,
@@ -82,14 +97,20 @@ def _means(w: WorkloadSpec) -> tuple[float, float]:
     return mean(w.prompt, 0), mean(w.output, 1)
 
 
-def predicted_tokens_per_s(costs: dict[str, StepCost], w: WorkloadSpec, slots: int, m: int) -> float:
-    """Steady state with every slot busy: B = slots requests, m groups of B/m, one prompt per O tokens;
-    capped by the offered load (arrival rate · mean output) for an open stream."""
+def predicted_period_s(costs: dict[str, StepCost], w: WorkloadSpec, slots: int, m: int) -> float:
+    """The serving model's TPOT with every slot busy: B = slots requests in m groups of B/m, each
+    request prefilling once per O tokens, at the workload's mean prompt P and mean context P + O/2."""
     p, o = _means(w)
     dec, pre = _nearest(costs, "decode", p + o / 2), _nearest(costs, "prefill", p)
     n = slots / m
-    capacity = slots / iteration_s(dec, pre, n, n / o, m)
-    return min(capacity, w.rate_per_s * o) if w.kind != "offline" else capacity
+    return iteration_s(dec, pre, n, n / o, m)
+
+
+def predicted_tokens_per_s(costs: dict[str, StepCost], w: WorkloadSpec, slots: int, m: int) -> float:
+    """B tokens per period at capacity, capped by the offered load (arrival rate · mean output) for an
+    open stream."""
+    capacity = slots / predicted_period_s(costs, w, slots, m)
+    return min(capacity, w.rate_per_s * _means(w)[1]) if w.kind != "offline" else capacity
 
 
 def profile_plan(model: str, costs: dict[str, StepCost], w: WorkloadSpec, slots: int, m: int) -> Plan:
@@ -123,4 +144,4 @@ def simulated(plan: Plan, w: WorkloadSpec, seed: int) -> dict[str, object]:
             "completed": r.completed}
 
 
-__all__ = ["StepCost", "iteration_s", "predicted_tokens_per_s", "profile_plan", "simulated", "step_costs"]
+__all__ = ["StepCost", "iteration_s", "predicted_period_s", "predicted_tokens_per_s", "profile", "profile_plan", "simulated", "step_costs"]
