@@ -19,6 +19,7 @@ from typing import Any
 from tessera.errors import UserError, choices_error
 from tessera.plan.types import Plan
 from tessera.runtime.cluster import Cluster, WorkerFailure
+from tessera.runtime.device import torch_device
 from tessera.runtime.measure import LinkModel
 from tessera.runtime.placements import MILP, PLACEMENTS, carry_over, placements
 from tessera.runtime.program import Program
@@ -75,8 +76,9 @@ class ServeRunSpec:
     def __post_init__(self) -> None:
         if len(self.devices) < 1:
             raise UserError("--devices is empty; give one or more of: cpu")
-        if any(d != "cpu" for d in self.devices):
-            raise UserError(f"serve-run runs on CPU workers for now; got {','.join(self.devices)}; valid: cpu")
+        bad = [d for d in self.devices if d != "cpu" and not d.startswith("cuda")]
+        if bad:
+            raise UserError(f"unknown device {bad[0]!r}; valid: cpu, cuda, cuda:N")
         if self.repeats < 1:
             raise UserError(f"repeats={self.repeats} must be >= 1")
         if self.replan not in (*PLACEMENTS, MILP):
@@ -236,7 +238,7 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
     results = {s: median_run(rs) for s, rs in runs.items()}
     main = results[spec.serve.schedule]
     t0 = time.monotonic()
-    local = LocalExecutor(programs)
+    local = LocalExecutor(programs, torch_device(spec.devices[0]))  # the workers' device kind
     ref = reference(programs, requests, local=local)
     ref_s = time.monotonic() - t0
     profile(local, programs)

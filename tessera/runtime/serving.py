@@ -365,7 +365,9 @@ def latency_stats(result: StreamResult) -> dict[str, Any]:
 
 def start_cluster(programs: dict[str, Program], assign: dict[str, tuple[int, ...]], devices: tuple[str, ...],
                   slots: int, recv_timeout_s: float = 5.0) -> Cluster:
-    """Workers for a serving run; ``assign``: program key -> kernel -> device (see ``by_key``)."""
+    """Workers for a serving run; ``assign``: program key -> kernel -> device (see ``by_key``). Always gloo:
+    an iteration runs a different program per micro-batch, which the NCCL issue order (one program per
+    step) does not cover; CUDA workers stage transfers through host memory."""
     parts = serve_partitions(programs, assign, len(devices))
     cfg = ClusterConfig(devices=devices, max_microbatches=slots, recv_timeout_s=recv_timeout_s, transport="gloo")
     return Cluster(programs, parts, cfg)
