@@ -27,11 +27,13 @@ def tag(step_id: int, t: Transfer, mb: int) -> int:
     return ((step_id % 256) << 22) | (t.index << 6) | mb
 
 
-def run_threaded(w: Any, lps: list[Any], stores: list[Storages], step_id: int) -> dict[str, list]:
+def run_threaded(w: Any, lps: Any, stores: list[Storages], step_id: int) -> dict[str, list]:
     """One step of ``len(stores)`` micro-batches on Worker ``w``, micro-batch i running LocalPlan
-    ``lps[i]`` (one program for all in a round; each request its own in a serving iteration). Kernel
-    times are clock tokens; sends, arrivals and waits are host times."""
+    ``lps[i]`` (a list: each request its own program in a serving iteration) or all running ``lps`` (one
+    LocalPlan: a round). Kernel times are clock tokens; sends, arrivals and waits are host times."""
     m, me = len(stores), w.rank
+    if not isinstance(lps, list):
+        lps = [lps] * m
     pending: dict[tuple[int, int], torch.Tensor] = {}
     done: dict[tuple[int, int], float] = {}
     errors: list[str] = []
