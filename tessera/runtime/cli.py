@@ -120,6 +120,8 @@ def register_serve(app: typer.Typer) -> None:
         replan: str = typer.Option("layer_split", help=f"placement after a loss: {', '.join([*PLACEMENTS, MILP])}"),
         kill_at: int | None = typer.Option(None, help="fault injection: SIGKILL a worker when request N is admitted"),
         kill_rank: int = typer.Option(1, help="the worker --kill-at kills"),
+        trace: Path | None = typer.Option(None, help="write a Chrome trace of the run here (the simulator's "
+                                          "beside it, *.sim.json)"),
         repeats: int = typer.Option(1, help="serve the stream this many times per schedule (ABBA order); "
                                     "figures from the median run"),
     ) -> None:
@@ -148,7 +150,7 @@ def register_serve(app: typer.Typer) -> None:
         fault = Fault(at_request=kill_at, rank=kill_rank) if kill_at is not None else None
         spec = ServeRunSpec(model=model, devices=devs, workload=wl, serve=cfg, placement=placement_name, plan=plan,
                             compare_sync=compare_sync, seed=seed, recover=recover, replan=replan, fault=fault,
-                            repeats=repeats)
+                            repeats=repeats, trace=str(trace) if trace else None)
         try:
             out = serve_run(spec)
         except WorkerFailure as e:

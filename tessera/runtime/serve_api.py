@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tessera.errors import UserError, choices_error
@@ -48,6 +49,7 @@ from tessera.runtime.serving import (
     reference,
     serve_partitions,
     serve_stream,
+    serve_trace,
     serving_keys,
     start_cluster,
     warmup_requests,
@@ -72,6 +74,7 @@ class ServeRunSpec:
     replan: str = "layer_split"  # placement for the survivors (a lone survivor runs everything)
     fault: Fault | None = None  # injected: kill a worker when a given request is admitted
     repeats: int = 1  # serve the stream this many times per schedule; figures from the median run
+    trace: str | None = None  # Chrome trace of the (median) run here; the simulator's beside it (.sim.json)
 
     def __post_init__(self) -> None:
         if len(self.devices) < 1:
@@ -197,6 +200,10 @@ def serve_schedules(spec: ServeRunSpec, programs: dict[str, Program], assign: di
     return out, start_s, link
 
 
+def sim_trace_path(path: str) -> str:
+    return str(Path(path).with_suffix("")) + ".sim.json"
+
+
 def median_run(runs: list[StreamResult]) -> StreamResult:
     """The run of median throughput (the lower middle one of an even count)."""
     ranked = sorted(runs, key=lambda r: latency_stats(r)["throughput_tokens_per_s"])
@@ -213,7 +220,7 @@ def predictions(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[s
     costs = step_costs(programs, serve_partitions(programs, assign, len(spec.devices)), PLAN, local, link_model)
     m = spec.serve.microbatches if spec.serve.schedule == "async" else 1
     plan = profile_plan(spec.model, costs, spec.workload, spec.serve.slots, m)
-    sim = simulated(plan, spec.workload, spec.seed)
+    sim = simulated(plan, spec.workload, spec.seed, sim_trace_path(spec.trace) if spec.trace else None)
     return {"predicted_throughput_tokens_per_s": predicted_tokens_per_s(costs, spec.workload, spec.serve.slots, m),
             "predicted_sync_throughput_tokens_per_s": predicted_tokens_per_s(costs, spec.workload,
                                                                              spec.serve.slots, 1),
@@ -241,6 +248,9 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
     local = LocalExecutor(programs, torch_device(spec.devices[0]))  # the workers' device kind
     ref = reference(programs, requests, local=local)
     ref_s = time.monotonic() - t0
+    if spec.trace:
+        parts = serve_partitions(programs, assign, len(spec.devices))
+        Path(spec.trace).write_text(json.dumps(serve_trace(main, programs, parts)))
     profile(local, programs)
     pred = predictions(spec, programs, assign, local, link)
     same, diff, tokens = True, 0.0, True

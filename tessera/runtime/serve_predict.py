@@ -135,11 +135,17 @@ def profile_plan(model: str, costs: dict[str, StepCost], w: WorkloadSpec, slots:
                 microbatches=m, workload={"prompt": p, "output": o})
 
 
-def simulated(plan: Plan, w: WorkloadSpec, seed: int) -> dict[str, object]:
-    """tessera.sim serving the same workload (same seed: the same arrivals and lengths) on the plan."""
-    from tessera.sim.api import simulate
+def simulated(plan: Plan, w: WorkloadSpec, seed: int, trace: str | None = None) -> dict[str, object]:
+    """tessera.sim serving the same workload (same seed: the same arrivals and lengths) on the plan;
+    ``trace``: write the simulator's Chrome trace of the whole stream there."""
+    from tessera.sim.api import run
+    from tessera.sim.trace import write_chrome_trace
 
-    r = simulate(plan, w, seed=seed, config=SchedulerConfig(max_batch=plan.batch))
+    got = run(plan, w, seed=seed, config=SchedulerConfig(max_batch=plan.batch),
+              trace_window_s=(0.0, math.inf) if trace else None)
+    if trace:
+        write_chrome_trace(trace, {m: pm.plan for m, pm in got.models.items()}, got.trace)
+    r = got.result
     return {"throughput_tokens_per_s": r.throughput_tokens_per_s, "ttft_s": r.ttft_s, "tpot_s": r.tpot_s,
             "completed": r.completed}
 

@@ -363,6 +363,42 @@ def latency_stats(result: StreamResult) -> dict[str, Any]:
             if result.history else 0.0}
 
 
+def serve_trace(result: StreamResult, programs: dict[str, Program], parts: dict[tuple[str, str], Partition]
+                ) -> dict[str, Any]:
+    """A Chrome/Perfetto trace of a served stream: process "devices" one track per worker (kernels named
+    key:op, with the request and iteration), process "links" one track per directed link (each transfer
+    from its send to its arrival). Times in µs from the first worker event."""
+    starts = [w["start_s"] for h in result.history for w in h["workers"]]
+    t0 = min(starts, default=0.0)
+    us = lambda t: round((t - t0) * 1e6, 3)  # noqa: E731
+    ev: list[dict[str, Any]] = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "devices"}},
+                                {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "links"}}]
+    devices = len(result.history[0]["workers"]) if result.history else 0
+    ev += [{"ph": "M", "pid": 1, "tid": d, "name": "thread_name", "args": {"name": f"worker {d}"}}
+           for d in range(devices)]
+    links: set[tuple[int, int]] = set()
+    for h in result.history:
+        keys, posted = h["keys"], {}
+        for d, w in enumerate(h["workers"]):
+            for k, mb, a, b in w["kernels"]:
+                ev.append({"ph": "X", "pid": 1, "tid": d, "ts": us(a), "dur": us(b) - us(a),
+                           "name": f"{keys[mb]}:{programs[keys[mb]].ops[k].func}",
+                           "args": {"kernel": k, "microbatch": mb, "iteration": h["step"]}})
+            for idx, mb, t in w["sends"]:
+                posted[(idx, mb)] = t
+        for w in h["workers"]:
+            for idx, mb, t in w["recvs"]:
+                tr = parts[(keys[mb], PLAN)].transfers[idx]
+                links.add((tr.src, tr.dst))
+                a = posted.get((idx, mb), t)
+                ev.append({"ph": "X", "pid": 2, "tid": tr.src * devices + tr.dst, "ts": us(a),
+                           "dur": max(0.0, us(t) - us(a)), "name": f"buffer {tr.buffer}",
+                           "args": {"bytes": tr.nbytes, "microbatch": mb, "iteration": h["step"]}})
+    ev += [{"ph": "M", "pid": 2, "tid": a * devices + b, "name": "thread_name", "args": {"name": f"link {a}->{b}"}}
+           for a, b in sorted(links)]
+    return {"traceEvents": ev, "displayTimeUnit": "ms"}
+
+
 def start_cluster(programs: dict[str, Program], assign: dict[str, tuple[int, ...]], devices: tuple[str, ...],
                   slots: int, recv_timeout_s: float = 5.0) -> Cluster:
     """Workers for a serving run; ``assign``: program key -> kernel -> device (see ``by_key``). Always gloo:
@@ -374,5 +410,5 @@ def start_cluster(programs: dict[str, Program], assign: dict[str, tuple[int, ...
 
 
 __all__ = ["SCHEDULES", "Request", "ServeConfig", "StreamResult", "WorkerFailure", "by_key", "capture_serving", "check",
-           "group_graphs", "kernel_groups", "serve_partitions",
+           "group_graphs", "kernel_groups", "serve_partitions", "serve_trace",
            "latency_stats", "make_requests", "reference", "serve_stream", "serving_keys", "start_cluster"]

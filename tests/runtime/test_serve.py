@@ -64,9 +64,11 @@ def test_moe_and_mamba_streams_exact(model: str) -> None:
     assert check(res, reference(progs, reqs)) == (True, 0.0, True)
 
 
-def test_cli_json_contract(run_cli) -> None:
+def test_cli_json_contract_and_traces(run_cli, tmp_path) -> None:
+    trace = tmp_path / "serve.json"
     code, out, err = run_cli(["serve-run", "llama-tiny", "--requests", "3", "--rate", "100", "--prompt", "3-4",
-                              "--output", "2-3", "--slots", "2", "--compare-sync", "--verify", "--json"])
+                              "--output", "2-3", "--slots", "2", "--compare-sync", "--verify", "--json",
+                              "--trace", str(trace)])
     assert code == 0, err
     got = json.loads(out)
     for key in ("requests", "completed", "lost", "verified", "tokens_identical", "max_abs_diff", "schedule",
@@ -77,6 +79,10 @@ def test_cli_json_contract(run_cli) -> None:
     assert got["verified"] and got["tokens_identical"] and got["max_abs_diff"] == 0.0
     assert got["schedule"] == "async" and got["sync_throughput_tokens_per_s"] > 0
     assert set(got["ttft_s"]) == set(got["tpot_s"]) == {"p50", "p99"}
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["tid"] for e in events if e["ph"] == "X" and e["pid"] == 1} == {0, 1}  # a track per worker
+    assert any(e["ph"] == "X" and e["pid"] == 2 for e in events)  # transfers on the link track
+    assert (tmp_path / "serve.sim.json").exists()  # the simulator's trace beside it
 
 
 @pytest.mark.parametrize(("argv", "needle"), [
