@@ -87,7 +87,8 @@ def test_cli_json_contract_and_traces(run_cli, tmp_path) -> None:
 
 @pytest.mark.parametrize(("argv", "needle"), [
     (["--schedule", "lockstep"], "lockstep"),
-    (["--devices", "cuda:0,cuda:1"], "valid: cpu"),
+    (["--devices", "cuda:0,cuda:1"], "valid here: cpu"),
+    (["--devices", "tpu,cpu"], "valid: cpu, cuda, cuda:N"),
     (["--slots", "1", "--microbatches", "2"], "microbatches (2) <= slots (1)"),
     (["--workload", "steady"], "steady"),
 ])
