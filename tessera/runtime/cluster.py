@@ -130,6 +130,7 @@ class Cluster:
         self.resident: list[dict[str, int]] = []  # per worker: weight name -> bytes it holds
         self.history: list[dict[str, Any]] = []  # per step: key, plan, m, and each worker's events
         self._next_step = 0
+        self._inflight: dict[int, tuple[float, dict[int, Any]]] = {}  # submitted step -> (when, rank -> result)
 
     def __enter__(self) -> Cluster:
         self.start()
@@ -173,6 +174,59 @@ class Cluster:
             w["outputs"] = {k: from_wire(v) for k, v in w["outputs"].items()}
         self.history.append(dict(key=key, plan=plan, m=len(inputs), workers=per_worker))
         return per_worker
+
+    def submit(self, plan: str, inputs: list[dict[int, torch.Tensor]], *, keys: tuple[str, ...],
+               slots: tuple[int, ...], resets: tuple[bool, ...]) -> int:
+        """Queue one serving iteration (micro-batch i: program keys[i] on KV/state slot slots[i]) on every
+        worker without waiting; returns its step id. Workers run queued steps in submission order, so a
+        worker starts the next queued iteration as soon as its share of the previous one is done."""
+        assert max(slots) < self.config.max_microbatches, "slot beyond the workers' KV/state slots"
+        wire = tuple({b: to_wire(t) for b, t in feed.items()} for feed in inputs)
+        cmd = StepCmd(step_id=self._next_step, key=keys[0], plan=plan, inputs=wire, reset=False, keys=keys,
+                      slots=slots, resets=resets)
+        self._next_step += 1
+        self._inflight[cmd.step_id] = (time.monotonic(), {})
+        for q in self.commands:
+            q.put(cmd)
+        return cmd.step_id
+
+    def poll(self, timeout_s: float) -> dict[int, list[dict]]:
+        """Submitted steps every worker has finished (waiting up to ``timeout_s`` for one): step id -> each
+        worker's result. A dead, silent, failing or overrunning worker raises WorkerFailure."""
+        finished: dict[int, list[dict]] = {}
+        deadline = time.monotonic() + timeout_s
+        while self._inflight and not finished:
+            try:
+                msg = self.results.get(timeout=min(0.05, max(0.0, deadline - time.monotonic())) or 1e-3)
+            except queue.Empty:
+                msg = None
+            if msg is not None and msg[0] == "error":
+                self._fail(msg[1], f"failed: {msg[2]}", msg[3])
+            if msg is not None and msg[0] == "done":
+                sid = msg[2]["step_id"]
+                got = self._inflight[sid][1]
+                got[msg[1]] = msg[2]
+                if len(got) == len(self.procs):
+                    del self._inflight[sid]
+                    for w in got.values():
+                        w["outputs"] = {k: from_wire(v) for k, v in w["outputs"].items()}
+                    finished[sid] = [got[r] for r in range(len(self.procs))]
+            self._check_alive()
+            if time.monotonic() >= deadline:
+                break
+        return finished
+
+    def _check_alive(self) -> None:
+        now = time.monotonic()
+        for r, p in enumerate(self.procs):
+            if p.exitcode is not None:
+                self._fail(r, _exit_reason(p.exitcode))
+            if self._inflight and now - self.heartbeat[r] > self.config.heartbeat_timeout_s:
+                self._fail(r, f"stopped answering: no heartbeat for {now - self.heartbeat[r]:.1f} s", hung=True)
+        for when, got in self._inflight.values():
+            late = [r for r in range(len(self.procs)) if r not in got]
+            if late and now - when > self.config.step_timeout_s:
+                self._fail(late[0], f"did not finish a step within {self.config.step_timeout_s:g} s")
 
     def _collect(self, kind: str, timeout_s: float, *, beats: bool) -> dict[int, Any]:
         got: dict[int, Any] = {}

@@ -27,10 +27,13 @@ def tag(step_id: int, t: Transfer, mb: int) -> int:
     return ((step_id % 256) << 22) | (t.index << 6) | mb
 
 
-def run_threaded(w: Any, lp: Any, stores: list[Storages], step_id: int) -> dict[str, list]:
-    """One step of ``len(stores)`` micro-batches of LocalPlan ``lp`` on Worker ``w``. Kernel times are
-    clock tokens; sends, arrivals and waits are host times."""
+def run_threaded(w: Any, lps: Any, stores: list[Storages], step_id: int) -> dict[str, list]:
+    """One step of ``len(stores)`` micro-batches on Worker ``w``, micro-batch i running LocalPlan
+    ``lps[i]`` (a list: each request its own program in a serving iteration) or all running ``lps`` (one
+    LocalPlan: a round). Kernel times are clock tokens; sends, arrivals and waits are host times."""
     m, me = len(stores), w.rank
+    if not isinstance(lps, list):
+        lps = [lps] * m
     pending: dict[tuple[int, int], torch.Tensor] = {}
     done: dict[tuple[int, int], float] = {}
     errors: list[str] = []
@@ -54,7 +57,7 @@ def run_threaded(w: Any, lp: Any, stores: list[Storages], step_id: int) -> dict[
     threads = []
     for mb in range(m):
         works = []
-        for t in lp.order:
+        for t in lps[mb].order:
             buf = w.recv_buffer(t.nbytes)
             pending[(t.index, mb)] = buf
             works.append((t, mb, dist.irecv(buf, src=t.src, tag=tag(step_id, t, mb))))
@@ -96,14 +99,15 @@ def run_threaded(w: Any, lp: Any, stores: list[Storages], step_id: int) -> dict[
             raise TimeoutError(f"worker {me}: {what} timed out after {w.spec.recv_timeout_s:g} s")
 
     for mb in range(m):
-        post_sends(lp.start_sends, mb)
-    ops, need, after, n_ops = lp.ops, lp.recvs, lp.sends, len(lp.ops)
+        post_sends(lps[mb].start_sends, mb)
     clock, record = w.clock.mark, ev_kernels.append
     cursor = [0] * m
-    while any(c < n_ops for c in cursor):
+    n_of = [len(lp.ops) for lp in lps]
+    while any(c < n for c, n in zip(cursor, n_of, strict=True)):
         progressed = False
         for mb in range(m):
             store, i = stores[mb], cursor[mb]
+            ops, need, after, n_ops = lps[mb].ops, lps[mb].recvs, lps[mb].sends, n_of[mb]
             while i < n_ops:
                 if need[i] and not all([arrived(t, mb) for t in need[i]]):
                     break
@@ -117,13 +121,13 @@ def run_threaded(w: Any, lp: Any, stores: list[Storages], step_id: int) -> dict[
             progressed |= i > cursor[mb]
             cursor[mb] = i
         if not progressed:
-            blocking = [(t.index, mb) for mb in range(m) if cursor[mb] < n_ops
-                        for t in need[cursor[mb]] if (t.index, mb) in pending]
+            blocking = [(t.index, mb) for mb in range(m) if cursor[mb] < n_of[mb]
+                        for t in lps[mb].recvs[cursor[mb]] if (t.index, mb) in pending]
             assert blocking, "every micro-batch blocked but no receive pending"
-            t = next(t for t in lp.order if t.index == blocking[0][0])
+            t = next(t for t in lps[blocking[0][1]].order if t.index == blocking[0][0])
             wait_until(blocking, f"receive of buffer {t.buffer} from worker {t.src}")
     for mb in range(m):  # end-of-step state syncs
-        for t in lp.end_recvs:
+        for t in lps[mb].end_recvs:
             while not arrived(t, mb):
                 wait_until([(t.index, mb)], f"receive of buffer {t.buffer} from worker {t.src}")
     for work, _ in sent:

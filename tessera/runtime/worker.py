@@ -68,6 +68,26 @@ class StepCmd:
     plan: str
     inputs: tuple[dict[int, Wire], ...]  # per micro-batch: input buffer -> its bytes
     reset: bool  # start the micro-batches' KV/state from the program's initial contents (new requests)
+    # serving (continuous batching): per micro-batch its own program, KV/state slot and reset; empty = key,
+    # micro-batch index and ``reset`` for every micro-batch (the round-based runs)
+    keys: tuple[str, ...] = ()
+    slots: tuple[int, ...] = ()
+    resets: tuple[bool, ...] = ()
+
+    def __post_init__(self) -> None:
+        m = len(self.inputs)
+        for what, v in (("keys", self.keys), ("slots", self.slots), ("resets", self.resets)):
+            if v and len(v) != m:
+                raise ValueError(f"StepCmd.{what} has {len(v)} entries for {m} micro-batches")
+
+    def key_of(self, mb: int) -> str:
+        return self.keys[mb] if self.keys else self.key
+
+    def slot_of(self, mb: int) -> int:
+        return self.slots[mb] if self.slots else mb
+
+    def reset_of(self, mb: int) -> bool:
+        return self.resets[mb] if self.resets else self.reset
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,17 +152,18 @@ class Worker:
     def _store(self, prog: Program, part: Partition, mb: int, cmd: StepCmd) -> Storages:
         store: Storages = {}
         dev = self.device
+        slot, reset = cmd.slot_of(mb), cmd.reset_of(mb)
         for b in part.resident[self.rank]:
             buf = prog.graph.buffers[b]
             if buf.role is Role.WEIGHT:
                 store[b] = self.weights[buf.name]
                 continue
-            st = self.state[mb]
-            if cmd.reset or buf.name not in st:
+            st = self.state[slot]
+            if reset or buf.name not in st:
                 st[buf.name] = fresh_storage(prog.initial[b], dev)
-            elif self.state_buf[mb][buf.name].shape != buf.shape:
-                st[buf.name] = carry(st[buf.name], self.state_buf[mb][buf.name], buf)
-            self.state_buf[mb][buf.name] = buf
+            elif self.state_buf[slot][buf.name].shape != buf.shape:
+                st[buf.name] = carry(st[buf.name], self.state_buf[slot][buf.name], buf)
+            self.state_buf[slot][buf.name] = buf
             store[b] = st[buf.name]
         for b in part.inputs[self.rank]:
             given = cmd.inputs[mb].get(b)
@@ -164,25 +185,28 @@ class Worker:
         return on_device(buf, self.device).untyped_storage()
 
     def run_step(self, cmd: StepCmd) -> dict[str, Any]:
-        prog, part = self.spec.programs[cmd.key], self.spec.partitions[(cmd.key, cmd.plan)]
-        lp = self.local[(cmd.key, cmd.plan)]
         m, me = len(cmd.inputs), self.rank
+        progs = [self.spec.programs[cmd.key_of(mb)] for mb in range(m)]
+        parts = [self.spec.partitions[(cmd.key_of(mb), cmd.plan)] for mb in range(m)]
+        lps = [self.local[(cmd.key_of(mb), cmd.plan)] for mb in range(m)]
         t_start = self.clock.begin()
-        stores = [self._store(prog, part, mb, cmd) for mb in range(m)]
+        stores = [self._store(progs[mb], parts[mb], mb, cmd) for mb in range(m)]
         if self.spec.ordered:
-            ev = run_ordered(self, lp.ops, lp.actions, stores)
+            if len({id(lp) for lp in lps}) > 1:
+                raise ValueError("the ordered (NCCL) schedule runs one program per step; mixed steps need gloo")
+            ev = run_ordered(self, lps[0].ops, lps[0].actions, stores)
         else:
-            ev = run_threaded(self, lp, stores, cmd.step_id)
+            ev = run_threaded(self, lps, stores, cmd.step_id)
         self.clock.finish()
         if self.clock.cuda:  # event tokens -> seconds on the host timeline; the times end each tuple
             sec, n_times = self.clock.seconds, {"kernels": 2, "waits": 2, "sends": 1, "recvs": 1}
             ev = {k: [(*e[:-n_times[k]], *map(sec, e[-n_times[k]:])) for e in v] for k, v in ev.items()}
         for mb in range(m):  # state written back by name (an end-of-step sync may have replaced it)
-            for b in part.resident[me]:
-                if prog.role(b) is not Role.WEIGHT:
-                    self.state[mb][prog.name(b)] = stores[mb][b]
+            for b in parts[mb].resident[me]:
+                if progs[mb].role(b) is not Role.WEIGHT:
+                    self.state[cmd.slot_of(mb)][progs[mb].name(b)] = stores[mb][b]
         outputs = {(mb, i): to_wire(view_of(stores[mb], r)) for mb in range(m)
-                   for i, r in enumerate(prog.outputs) if part.output_device[i] == me}
+                   for i, r in enumerate(progs[mb].outputs) if parts[mb].output_device[i] == me}
         return dict(step_id=cmd.step_id, outputs=outputs, **ev, start_s=t_start, end_s=time.perf_counter())
 
 

@@ -1,0 +1,414 @@
+"""Serve a request stream on the workers: continuous batching over KV/state slots, mixed iterations,
+asynchronous micro-batches, and the per-request single-process reference.
+
+Shapes: every program is captured at batch 1 (one sequence), so a request is one micro-batch of a step
+and owns one KV/state slot on the workers for its lifetime. ``prefill@P`` fills an empty cache of P
+slots with a P-token prompt; ``decode@c`` feeds one token against c cached tokens (the capture's static
+cache of c+1 slots; the workers carry a slot's KV into the next shape by name). An iteration of a group
+is one step whose micro-batches are its running requests, each running its own program: new requests'
+prompts (whole, one chunk: the capture has no prefill-at-an-offset program) beside the others' decodes.
+
+Schedules: ``async`` splits the slots into m groups; each group's next iteration waits only for its own
+previous one, and the workers run queued iterations in submission order, so one group computes while
+another's outputs travel to the driver and back. ``sync`` is one group holding every slot: all running
+requests advance in lock-step, re-synchronised at every iteration.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from tessera.capture.zoo import resolve
+from tessera.errors import UserError, choices_error
+from tessera.graph import KernelGraph, Role
+from tessera.runtime.cluster import Cluster, ClusterConfig, WorkerFailure
+from tessera.runtime.partition import Partition, partition
+from tessera.runtime.program import Program
+from tessera.runtime.runner import by_microbatch, phase_of
+from tessera.runtime.steps import LocalExecutor, as_input, capture, input_buffer
+from tessera.sim.workload import Requests
+
+log = logging.getLogger("tessera.runtime")
+
+SCHEDULES = ("async", "sync")
+PLAN = "serve"  # the one partition set a serving run holds
+
+
+@dataclass(frozen=True, kw_only=True)
+class Request:
+    rid: int
+    arrival_s: float  # after the stream's start
+    prompt: torch.Tensor  # (1, P) token ids
+    output_tokens: int  # greedy tokens to generate (the first comes from the prefill)
+
+    def key(self, generated: int) -> str:
+        """The program that produces token ``generated`` (0 = from the prompt)."""
+        p = self.prompt.shape[1]
+        return f"prefill@{p}" if generated == 0 else f"decode@{p + generated - 1}"
+
+
+def make_requests(model: str, reqs: Requests, seed: int = 0) -> list[Request]:
+    """The workload's arrivals and lengths with prompt ids drawn per request (seeded by its index)."""
+    cfg = resolve(model).config
+    vocab = int(cfg.get("text_config", cfg).get("vocab_size", cfg.get("vocab_size")))
+    out = []
+    for i, (a, p, o) in enumerate(zip(reqs.arrival_s, reqs.prompt, reqs.output, strict=True)):
+        g = torch.Generator().manual_seed(seed * 1_000_003 + i)
+        out.append(Request(rid=i, arrival_s=float(a), prompt=torch.randint(0, vocab, (1, int(p)), generator=g),
+                           output_tokens=int(o)))
+    return out
+
+
+def warmup_requests(requests: list[Request]) -> list[Request]:
+    """Requests (arriving at once) that touch every program the stream uses: one per prompt length, with
+    the longest output of that length. The first run of a program on a worker pays one-off costs
+    (allocator growth, first dispatch) that would otherwise land on whichever schedule runs first."""
+    longest: dict[int, Request] = {}
+    for r in requests:
+        p = r.prompt.shape[1]
+        if p not in longest or r.output_tokens > longest[p].output_tokens:
+            longest[p] = r
+    return [Request(rid=-1 - i, arrival_s=0.0, prompt=r.prompt, output_tokens=r.output_tokens)
+            for i, r in enumerate(longest.values())]
+
+
+def serving_keys(requests: list[Request]) -> list[str]:
+    keys = {r.key(j) for r in requests for j in range(r.output_tokens)}
+    return sorted(keys, key=lambda k: (phase_of(k) != "prefill", int(k.split("@")[1])))
+
+
+def capture_serving(model: str, keys: list[str], seed: int = 0) -> dict[str, Program]:
+    """One batch-1 program per key (same seed, so the same weights in every one)."""
+    family = resolve(model).family
+    if family not in ("llm", "ssm", "moe"):
+        raise UserError(f"model {model}: family {family} cannot be served yet; valid families: llm, moe, ssm")
+    out: dict[str, Program] = {}
+    for key in keys:
+        phase, n = key.split("@")
+        cap = (capture(model, "prefill", batch=1, seq=int(n), seed=seed) if phase == "prefill"
+               else capture(model, "decode", batch=1, context=int(n), seed=seed))
+        out[key] = Program.from_capture(cap)
+    return out
+
+
+def kernel_groups(programs: dict[str, Program]) -> dict[str, list[str]]:
+    """Programs with one kernel sequence share one placement: group name -> keys. The first group of a
+    phase is named by the phase (Mamba-2's chunked scan makes prefill's sequence depend on the prompt
+    length, so a phase may have several groups: "prefill", "prefill#1", ...)."""
+    groups: dict[str, list[str]] = {}
+    sig: dict[tuple[str, ...], str] = {}
+    for key, prog in programs.items():
+        sequence = tuple(o.func for o in prog.ops)
+        if sequence not in sig:
+            phase = phase_of(key)
+            n = sum(1 for g in groups if phase_of(g.split("#")[0]) == phase)
+            sig[sequence] = phase if n == 0 else f"{phase}#{n}"
+        groups.setdefault(sig[sequence], []).append(key)
+    return groups
+
+
+def group_graphs(programs: dict[str, Program]) -> dict[str, KernelGraph]:
+    return {g: programs[keys[0]].placement_graph for g, keys in kernel_groups(programs).items()}
+
+
+def by_key(programs: dict[str, Program], by_group: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Each program's assignment from its group's."""
+    return {k: by_group[g] for g, keys in kernel_groups(programs).items() for k in keys}
+
+
+def serve_partitions(programs: dict[str, Program], assign: dict[str, tuple[int, ...]], devices: int
+                     ) -> dict[tuple[str, str], Partition]:
+    """Each program split by its own assignment. KV/state carry from step to step by name: every device
+    that touches a cache in a decode program holds it and receives its current version after any step that
+    writes it elsewhere (a prefill starts its slot from the initial contents, so needs no earlier version)."""
+    holders: dict[str, set[int]] = {}
+    for key, prog in programs.items():
+        if phase_of(key) == "prefill":
+            continue
+        for k in range(len(prog.ops)):
+            for b in prog.needs(k) | prog.writes(k):
+                if prog.role(b) in (Role.KV, Role.STATE):
+                    holders.setdefault(prog.name(b), set()).add(assign[key][k])
+    frozen = {n: frozenset(d) for n, d in holders.items()}
+    return {(key, PLAN): partition(prog, assign[key], devices, frozen) for key, prog in programs.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    slots: int = 8  # KV/state slots on the workers: requests running at once
+    microbatches: int = 2  # groups advancing independently (async); sync runs one group of every slot
+    schedule: str = "async"
+    prefills_per_iteration: int = 1  # new prompts a group admits per iteration (the iteration's prefill chunk)
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise choices_error("schedule", self.schedule, SCHEDULES)
+        if not 1 <= self.microbatches <= self.slots <= 64:
+            raise UserError(f"need 1 <= microbatches ({self.microbatches}) <= slots ({self.slots}) <= 64")
+        if self.prefills_per_iteration < 1:
+            raise UserError(f"prefills_per_iteration={self.prefills_per_iteration} must be >= 1")
+
+    def groups(self) -> list[list[int]]:
+        """Each group's slots: m near-equal groups (async), or one group of all slots (sync)."""
+        m = self.microbatches if self.schedule == "async" else 1
+        return [list(range(g, self.slots, m)) for g in range(m)]
+
+
+@dataclass
+class Served:
+    """One request's life on the workers."""
+
+    request: Request
+    slot: int = -1
+    tokens: list[int] = field(default_factory=list)
+    logits: list[torch.Tensor] = field(default_factory=list)  # per generated token: (vocab,) fp32
+    admitted_s: float = 0.0
+    token_s: list[float] = field(default_factory=list)  # when each token reached the driver (stream clock)
+    pos: int = 0  # steps this request has run on the current workers (after a recovery: replays first)
+    replay_mismatch: bool = False  # a replayed step's logits differed from the ones first produced
+
+    @property
+    def done(self) -> bool:
+        return self.pos >= self.request.output_tokens
+
+
+@dataclass(frozen=True, kw_only=True)
+class StreamResult:
+    schedule: str
+    served: tuple[Served, ...]
+    wall_s: float  # stream start (first arrival) to the last token
+    iterations: int
+    history: tuple[dict[str, Any], ...]  # per iteration: keys, slots, submit/finish times, worker events
+    recoveries: tuple[dict[str, Any], ...] = ()  # per lost worker: who, detection and recovery seconds
+
+
+class Group:
+    def __init__(self, slots: list[int]) -> None:
+        self.free = list(slots)
+        self.running: list[Served] = []
+        self.step: int | None = None  # the iteration in flight
+        self.batch: list[Served] = []  # its requests, in micro-batch order
+        self.submitted_s = 0.0
+
+
+def _feed(programs: dict[str, Program], s: Served) -> tuple[str, dict[int, torch.Tensor], bool]:
+    """The request's next step: its program, its input ids (the prompt, else the token before), reset."""
+    key = s.request.key(s.pos)
+    ids = s.request.prompt if s.pos == 0 else torch.tensor([[s.tokens[s.pos - 1]]])
+    return key, {input_buffer(programs[key], "input_ids"): as_input(ids)}, s.pos == 0
+
+
+def _take(s: Served, logits: torch.Tensor, done_s: float) -> None:
+    """A step's logits: a new token, or (replaying after a recovery) a check against the first run's."""
+    if s.pos < len(s.tokens):
+        s.replay_mismatch |= not torch.equal(logits, s.logits[s.pos])
+    else:
+        s.logits.append(logits)
+        s.tokens.append(int(logits.argmax()))
+        s.token_s.append(done_s)
+    s.pos += 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fault:
+    """Fault injection for tests and benchmarks: SIGKILL (or SIGSTOP) worker ``rank`` when request
+    ``at_request`` (by arrival order) is admitted."""
+
+    at_request: int
+    rank: int = 1
+    signal: str = "SIGKILL"
+
+
+Recover = Callable[[WorkerFailure], Cluster]  # a lost worker -> a fresh cluster on the survivors
+
+
+def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[Request], cfg: ServeConfig,
+                 *, fault: Fault | None = None, recover: Recover | None = None) -> StreamResult:
+    """Serve ``requests`` arriving on the clock; returns each request's tokens, logits and times.
+
+    recover: on a lost worker, returns a cluster on the survivors; every request in flight then replays
+    its prompt and the tokens it already has (the KV died with the worker) and goes on from its last
+    token; a replayed step's logits must equal the first run's (Served.replay_mismatch)."""
+    groups = [Group(s) for s in cfg.groups()]
+    waiting = sorted(requests, key=lambda r: (r.arrival_s, r.rid))
+    served: list[Served] = []
+    history: list[dict[str, Any]] = []
+    recoveries: list[dict[str, Any]] = []
+    by_step: dict[int, Group] = {}
+    t0 = time.perf_counter()
+    killed_s: float | None = None
+    while waiting or any(g.running for g in groups):
+        now = time.perf_counter() - t0
+        for g in groups:
+            if g.step is not None:
+                continue
+            admitted = 0
+            while waiting and g.free and waiting[0].arrival_s <= now and admitted < cfg.prefills_per_iteration:
+                s = Served(request=waiting.pop(0), slot=g.free.pop(0), admitted_s=now)
+                g.running.append(s)
+                served.append(s)
+                admitted += 1
+                if fault is not None and len(served) == fault.at_request + 1 and killed_s is None:
+                    os.kill(cluster.procs[fault.rank].pid, getattr(signal, fault.signal))
+                    killed_s = time.perf_counter() - t0
+            if g.running:
+                feeds = [_feed(programs, s) for s in g.running]
+                g.batch = list(g.running)
+                g.submitted_s = time.perf_counter() - t0
+                g.step = cluster.submit(PLAN, [f for _, f, _ in feeds], keys=tuple(k for k, _, _ in feeds),
+                                        slots=tuple(s.slot for s in g.batch), resets=tuple(r for *_, r in feeds))
+                by_step[g.step] = g
+        if all(g.step is None for g in groups):  # nothing running: sleep until the next arrival
+            time.sleep(max(0.0, waiting[0].arrival_s - (time.perf_counter() - t0)))
+            continue
+        wait_s = 0.5
+        if waiting and any(g.step is None and g.free for g in groups):  # an idle group may admit the next arrival
+            wait_s = min(wait_s, max(1e-3, waiting[0].arrival_s - (time.perf_counter() - t0)))
+        try:
+            finished = cluster.poll(wait_s)
+        except WorkerFailure as failure:
+            if recover is None:
+                raise
+            detected_s = time.perf_counter() - t0
+            cluster = recover(failure)
+            for g in groups:  # every iteration in flight died with the cluster: replay from the prompt
+                g.step = None
+                for s in g.running:
+                    s.pos = 0
+            by_step.clear()
+            recoveries.append(dict(failure=str(failure), rank=failure.rank, detected_s=detected_s,
+                                   detection_s=None if killed_s is None else detected_s - killed_s,
+                                   recovery_s=time.perf_counter() - t0 - detected_s,
+                                   in_flight=sum(len(g.running) for g in groups)))
+            continue
+        for sid, per_worker in finished.items():
+            g = by_step.pop(sid)
+            done_s = time.perf_counter() - t0
+            outs = by_microbatch(per_worker, 1, len(g.batch))
+            keys = [s.request.key(s.pos) for s in g.batch]
+            for s, out in zip(g.batch, outs, strict=True):
+                _take(s, out[0].reshape(-1, out[0].shape[-1])[-1], done_s)
+                if s.done:
+                    g.running.remove(s)
+                    g.free.append(s.slot)
+            history.append(dict(step=sid, keys=keys, submit_s=g.submitted_s, done_s=done_s, workers=per_worker))
+            g.step = None
+    first = min((r.arrival_s for r in requests), default=0.0)
+    last = max((t for s in served for t in s.token_s), default=first)
+    return StreamResult(schedule=cfg.schedule, served=tuple(sorted(served, key=lambda s: s.request.rid)),
+                        wall_s=last - first, iterations=len(history), history=tuple(history),
+                        recoveries=tuple(recoveries))
+
+
+def reference(programs: dict[str, Program], requests: list[Request], threads: int = 1,
+              local: LocalExecutor | None = None) -> dict[int, tuple[list[int], list[torch.Tensor]]]:
+    """Each request generated alone in one process (same programs, batch 1): rid -> (tokens, logits).
+    ``local`` (optional) keeps the per-kernel times of these runs (CPU profiles for prediction)."""
+    local = local or LocalExecutor(programs)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)  # bit-exactness needs the workers' intra-op thread count
+    out = {}
+    try:
+        for r in requests:
+            s = Served(request=r)
+            while not s.done:
+                key, feed, reset = _feed(programs, s)
+                logits = local.step(key, PLAN, [feed], reset=reset)[0][0]
+                _take(s, logits.reshape(-1, logits.shape[-1])[-1], 0.0)
+            out[r.rid] = (s.tokens, s.logits)
+    finally:
+        torch.set_num_threads(saved)
+    return out
+
+
+def check(result: StreamResult, ref: dict[int, tuple[list[int], list[torch.Tensor]]]
+          ) -> tuple[bool, float, bool]:
+    """(every logit bit-identical, max |logit difference|, every request's tokens identical)."""
+    same, diff, tokens = True, 0.0, True
+    for s in result.served:
+        ref_tokens, ref_logits = ref[s.request.rid]
+        tokens &= s.tokens == ref_tokens
+        same &= not s.replay_mismatch
+        for a, b in zip(s.logits, ref_logits, strict=True):
+            same &= torch.equal(a, b)
+            diff = max(diff, float((a - b).abs().max()))
+    return same, diff, tokens
+
+
+def percentiles(xs: list[float]) -> dict[str, float | None]:
+    if not xs:
+        return {"p50": None, "p99": None}
+    return {"p50": float(np.percentile(xs, 50)), "p99": float(np.percentile(xs, 99))}
+
+
+def latency_stats(result: StreamResult) -> dict[str, Any]:
+    """Throughput (generated tokens / stream seconds), TTFT and TPOT per request."""
+    ttft = [s.token_s[0] - s.request.arrival_s for s in result.served if s.token_s]
+    tpot = [(s.token_s[-1] - s.token_s[0]) / (len(s.token_s) - 1) for s in result.served if len(s.token_s) > 1]
+    generated = sum(len(s.tokens) for s in result.served)
+    return {"throughput_tokens_per_s": generated / result.wall_s if result.wall_s > 0 else 0.0,
+            "ttft_s": percentiles(ttft), "tpot_s": percentiles(tpot), "generated_tokens": generated,
+            "iterations": result.iterations, "wall_s": result.wall_s,
+            "mean_iteration_s": statistics.mean([h["done_s"] - h["submit_s"] for h in result.history])
+            if result.history else 0.0}
+
+
+def serve_trace(result: StreamResult, programs: dict[str, Program], parts: dict[tuple[str, str], Partition]
+                ) -> dict[str, Any]:
+    """A Chrome/Perfetto trace of a served stream: process "devices" one track per worker (kernels named
+    key:op, with the request and iteration), process "links" one track per directed link (each transfer
+    from its send to its arrival). Times in µs from the first worker event."""
+    starts = [w["start_s"] for h in result.history for w in h["workers"]]
+    t0 = min(starts, default=0.0)
+    us = lambda t: round((t - t0) * 1e6, 3)  # noqa: E731
+    ev: list[dict[str, Any]] = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "devices"}},
+                                {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "links"}}]
+    devices = len(result.history[0]["workers"]) if result.history else 0
+    ev += [{"ph": "M", "pid": 1, "tid": d, "name": "thread_name", "args": {"name": f"worker {d}"}}
+           for d in range(devices)]
+    links: set[tuple[int, int]] = set()
+    for h in result.history:
+        keys, posted = h["keys"], {}
+        for d, w in enumerate(h["workers"]):
+            for k, mb, a, b in w["kernels"]:
+                ev.append({"ph": "X", "pid": 1, "tid": d, "ts": us(a), "dur": us(b) - us(a),
+                           "name": f"{keys[mb]}:{programs[keys[mb]].ops[k].func}",
+                           "args": {"kernel": k, "microbatch": mb, "iteration": h["step"]}})
+            for idx, mb, t in w["sends"]:
+                posted[(idx, mb)] = t
+        for w in h["workers"]:
+            for idx, mb, t in w["recvs"]:
+                tr = parts[(keys[mb], PLAN)].transfers[idx]
+                links.add((tr.src, tr.dst))
+                a = posted.get((idx, mb), t)
+                ev.append({"ph": "X", "pid": 2, "tid": tr.src * devices + tr.dst, "ts": us(a),
+                           "dur": max(0.0, us(t) - us(a)), "name": f"buffer {tr.buffer}",
+                           "args": {"bytes": tr.nbytes, "microbatch": mb, "iteration": h["step"]}})
+    ev += [{"ph": "M", "pid": 2, "tid": a * devices + b, "name": "thread_name", "args": {"name": f"link {a}->{b}"}}
+           for a, b in sorted(links)]
+    return {"traceEvents": ev, "displayTimeUnit": "ms"}
+
+
+def start_cluster(programs: dict[str, Program], assign: dict[str, tuple[int, ...]], devices: tuple[str, ...],
+                  slots: int, recv_timeout_s: float = 5.0) -> Cluster:
+    """Workers for a serving run; ``assign``: program key -> kernel -> device (see ``by_key``). Always gloo:
+    an iteration runs a different program per micro-batch, which the NCCL issue order (one program per
+    step) does not cover; CUDA workers stage transfers through host memory."""
+    parts = serve_partitions(programs, assign, len(devices))
+    cfg = ClusterConfig(devices=devices, max_microbatches=slots, recv_timeout_s=recv_timeout_s, transport="gloo")
+    return Cluster(programs, parts, cfg)
+
+
+__all__ = ["SCHEDULES", "Request", "ServeConfig", "StreamResult", "WorkerFailure", "by_key", "capture_serving", "check",
+           "group_graphs", "kernel_groups", "serve_partitions", "serve_trace",
+           "latency_stats", "make_requests", "reference", "serve_stream", "serving_keys", "start_cluster"]
