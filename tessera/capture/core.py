@@ -14,8 +14,8 @@ from torch.utils._pytree import tree_flatten
 
 from tessera.capture import steps, vlm
 from tessera.capture.fuse import fuse
-from tessera.capture.program import Capture
 from tessera.capture.liger import kernels_applied
+from tessera.capture.program import Capture
 from tessera.capture.recorder import Recorder
 from tessera.capture.triton_launch import capturing
 from tessera.capture.zoo import PHASES, ModelSpec, resolve
