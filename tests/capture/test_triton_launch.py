@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -148,3 +149,11 @@ def test_deps_from_round_trips_through_json_and_is_validated() -> None:
     assert [k.deps_from for k in back.kernels] == ["ptx", "schema"]
     with pytest.raises(ValueError, match="deps_from='cuda'"):
         replace(graph.kernels[0], deps_from="cuda")
+
+
+def test_trace_json_reports_deps_from(run_cli) -> None:
+    code, out, _ = run_cli(["trace", "llama-tiny-liger", "--phase", "decode", "--context", "8", "--json"])
+    assert code == 0
+    s = json.loads(out)
+    # fused view: the 9 Triton kernels stay whole; every other kernel's deps come from ATen schemas
+    assert s["deps_from"] == {"schema": s["kernels"] - 9, "ptx": 9}
