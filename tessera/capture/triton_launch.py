@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from tessera.capture.recorder import Access, OpRecord, Recorder
 from tessera.capture.triton_refs import REFERENCES
 from tessera.graph import Kernel, KernelKind, Role
-from tessera.ptx.triton_ptx import DEFAULT_ARCH, KernelAccess, Specialisation, kernel_access
+from tessera.ptx.triton_ptx import KernelAccess, Specialisation, kernel_access, target_arch
 
 PREFIX = "triton:"  # kernel and program-record names: "triton:<module>.<qualname>"
 
@@ -85,8 +85,9 @@ def kind_and_flops_per_element(qualname: str) -> tuple[KernelKind, int]:
 # ---- binding -----------------------------------------------------------------------------------------------
 
 
-def bind(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any, arch: int = DEFAULT_ARCH) -> Launch:
-    """The launch ``fn[grid](*args, **kwargs)`` bound to the kernel's parameters, with its specialisation."""
+def bind(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any, arch: int | None = None) -> Launch:
+    """The launch ``fn[grid](*args, **kwargs)`` bound to the kernel's parameters, with its specialisation
+    for ``arch`` (default: ``TESSERA_PTX_ARCH``, else sm_90)."""
     names = [p.name for p in fn.params]
     options = {k: v for k, v in kwargs.items() if k not in names}
     bound = fn.signature.bind(*args, **{k: v for k, v in kwargs.items() if k in names})
@@ -105,7 +106,8 @@ def bind(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any, arch
             aligned.append(i)
     qualname = qualname_of(fn)
     spec = Specialisation(kernel=qualname, params=tuple(names), types=tuple(types), constexprs=tuple(constexprs),
-                          aligned=tuple(aligned), num_warps=int(options.get("num_warps", 4)), arch=arch)
+                          aligned=tuple(aligned), num_warps=int(options.get("num_warps", 4)),
+                          arch=arch or target_arch())
     return Launch(fn=fn, qualname=qualname, values=values, grid=(g[0], g[1], g[2]), options=options, spec=spec)
 
 

@@ -22,6 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from tessera.errors import choices_error
 from tessera.ptx.analysis import Access, EntryAccess, analyze_ptx
 
 ARCHES = (80, 90)  # sm_80 (A100) and sm_90 (H100, the default)
@@ -61,6 +62,19 @@ class KernelAccess:
     access: dict[str, Access]
     indirect: bool
     ptx_bytes: int
+
+
+def target_arch() -> int:
+    """The architecture captured Triton kernels compile for: ``TESSERA_PTX_ARCH`` (80 or 90), default 90."""
+    raw = os.environ.get("TESSERA_PTX_ARCH", str(DEFAULT_ARCH)).removeprefix("sm_")
+    if raw not in {str(a) for a in ARCHES}:
+        raise choices_error("TESSERA_PTX_ARCH", raw, [str(a) for a in ARCHES])
+    return int(raw)
+
+
+def clear_memory_cache() -> None:
+    """Forget compiled PTX held in memory (the disk cache stays)."""
+    _MEMORY.clear()
 
 
 def cache_dir() -> Path:
