@@ -116,9 +116,15 @@ def test_liger_tiny_decode_takes_norm_rope_swiglu_from_ptx() -> None:
     assert norm.kind is KernelKind.NORM and norm.module == "model.layers.0.input_layernorm"
     assert [g.buffers[b].name for b in norm.reads][1] == "model.layers.0.input_layernorm.weight"
     assert len(norm.writes) == 2  # Y and RSTD
+    # bf16 hidden 64: X and W read (128 B each), Y written (128 B) and RSTD (one fp32); 4 FLOPs per element
+    assert (norm.bytes_read, norm.bytes_written, norm.flops) == (256, 132, 256)
     rope = next(k for k in ptx if "rope" in k.name)
     # reads q, k, cos, sin; writes q and k in place
     assert len(rope.reads) == 4 and len(rope.writes) == 2 and set(rope.writes) < set(rope.reads)
+    # q 4 heads × 16, k 2 × 16, cos and sin 16 each, all bf16: 256 B read, q and k (192 B) written
+    assert (rope.bytes_read, rope.bytes_written) == (256, 192)
+    swiglu = next(k for k in ptx if "swiglu" in k.name)
+    assert (swiglu.bytes_read, swiglu.bytes_written, swiglu.flops) == (512, 256, 5 * 128)  # ffn 128, bf16
     g.check_invariants()
     fused = capture_model("llama-tiny-liger", "decode", batch=1, context=8)
     assert sum(k.deps_from == "ptx" for k in fused.kernels) == 9  # Triton kernels are fusion anchors
@@ -157,3 +163,14 @@ def test_trace_json_reports_deps_from(run_cli) -> None:
     s = json.loads(out)
     # fused view: the 9 Triton kernels stay whole; every other kernel's deps come from ATen schemas
     assert s["deps_from"] == {"schema": s["kernels"] - 9, "ptx": 9}
+
+
+def test_triton_kernels_are_costed_like_any_kernel() -> None:
+    from tessera.cost.model import CostModel
+    from tessera.hardware.catalog import gpu
+
+    g = capture_model("llama-tiny-liger", "decode", batch=1, context=8)
+    model = CostModel()
+    for k in (k for k in g.kernels if k.deps_from == "ptx"):
+        h100, l40s = (model.kernel_time_s(k, gpu(n)) for n in ("H100-SXM", "L40S"))
+        assert h100 > model.launch_s and l40s > model.launch_s  # launch plus its bytes
