@@ -36,7 +36,7 @@ from tessera.ptx.parser import Function, Module, make, split_operands
 
 ACC_R, ACC_W, ACC_A, TENSOR = 1, 2, 4, 8
 
-_TOK = re.compile(r"(?<![\w$.%@])[A-Za-z_$%][\w$@]*")
+TOKEN = re.compile(r"(?<![\w$.%@])[A-Za-z_$%][\w$@]*")
 _CALL_LIST = re.compile(r"\(\s*(?:[A-Za-z_$%][\w$@]*(?:\s*,\s*[A-Za-z_$%][\w$@]*)*)?\s*\)\Z")
 _NAME = re.compile(r"[A-Za-z_$%][\w$@]*\Z")
 _FLOAT_TYPES = frozenset({"f16", "f16x2", "bf16", "bf16x2", "f32", "f64", "f32x2", "tf32", "rn", "approx"})
@@ -118,7 +118,7 @@ def _category(op: str) -> tuple[int, list[str]]:
     return cat, parts
 
 
-class _Builder:
+class Builder:
     """Collects transfers and access sites of one function; values are keyed by name (evaluate.py)."""
 
     def __init__(self, err: Callable[[int, str], Exception], params: tuple[str, ...], returns: tuple[str, ...],
@@ -138,7 +138,7 @@ class _Builder:
 
     @staticmethod
     def toks(text: str) -> tuple[str, ...]:
-        return tuple(_TOK.findall(text))
+        return tuple(TOKEN.findall(text))
 
     @staticmethod
     def content(sym: str) -> str:
@@ -151,7 +151,7 @@ class _Builder:
         inner = opnd[1:-1]
         if "{" in inner:  # tensor map plus coordinates: the map is the address
             inner = inner.split(",", 1)[0]
-        names = _TOK.findall(inner)
+        names = TOKEN.findall(inner)
         if not names:
             return "", ()
         first = names[0]
@@ -170,14 +170,14 @@ class _Builder:
             "locals": self.locals, "entry_params": self.entry_params, "init": {}, "_init_vals": {}})
 
 
-def lower_instruction(b: _Builder, op: str, args: str, line: int, cat: int, parts: list[str]) -> None:
+def lower_instruction(b: Builder, op: str, args: str, line: int, cat: int, parts: list[str]) -> None:
     """Appends the transfers / sites of one non-ignored instruction; raises on malformed operands."""
     tr = b.transfers
     if (cat == _C_COPY or cat == _C_SCALE) and args and "[" not in args and "{" not in args \
             and "|" not in args and "(" not in args:
         # register arithmetic, most of a body: the first operand must be the destination
         ops = args.split(",")
-        names = _TOK.findall(args)
+        names = TOKEN.findall(args)
         if not names or names[0] != ops[0].strip():
             raise b.err(line, f"{op}: destination must be a register")
         code = COPY
@@ -238,7 +238,7 @@ def _shift_ge_32(amount: str) -> bool:
 def compile_function(module: Module, fn: Function) -> CompiledFunction:
     """Transfer functions and access sites of ``fn`` from its parsed instructions."""
     entry_params = {p.name: i for i, p in enumerate(fn.params)} if fn.is_entry else {}
-    b = _Builder(module.error, tuple(p.name for p in fn.params), tuple(p.name for p in fn.returns),
+    b = Builder(module.error, tuple(p.name for p in fn.params), tuple(p.name for p in fn.returns),
                  entry_params, fn.locals)
     cats = _CATEGORY
     for op, args, _, line in fn.body or ():
@@ -249,7 +249,7 @@ def compile_function(module: Module, fn: Function) -> CompiledFunction:
     return b.finish(fn.name)
 
 
-def _load(b: _Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
+def _load(b: Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
     if len(ops) < 2:
         raise b.err(line, f"{op}: expected a destination and an address")
     dst = b.toks(ops[0])
@@ -264,7 +264,7 @@ def _load(b: _Builder, op: str, parts: list[str], ops: list[str], line: int) -> 
         b.site(ACC_R, line, op, addr)
 
 
-def _store(b: _Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
+def _store(b: Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
     if len(ops) < 2:
         raise b.err(line, f"{op}: expected an address and a value")
     space = S_LOCAL if parts[0] == "stmatrix" or "async" in parts else _space(parts)
@@ -280,7 +280,7 @@ def _store(b: _Builder, op: str, parts: list[str], ops: list[str], line: int) ->
         b.site(ACC_W, line, op, addr)
 
 
-def _atomic(b: _Builder, op: str, parts: list[str], ops: list[str], line: int, has_dst: bool) -> None:
+def _atomic(b: Builder, op: str, parts: list[str], ops: list[str], line: int, has_dst: bool) -> None:
     k = 1 if has_dst else 0
     if len(ops) < k + 2:
         raise b.err(line, f"{op}: too few operands")
@@ -296,7 +296,7 @@ def _atomic(b: _Builder, op: str, parts: list[str], ops: list[str], line: int, h
         b.site(ACC_A, line, op, addr)
 
 
-def _copy_async(b: _Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
+def _copy_async(b: Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
     if any(p in ("commit_group", "wait_group", "wait_all", "prefetch", "mbarrier") for p in parts[1:4]):
         return  # bookkeeping and prefetches: no semantic memory effect
     spaces = [p.split("::")[0] for p in parts if p.split("::")[0] in ("global", "shared", "local")]
@@ -315,20 +315,20 @@ def _copy_async(b: _Builder, op: str, parts: list[str], ops: list[str], line: in
         b.site(ACC_R | tensor, line, op, addr)
 
 
-def _call(b: _Builder, op: str, ops: list[str], line: int) -> None:
+def _call(b: Builder, op: str, ops: list[str], line: int) -> None:
     ops = [o.replace("\n", " ").strip() for o in ops]
     rets: tuple[str, ...] = ()
     if ops[0].startswith("("):
         if not _CALL_LIST.match(ops[0]) or len(ops) < 2:
             raise b.err(line, f"{op}: malformed return list")
-        rets = tuple(_TOK.findall(ops[0]))
+        rets = tuple(TOKEN.findall(ops[0]))
         ops = ops[1:]
     target = ops[0]
     args: tuple[str, ...] = ()
     if len(ops) > 1:
         if not _CALL_LIST.match(ops[1]):
             raise b.err(line, f"{op}: malformed argument list")
-        args = tuple(_TOK.findall(ops[1]))
+        args = tuple(TOKEN.findall(ops[1]))
     if not _NAME.match(target) or len(ops) > 3:
         raise b.err(line, f"{op}: malformed call target")
 

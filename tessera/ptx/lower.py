@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from tessera.ptx.compile import _TOK, ACC_R, ACC_W, _Builder, lower_instruction
+from tessera.ptx.compile import ACC_R, ACC_W, TOKEN, Builder, lower_instruction
 from tessera.ptx.evaluate import COPY, LOAD, MAD, MEM, S_GENERIC, S_GLOBAL, S_LOCAL, S_PARAM, SCALE1, SHL_HI
 from tessera.ptx.native import load as load_native
 from tessera.ptx.parser import Param
@@ -68,7 +68,7 @@ def _bail(line: int, what: str) -> Exception:
 
 # Operand shapes checked on the raw line from the space after the opcode through the final ";" (so one
 # match also proves the line is one statement ending in ";"). ASCII-only and at most as permissive as the
-# reference reading (compile._TOK, split_operands): a line they do not match takes the reference
+# reference reading (compile.TOKEN, split_operands): a line they do not match takes the reference
 # lowering for that instruction, so being strict only costs speed.
 _NA = r"[A-Za-z_$%][\w$@]*+"
 _ARITH_RAW = re.compile(rf"[ \t]*+({_NA}(?:, (?:{_NA}|-?\d\w*+))*+);\Z", re.A)
@@ -83,7 +83,7 @@ _ST_RAW = re.compile(rf"[ \t]*+\[[ \t]*+({_NA})[ \t]*+(?:\+[ \t]*+-?\d++[ \t]*+)
                      rf"([^,\[\]{{}}()|;\n]+|\{{[^{{}}\[\]();\n]*+\}})[ \t]*+;\Z", re.A)
 
 
-_NATIVE = _native()
+NATIVE_SCANNER = _native()
 
 
 def lower_body(src: str, text: str, start: int, end: int, first_line: int, name: str,
@@ -93,12 +93,12 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
     ``end`` (past "}"), or None when the body needs the reference scanner."""
     decls: dict[str, str] = {}
     entry_params = {p.name: i for i, p in enumerate(params)} if is_entry else {}
-    b = _Builder(_bail, tuple(p.name for p in params), tuple(p.name for p in returns), entry_params, decls)
+    b = Builder(_bail, tuple(p.name for p in params), tuple(p.name for p in returns), entry_params, decls)
     append = b.transfers.append
     sites, site_addrs = b.sites, b.site_addrs
     fparams = b.fparams
     rawk = _RAW.get
-    findall = _TOK.findall
+    findall = TOKEN.findall
     arith, ld_raw, st_raw = _ARITH_RAW.match, _LD_RAW.match, _ST_RAW.match
     arith_special = _ARITH_OR_SPECIAL.match
     st = _Scan(src, b, decls, first_line)
@@ -107,7 +107,7 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
     renaming: dict[str, str] = {}  # st.rename, refreshed after each line the general code reads
     # the native scanner settles the lines this loop would settle by prefix + operand regex, the same
     # way, and yields the rest; st.line reads a call's continuation lines from `lines` either way
-    it = lines if _NATIVE is None else _NATIVE(lines, st.scopes, _RAW, _KINDS, b.transfers, sites, site_addrs,
+    it = lines if NATIVE_SCANNER is None else NATIVE_SCANNER(lines, st.scopes, _RAW, _KINDS, b.transfers, sites, site_addrs,
                                                  entry_params, fparams, decls, first_line)
     try:
         for k, raw in it:
@@ -162,7 +162,7 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
                 line, sp, h, k = got
                 post, sep = line[sp + 1 :], " "
                 kind = h[0]
-            if kind <= K_SHL:  # K_COPY, K_SCALE, K_SHL: "%rd6, %rd4, 16" as _TOK reads it
+            if kind <= K_SHL:  # K_COPY, K_SCALE, K_SHL: "%rd6, %rd4, 16" as TOKEN reads it
                 m = arith_special(post)
                 if m is not None:
                     text_ = m[1]

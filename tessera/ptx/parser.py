@@ -54,16 +54,16 @@ _PARAM = re.compile(
 )
 _SCALAR_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8, "128": 16}
 _T = TypeVar("_T")
-_new = object.__new__
-_set = object.__setattr__
+raw_new = object.__new__
+raw_setattr = object.__setattr__
 
 
 def make(cls: type[_T], fields: dict[str, Any]) -> _T:
     """An instance of the frozen dataclass ``cls`` given *every* field: the generated __init__ sets each
     field through object.__setattr__, which cost ~1 us per object, a visible share of the analysis for
     parameters and results. tests/ptx/test_ptx_lower.py checks the result equals normal construction."""
-    obj = _new(cls)
-    _set(obj, "__dict__", fields)
+    obj = raw_new(cls)
+    raw_setattr(obj, "__dict__", fields)
     return obj
 
 

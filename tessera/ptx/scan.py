@@ -35,7 +35,7 @@ from tessera.ptx.compile import (
     _C_SCALE,
     _C_ST,
     _WIDE,
-    _Builder,
+    Builder,
     _category,
     _space,
     lower_instruction,
@@ -100,7 +100,7 @@ class _Scan:
     lines, labels, directives, brace scopes (nvcc's call sequences, renamed as parse_body renames them),
     calls spanning lines, statements in braces (inline asm), and the first line of each opcode."""
 
-    def __init__(self, src: str, b: _Builder, decls: dict[str, str], first_line: int) -> None:
+    def __init__(self, src: str, b: Builder, decls: dict[str, str], first_line: int) -> None:
         self.src, self.b, self.decls, self.first_line = src, b, decls, first_line
         self.scopes: list[dict[str, str]] = []
         self.rename: dict[str, str] = {}

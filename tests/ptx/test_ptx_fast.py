@@ -98,8 +98,8 @@ def test_learnt_prefixes_change_nothing() -> None:
 
 
 def _always_iterate(monkeypatch: pytest.MonkeyPatch) -> None:
-    first = evaluate._first_pass
-    monkeypatch.setattr(evaluate, "_first_pass", lambda *a: first(*a) or True)
+    first = evaluate.first_pass
+    monkeypatch.setattr(evaluate, "first_pass", lambda *a: first(*a) or True)
 
 
 def test_fixpoint_early_stop_changes_nothing_on_corpus(monkeypatch: pytest.MonkeyPatch) -> None:
