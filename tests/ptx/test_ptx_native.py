@@ -16,14 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_ptx_fuzz import mutated
-from test_ptx_lower import _fast, splice
+from test_ptx_lower import lowered_fast, splice
 
 from tessera.ptx import evaluate, lower
 from tessera.ptx.parser import parse_ptx
-from tessera.ptx.scan import _KINDS, _RAW
+from tessera.ptx.scan import KINDS, PREFIX_TABLE
 
 CORPUS = Path(__file__).parent / "corpus"
-NATIVE = lower._native()
+NATIVE = lower.native_scanner()
 NATIVE_PASS = evaluate.native_first_pass()
 
 needs_native = pytest.mark.skipif(NATIVE is None, reason="tessera.ptx._fastscan not built or turned off")
@@ -65,7 +65,7 @@ def test_corpus_lowers_identically_and_mostly_natively() -> None:
         for m in _BODY.finditer(text):  # the lines of each body the scanner hands back to Python
             lines = m.group(1).split("\n")
             total += len(lines)
-            yielded += sum(1 for _ in NATIVE(enumerate(lines), [], _RAW, _KINDS, [], [], [], {}, set(), {}, 1))
+            yielded += sum(1 for _ in NATIVE(enumerate(lines), [], PREFIX_TABLE, KINDS, [], [], [], {}, set(), {}, 1))
     assert total > 7000
     assert yielded < total / 10  # declarations, brace scopes, call sequences (483): the rest is settled in C
 
@@ -186,10 +186,10 @@ def _both_passes(ctx: object, transfers: list, vals: defaultdict, *rest: int) ->
 def _analysed_both_ways(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as m:
         m.setattr(evaluate, "first_pass", _both_passes)
-        checked = _fast(text)
+        checked = lowered_fast(text)
     with monkeypatch.context() as m:
         m.setattr(evaluate, "first_pass", evaluate.python_first_pass)
-        assert checked == _fast(text)
+        assert checked == lowered_fast(text)
 
 
 @needs_native
