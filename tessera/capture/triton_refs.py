@@ -1,10 +1,11 @@
 """PyTorch references of Triton kernels, for running a recorded launch on a CPU worker.
 
 Keyed by the kernel's ``module.qualname``; each reference takes the launch's arguments by the kernel's
-parameter names plus ``grid`` (a 3-tuple), and writes what the kernel writes, in place. Triton's
-interpreter cannot run every kernel (Liger's RMSNorm fails in it on ``float.to``), so a kernel with a
-reference runs it; any other kernel goes through the interpreter. The arithmetic follows each kernel's
-source (its casts included), so a reference's result is the kernel's up to rounding order.
+parameter names plus ``grid`` (a 3-tuple), and writes what the kernel writes, in place. Triton 3.9's
+interpreter cannot run every kernel (Liger's RMSNorm and SwiGLU call ``.to`` on a scalar argument, a
+Python float there), so a kernel with a reference runs it; any other kernel goes through the interpreter.
+The arithmetic follows each kernel's source (its casts included), so a reference's result is the
+kernel's up to rounding order.
 """
 
 from __future__ import annotations
