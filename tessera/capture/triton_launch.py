@@ -227,7 +227,7 @@ def _captured_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any)
     record_launch(rec, launch)
     if rec.keep_program and not any(isinstance(t, FakeTensor) for t in launch.tensors().values()):
         with _disable_current_modes():  # the reference's ATen ops are this kernel, not kernels of the step
-            execute(launch.qualname, launch.values, launch.grid, launch.options)
+            execute(launch.fn, launch.values, launch.grid, launch.options)
 
 
 # ---- execution ---------------------------------------------------------------------------------------------------
@@ -242,11 +242,11 @@ def load(qualname: str) -> Any:
     return obj
 
 
-def execute(qualname: str, values: tuple[Any, ...], grid: tuple[int, int, int], options: dict[str, Any]) -> None:
-    """Run one launch on CPU tensors: its PyTorch reference if registered, else Triton's interpreter."""
-    fn = load(qualname)
+def execute(fn: Any, values: tuple[Any, ...], grid: tuple[int, int, int], options: dict[str, Any]) -> None:
+    """Run one launch of the JITFunction ``fn`` on CPU tensors: its PyTorch reference if registered, else
+    Triton's interpreter."""
     names = [p.name for p in fn.params]
-    ref = REFERENCES.get(qualname)
+    ref = REFERENCES.get(qualname_of(fn))
     if ref is not None:
         ref(**dict(zip(names, values, strict=True)), grid=grid)
         return
@@ -261,12 +261,14 @@ class TritonLauncher:
     """The callable a ``triton:`` program record resolves to (see ``tessera.capture.program.resolve``)."""
 
     qualname: str
+    fn: Any  # the JITFunction, imported when the launcher is made (a worker's set-up, not its first step)
 
     def __call__(self, *values: Any, grid: tuple[int, int, int], **options: Any) -> None:
-        execute(self.qualname, values, tuple(grid), options)
+        execute(self.fn, values, tuple(grid), options)
 
 
 def launcher(qualified: str) -> TritonLauncher:
     if not qualified.startswith(PREFIX):
         raise ValueError(f"{qualified!r} is not a Triton launch (no {PREFIX!r} prefix)")
-    return TritonLauncher(qualified.removeprefix(PREFIX))
+    qualname = qualified.removeprefix(PREFIX)
+    return TritonLauncher(qualname, load(qualname))
