@@ -84,6 +84,8 @@ def trace(
         heavy.add_row(str(k["id"]), k["name"], k["kind"], k["module"], f"{k['flops'] / 1e9:.2f}", _gb(k["bytes"]))
     out.print(kinds)
     out.print(heavy)
+    for finding in s["findings"]:
+        out.print(f"warning: {finding}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
