@@ -16,8 +16,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -27,22 +26,14 @@ sys.path.insert(0, str(ROOT / "tests" / "ptx"))
 
 from test_ptx_fuzz import check_clean, mutated  # noqa: E402
 
-from tessera.ptx import evaluate, lower  # noqa: E402
-from tessera.ptx.analysis import analyze_ptx  # noqa: E402
+from tessera.ptx.analysis import accelerated, analyze_ptx, reference_path  # noqa: E402
 
 CORPUS = ROOT / "tests" / "ptx" / "corpus"
 
 
-@contextmanager
-def _path(native: bool) -> Iterator[None]:
+def _path(native: bool) -> AbstractContextManager[None]:
     """The C scanner and first pass (tessera/ptx/_fastscan.c) on, or the pure-Python code they replace."""
-    saved = lower._NATIVE, evaluate._first_pass
-    if not native:
-        lower._NATIVE, evaluate._first_pass = None, evaluate._python_first_pass
-    try:
-        yield
-    finally:
-        lower._NATIVE, evaluate._first_pass = saved
+    return nullcontext() if native else reference_path()
 
 
 def throughput(repeat: int, rounds: int = 7) -> dict[str, object]:
@@ -51,7 +42,7 @@ def throughput(repeat: int, rounds: int = 7) -> dict[str, object]:
     in process CPU time (CPU time is less disturbed by other processes, wall time is what a user waits)."""
     files = [(str(p), p.read_text()) for p in sorted(CORPUS.glob("*/*.ptx"))]
     total = sum(len(t) for _, t in files)
-    paths = ["native", "python"] if lower._NATIVE is not None else ["python"]
+    paths = ["native", "python"] if accelerated() else ["python"]
     best = {m: [float("inf"), float("inf")] for m in paths}
     load_before = os.getloadavg()[0]
     for _ in range(rounds):

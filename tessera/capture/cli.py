@@ -70,6 +70,7 @@ def trace(
             f"{s['eager_kernels']} eager), {s['layers']} layers, "
             f"{s['flops'] / 1e12:.3f} TFLOP, read {_gb(s['bytes_read'])} GB, written {_gb(s['bytes_written'])} GB, "
             f"weights {_gb(s['weight_bytes'])} GB, kv {_gb(s['kv_bytes'])} GB, state {_gb(s['state_bytes'])} GB, "
+            f"deps from PTX {s['deps_from']['ptx']} / schema {s['deps_from']['schema']}, "
             f"captured in {s['capture_s']:.2f} s")
     kinds = Table(title=head)
     for col in ("kind", "kernels", "GFLOP", "GB moved"):
@@ -83,6 +84,8 @@ def trace(
         heavy.add_row(str(k["id"]), k["name"], k["kind"], k["module"], f"{k['flops'] / 1e9:.2f}", _gb(k["bytes"]))
     out.print(kinds)
     out.print(heavy)
+    for finding in s["findings"]:
+        out.print(f"warning: {finding}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

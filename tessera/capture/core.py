@@ -14,8 +14,10 @@ from torch.utils._pytree import tree_flatten
 
 from tessera.capture import steps, vlm
 from tessera.capture.fuse import fuse
+from tessera.capture.liger import kernels_applied
 from tessera.capture.program import Capture
 from tessera.capture.recorder import Recorder
+from tessera.capture.triton_launch import capturing
 from tessera.capture.zoo import PHASES, ModelSpec, resolve
 from tessera.errors import UserError, choices_error
 from tessera.graph import KernelGraph, Role, build_graph
@@ -90,6 +92,7 @@ def record(name: str, phase: str, *, batch: int, seq: int | None, context: int |
         stack.callback(torch.set_default_dtype, prev_dtype)
         torch.set_default_dtype(dtype or (torch.float32 if real else torch.bfloat16))
         torch.manual_seed(seed)
+        stack.enter_context(kernels_applied(spec.config))  # Liger variants: Triton modules while traced
         model = steps.build(spec)
         step = _make_step(spec, model, phase, batch, seq, context, real)
         rec = Recorder(phase=phase, module_info=block_layers(model), keep_program=real)
@@ -104,7 +107,7 @@ def record(name: str, phase: str, *, batch: int, seq: int | None, context: int |
             nn.modules.module.register_module_forward_hook(lambda m, a, o: rec.pop(m), always_call=True),
         ]
         stack.callback(lambda: [h.remove() for h in hooks])
-        with torch.no_grad(), rec:
+        with torch.no_grad(), rec, capturing(rec):
             outs = step.run()
         outs = tuple(t for t in tree_flatten(outs)[0] if isinstance(t, torch.Tensor))
         for t in outs:
@@ -112,6 +115,8 @@ def record(name: str, phase: str, *, batch: int, seq: int | None, context: int |
                 rec.set_role(t, Role.OUTPUT)
     meta: dict[str, Any] = {"source": spec.source, "family": spec.family, "capture_s": time.perf_counter() - t0,
                             "mode": "real" if real else "fake", "view": "eager"}
+    if rec.findings:
+        meta["findings"] = list(rec.findings)
     graph = build_graph(model=spec.name, phase=phase, shape=step.shape, kernels=rec.kernels,
                         buffers=rec.graph_buffers(), meta=meta)
     return graph, rec, outs

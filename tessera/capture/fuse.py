@@ -44,7 +44,7 @@ def groups_of(graph: KernelGraph) -> list[list[int]]:
     """Eager kernel ids of each fused kernel, in fused program order."""
     nodes: list[_Node] = []
     for k in graph.kernels:
-        f = k.kind in FUSIBLE
+        f = k.kind in FUSIBLE and k.deps_from != "ptx"  # a custom (Triton) kernel is already production-fused
         if f and nodes and nodes[-1].fusible:
             last = nodes[-1]
             last.members.append(k.id)

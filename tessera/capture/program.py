@@ -38,7 +38,11 @@ class Capture:
 
 
 def resolve(qualified: str) -> Any:
-    """``"aten.mm.default"`` -> ``torch.ops.aten.mm.default``."""
+    """``"aten.mm.default"`` -> ``torch.ops.aten.mm.default``; ``"triton:<kernel>"`` -> its launcher."""
+    if qualified.startswith("triton:"):
+        from tessera.capture.triton_launch import launcher
+
+        return launcher(qualified)
     ns, name, overload = qualified.split(".")
     return getattr(getattr(getattr(torch.ops, ns), name), overload)
 

@@ -85,6 +85,10 @@ class Recorder(TorchDispatchMode):
     initial: dict[int, torch.Tensor] = field(default_factory=dict)  # real mode: starting bytes (uint8)
     stack: list[tuple[str, int | None]] = field(default_factory=list)
     access: list[Access] = field(default_factory=list)  # kernel i's bytes per buffer (for fusion)
+    # the operator being run, (name, [(argument, declared written, tensors)]), while its implementation may
+    # launch Triton kernels (tessera.capture.triton_launch checks its schema against their PTX)
+    enclosing: tuple[str, list[tuple[str, bool, list[torch.Tensor]]]] | None = None
+    findings: list[str] = field(default_factory=list)  # schema/PTX disagreements found while recording
     _ids: dict[StorageWeakRef, int] = field(default_factory=dict)
     _alive: list[torch.Tensor] = field(default_factory=list)  # storage identities must not be reused
 
@@ -121,6 +125,18 @@ class Recorder(TorchDispatchMode):
             self.initial[bid] = torch.empty(0, dtype=torch.uint8).set_(st.clone())
         return bid
 
+    def knows(self, t: torch.Tensor) -> bool:
+        return StorageWeakRef(t.untyped_storage()) in self._ids
+
+    def add_kernel(self, kernel: Kernel, access: Access, op: OpRecord | None, keep: list[torch.Tensor]) -> None:
+        """Append a kernel recorded outside ATen dispatch (a Triton launch), its program record in real mode."""
+        assert kernel.id == len(self.kernels), f"kernel id {kernel.id} is not position {len(self.kernels)}"
+        self.kernels.append(kernel)
+        self.access.append(access)
+        if op is not None and self.keep_program:
+            self.program.append(op)
+        self._alive.extend(keep)
+
     def ref(self, t: torch.Tensor) -> TensorRef:
         return TensorRef(self.buffer_of(t), t.dtype, tuple(t.shape), tuple(t.stride()), int(t.storage_offset()))
 
@@ -145,11 +161,13 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         reads: list[torch.Tensor] = []
         writes: list[torch.Tensor] = []
+        declared: list[tuple[str, bool, list[torch.Tensor]]] = []
         schema = func._schema
         for i, a in enumerate(schema.arguments):
             val = args[i] if i < len(args) and not a.kwarg_only else kwargs.get(a.name)
             tensors = [t for t in tree_flatten(val)[0] if isinstance(t, torch.Tensor)]
             written = a.alias_info is not None and a.alias_info.is_write
+            declared.append((a.name, written, tensors))
             if written:
                 writes += tensors
             # out= is write-only, and so is copy_'s destination (it overwrites what it covers: a slice of a
@@ -159,15 +177,24 @@ class Recorder(TorchDispatchMode):
         for t in reads + writes:
             self.buffer_of(t)  # first sight before the op runs: a constant's starting contents
         arg_refs = self._refs((args, kwargs)) if self.keep_program else None
-        out = func(*args, **kwargs)
+        before = len(self.kernels)
+        self.enclosing = (str(func), declared)
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self.enclosing = None
+        launched = len(self.kernels) > before
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         fresh = [t for t in outs if StorageWeakRef(t.untyped_storage()) not in self._ids]
         name = str(func)
+        if launched:
+            writes = []  # the Triton kernels it launched are its kernels, with their PTX reads/writes
         if not writes and not fresh:
             return out  # a view or metadata op: its outputs alias an existing buffer
         for t in fresh:
             self._new(t, Role.ACTIVATION, f"{name}#{len(self.kernels)}", snapshot=False)
-        if func.overloadpacket.__name__ in _ALLOC:
+        if func.overloadpacket.__name__ in _ALLOC or launched:
+            self._alive.extend(outs)
             return out
         self._kernel(func, args, kwargs, out, reads, writes, outs, fresh)
         if arg_refs is not None:

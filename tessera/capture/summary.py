@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tessera.graph import KernelGraph, Role
+from tessera.graph.ir import DEPS_FROM
 
 
 def summarize(graph: KernelGraph, *, top: int = 5) -> dict[str, Any]:
@@ -31,6 +32,9 @@ def summarize(graph: KernelGraph, *, top: int = 5) -> dict[str, Any]:
         "kv_bytes": roles[Role.KV],
         "state_bytes": roles[Role.STATE],
         "layers": graph.layers,
+        # where kernels' reads/writes come from: declared operator schemas or their compiled PTX
+        "deps_from": {src: sum(k.deps_from == src for k in graph.kernels) for src in DEPS_FROM},
+        "findings": list(graph.meta.get("findings", [])),  # e.g. a schema that omits a write its PTX does
         "capture_s": round(float(graph.meta.get("capture_s", 0.0)), 3),
         "by_kind": dict(sorted(kinds.items(), key=lambda kv: -kv[1]["flops"])),
         "heaviest": [{"id": k.id, "name": k.name, "kind": k.kind.value, "module": k.module, "flops": k.flops,

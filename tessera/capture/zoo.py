@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tessera.capture.liger import LIGER_VARIANTS, variant_config
 from tessera.errors import choices_error
 
 PHASES: dict[str, tuple[str, ...]] = {
@@ -120,6 +121,13 @@ SPECS: dict[str, ModelSpec] = {s.name: s for s in (
                           num_attention_heads=2, num_layers=1, num_single_layers=1, pooled_projection_dim=16,
                           axes_dims_rope=[4, 6, 6])),
 )}
+
+# Liger-Kernel variants (Triton RMSNorm, SwiGLU, rotary; tessera.capture.liger): same config, marked.
+SPECS.update({name: ModelSpec(name=name, family=SPECS[base].family, tiny=SPECS[base].tiny,
+                              config=variant_config(SPECS[base].config),
+                              source=SPECS[base].source + " + Liger-Kernel Triton kernels")
+              for name, base in LIGER_VARIANTS.items()})
+
 
 def model_names() -> list[str]:
     return list(SPECS)

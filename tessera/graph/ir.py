@@ -44,6 +44,9 @@ class KernelKind(StrEnum):
     OTHER = "other"
 
 
+DEPS_FROM = ("schema", "ptx")  # the sources of a kernel's reads/writes
+
+
 class EdgeKind(StrEnum):
     RAW = "raw"  # true dependency: data flows
     WAR = "war"  # ordering only
@@ -86,10 +89,15 @@ class Kernel:
     # batch,heads,kv_heads,q_len,kv_len,head_dim; others numel.
     dims: dict[str, int] = field(default_factory=dict, hash=False)
     indirect: bool = False  # access pattern unknown: reads/writes widened to whole buffers
+    # where reads/writes come from: "schema" (the operator's declared schema) or "ptx" (the analysis of
+    # the kernel's compiled PTX, e.g. a captured Triton launch)
+    deps_from: str = "schema"
 
     def __post_init__(self) -> None:
         if self.flops < 0 or self.bytes_read < 0 or self.bytes_written < 0:
             raise ValueError(f"kernel {self.id} {self.name}: negative flops/bytes")
+        if self.deps_from not in DEPS_FROM:
+            raise ValueError(f"kernel {self.id} {self.name}: deps_from={self.deps_from!r} not in {DEPS_FROM}")
 
 
 @dataclass(frozen=True)

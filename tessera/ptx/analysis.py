@@ -18,15 +18,18 @@ in-bounds rule), so it keeps its precise class and is only flagged ``data_depend
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from tessera.ptx import evaluate, lower
 from tessera.ptx.compile import ACC_A, ACC_R, ACC_W, TENSOR, compile_function
 from tessera.ptx.evaluate import CONST, DATA, GSYM0, LOCAL, UNMOD, WILD, CompiledFunction
 from tessera.ptx.lower import lower_body
 from tessera.ptx.parser import Function, Module, Param, make, parse_ptx
-from tessera.ptx.parser import _new as parser_new
-from tessera.ptx.parser import _set as parser_set
+from tessera.ptx.parser import raw_new as parser_new
+from tessera.ptx.parser import raw_setattr as parser_set
 
 
 class Access(StrEnum):
@@ -247,3 +250,21 @@ def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict
 def analyze_ptx(text: str, source: str = "<string>") -> dict[str, EntryAccess]:
     """Parse and analyse PTX text; raises PtxSyntaxError (a ValueError) on malformed input."""
     return analyze_module(parse_ptx(text, source, lower=lower_body))
+
+
+@contextmanager
+def reference_path() -> Iterator[None]:
+    """Analyse through the pure-Python reference path for the duration: the accelerated path (the C
+    scanner and first pass of _fastscan.c) off. The one switch between the two; the differential tests
+    and the benchmark use it."""
+    saved = lower.NATIVE_SCANNER, evaluate.first_pass
+    lower.NATIVE_SCANNER, evaluate.first_pass = None, evaluate.python_first_pass
+    try:
+        yield
+    finally:
+        lower.NATIVE_SCANNER, evaluate.first_pass = saved
+
+
+def accelerated() -> bool:
+    """Whether the C path is in use (built, and TESSERA_PTX_NATIVE is not 0)."""
+    return lower.NATIVE_SCANNER is not None

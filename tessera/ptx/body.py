@@ -19,19 +19,19 @@ class PtxSyntaxError(UserError):
 
 # A body statement the fast path does not cover (several on one line, a brace scope opened on the
 # line of a statement): split by this pattern, a call's operand lists may span lines.
-_STMT = re.compile(
+STMT = re.compile(
     r"""\s*(?:(?P<open>\{)|(?P<close>\})|(?P<label>[A-Za-z_$%][\w$]*):(?!:)
     |(?P<stmt>[^;{}]*+(?:\{[^{}]*+\}[^;{}]*+)*+;)|(?P<bad>\S[^\n]*))""",
     re.X,
 )
-_RENAME_TOKEN = re.compile(r"(?<![\w$.%])[A-Za-z_$%][\w$]*")
-_VALID_OPS: set[str] = set()  # opcodes already checked against _OPCODE
-_OPCODE = re.compile(r"[a-z_][\w.:]*\Z")
-_GUARD = re.compile(r"@!?[%$A-Za-z_][\w$]*\Z")
-_DECL_NAME = re.compile(r"([A-Za-z_$%][\w$]*+)\s*(?:<\s*(\d+)\s*>|\[\s*(\d*)\s*\])?\s*(?:=|;|,|$)")
+RENAME_TOKEN = re.compile(r"(?<![\w$.%])[A-Za-z_$%][\w$]*")
+_VALID_OPS: set[str] = set()  # opcodes already checked against OPCODE
+OPCODE = re.compile(r"[a-z_][\w.:]*\Z")
+GUARD = re.compile(r"@!?[%$A-Za-z_][\w$]*\Z")
+DECL_NAME = re.compile(r"([A-Za-z_$%][\w$]*+)\s*(?:<\s*(\d+)\s*>|\[\s*(\d*)\s*\])?\s*(?:=|;|,|$)")
 
 
-_SPACES = (".global", ".const", ".shared", ".local", ".param", ".reg", ".tex")
+SPACES = (".global", ".const", ".shared", ".local", ".param", ".reg", ".tex")
 
 
 class Instruction(NamedTuple):
@@ -52,7 +52,7 @@ def _error_line(source: str, line: int, snippet: str, what: str) -> PtxSyntaxErr
     return PtxSyntaxError(f"{source}:{line}: {what}: {snippet!r}")
 
 
-_IGNORED_DIRECTIVES = (".loc", ".file", ".pragma", ".maxntid", ".reqntid", ".minnctapersm", ".maxnreg")
+IGNORED_DIRECTIVES = (".loc", ".file", ".pragma", ".maxntid", ".reqntid", ".minnctapersm", ".maxnreg")
 
 
 def parse_body(src: str, text: str, start: int, end: int, first_line: int
@@ -88,35 +88,35 @@ def parse_body(src: str, text: str, start: int, end: int, first_line: int
                 if s.startswith(".reg") and not scopes:
                     continue
                 space = s.split(None, 1)[0]
-                if space in _SPACES:
+                if space in SPACES:
                     n_scopes = declare(s, space, scopes, decls, n_scopes)
                     if scopes:
                         rename = {a: b for sc in scopes for a, b in sc.items()}
-                elif space not in _IGNORED_DIRECTIVES:
+                elif space not in IGNORED_DIRECTIVES:
                     raise _error_line(src, lineno, s, "unknown directive in function body")
                 continue
             guard = ""
             if c == "@":
                 parts = s.split(None, 1)
-                if len(parts) < 2 or _GUARD.match(parts[0]) is None:
+                if len(parts) < 2 or GUARD.match(parts[0]) is None:
                     raise _error_line(src, lineno, s, "malformed predicate guard")
                 guard, s = parts[0][1:], parts[1]
             parts = s[:-1].split(None, 1)
             op = parts[0] if parts else ""
             if op not in _VALID_OPS:
-                if _OPCODE.match(op) is None:
+                if OPCODE.match(op) is None:
                     raise _error_line(src, lineno, s, "cannot parse statement")
                 _VALID_OPS.add(op)
             args = parts[1] if len(parts) > 1 else ""
             if rename:
-                args = _apply_renames(args, rename)
+                args = apply_renames(args, rename)
             body.append(new(cls, (op, args, guard, lineno)))
-        elif c == "." and ";" not in s and s.split(None, 1)[0] in _IGNORED_DIRECTIVES:
+        elif c == "." and ";" not in s and s.split(None, 1)[0] in IGNORED_DIRECTIVES:
             continue  # .loc / .file / .maxntid lines carry no semicolon; one with a ";" inside is split
         elif s.startswith(("call", "@")) and "{" not in s and "}" not in s and ";" not in s:
             pending, pending_line = s, lineno
         else:  # labels, braces, several statements on one line: the general statement splitter
-            for open_, close, _label, stmt, bad in _STMT.findall(s):
+            for open_, close, _label, stmt, bad in STMT.findall(s):
                 if open_:
                     n_scopes += 1
                     scopes.append({})
@@ -129,7 +129,7 @@ def parse_body(src: str, text: str, start: int, end: int, first_line: int
                     if stmt == s:  # would split to itself forever (a ";" inside braces, "{%f1;, %f2}")
                         raise _error_line(src, lineno, s, "cannot parse statement (';' inside braces?)")
                     sub = parse_body(src, "{" + stmt + "}", 0, len(stmt) + 2, lineno)
-                    _merge_sub(sub, body, decls, scopes, rename)
+                    merge_sub(sub, body, decls, scopes, rename)
                     if scopes and sub[1]:
                         rename = {a: b for sc in scopes for a, b in sc.items()}
                 elif bad:
@@ -141,11 +141,11 @@ def parse_body(src: str, text: str, start: int, end: int, first_line: int
     return tuple(body), decls
 
 
-_RENAME_SPLIT = re.compile("(" + _RENAME_TOKEN.pattern + ")")
+_RENAME_SPLIT = re.compile("(" + RENAME_TOKEN.pattern + ")")
 
 
-def _apply_renames(args: str, rename: dict[str, str]) -> str:
-    """_RENAME_TOKEN.sub(rename each token) without a Python callback per token: split keeps the tokens
+def apply_renames(args: str, rename: dict[str, str]) -> str:
+    """RENAME_TOKEN.sub(rename each token) without a Python callback per token: split keeps the tokens
     at the odd indices (the pattern never matches empty), map(rename.get) swaps them in C."""
     parts = _RENAME_SPLIT.split(args)
     if len(parts) > 1:
@@ -154,12 +154,12 @@ def _apply_renames(args: str, rename: dict[str, str]) -> str:
     return "".join(parts)
 
 
-def _merge_sub(sub: tuple[tuple[Instruction, ...], dict[str, str]], body: list[Instruction],
+def merge_sub(sub: tuple[tuple[Instruction, ...], dict[str, str]], body: list[Instruction],
                decls: dict[str, str], scopes: list[dict[str, str]], rename: dict[str, str]) -> None:
     """Adds one statement parsed on its own to the enclosing body, applying the current renames."""
     instrs, sub_decls = sub
     for ins in instrs:
-        args = _apply_renames(ins.args, rename) if rename else ins.args
+        args = apply_renames(ins.args, rename) if rename else ins.args
         body.append(ins._replace(args=args))
     for name, space in sub_decls.items():
         if scopes and space in (".param", ".reg", ".local", ".shared"):
@@ -171,7 +171,7 @@ def _merge_sub(sub: tuple[tuple[Instruction, ...], dict[str, str]], body: list[I
 
 def declare(s: str, space: str, scopes: list[dict[str, str]], decls: dict[str, str], n_scopes: int) -> int:
     rest = s.split(None, 1)[1] if " " in s or "\t" in s else ""
-    for name, _, _ in _DECL_NAME.findall(rest.split("=", 1)[0] + ";"):
+    for name, _, _ in DECL_NAME.findall(rest.split("=", 1)[0] + ";"):
         if name.startswith("."):
             continue
         if scopes:

@@ -36,7 +36,7 @@ from tessera.ptx.parser import Function, Module, make, split_operands
 
 ACC_R, ACC_W, ACC_A, TENSOR = 1, 2, 4, 8
 
-_TOK = re.compile(r"(?<![\w$.%@])[A-Za-z_$%][\w$@]*")
+TOKEN = re.compile(r"(?<![\w$.%@])[A-Za-z_$%][\w$@]*")
 _CALL_LIST = re.compile(r"\(\s*(?:[A-Za-z_$%][\w$@]*(?:\s*,\s*[A-Za-z_$%][\w$@]*)*)?\s*\)\Z")
 _NAME = re.compile(r"[A-Za-z_$%][\w$@]*\Z")
 _FLOAT_TYPES = frozenset({"f16", "f16x2", "bf16", "bf16x2", "f32", "f64", "f32x2", "tf32", "rn", "approx"})
@@ -55,11 +55,11 @@ _SCALE = frozenset({"mul", "mul24", "shl", "shr", "div", "rem", "sad", "popc", "
 _MAD = frozenset({"mad", "mad24", "madc", "fma"})
 _COPY = frozenset({"mov", "add", "sub", "addc", "subc", "and", "or", "xor", "not", "neg", "abs", "min",
                    "max", "selp", "slct", "cvt", "shfl", "prmt", "lop3", "bfe", "bfi", "redux", "copysign"})
-_WIDE = frozenset({"u64", "s64", "b64", "f64", "b128"})
+WIDE = frozenset({"u64", "s64", "b64", "f64", "b128"})
 _SURFACE = frozenset({"suld", "sust", "sured", "tex", "tld4", "multimem", "txq", "suq"})
 
 
-def _space(parts: list[str]) -> int:
+def space_of(parts: list[str]) -> int:
     for p in parts:
         q = p.split("::", 1)[0]
         if q == "global":
@@ -74,38 +74,38 @@ def _space(parts: list[str]) -> int:
 
 
 _CATEGORY: dict[str, tuple[int, list[str]]] = {}
-_C_IGNORE, _C_COPY, _C_SCALE, _C_MAD, _C_LD, _C_ST, _C_ATOM, _C_RED, _C_CP, _C_CALL, _C_CVTA, _C_UNK, \
+C_IGNORE, C_COPY, C_SCALE, C_MAD, C_LD, C_ST, _C_ATOM, _C_RED, C_CP, C_CALL, C_CVTA, _C_UNK, \
     _C_WILDMEM, _C_DISCARD, _C_LOCALADDR = range(15)
 
 
-def _category(op: str) -> tuple[int, list[str]]:
+def category_of(op: str) -> tuple[int, list[str]]:
     hit = _CATEGORY.get(op)
     if hit is not None:
         return hit
     parts = op.split(".")
     base = parts[0]
     if base in _IGNORE or (base in _FLOAT_ARITH and parts[-1] in _FLOAT_TYPES):
-        cat = _C_IGNORE
+        cat = C_IGNORE
     elif base in ("ld", "ldu", "ldmatrix"):
-        cat = _C_LD
+        cat = C_LD
     elif base in ("st", "stmatrix"):
-        cat = _C_ST
+        cat = C_ST
     elif base == "atom":
         cat = _C_ATOM
     elif base == "red":
         cat = _C_RED
     elif base == "cp":
-        cat = _C_CP
+        cat = C_CP
     elif base == "call":
-        cat = _C_CALL
+        cat = C_CALL
     elif base in ("cvta", "mapa"):
-        cat = _C_CVTA
+        cat = C_CVTA
     elif base in _MAD:
-        cat = _C_MAD
+        cat = C_MAD
     elif base in _SCALE:
-        cat = _C_SCALE
+        cat = C_SCALE
     elif base in _COPY:
-        cat = _C_COPY
+        cat = C_COPY
     elif base in _SURFACE:
         cat = _C_WILDMEM
     elif base in ("discard", "tensormap"):
@@ -118,7 +118,7 @@ def _category(op: str) -> tuple[int, list[str]]:
     return cat, parts
 
 
-class _Builder:
+class Builder:
     """Collects transfers and access sites of one function; values are keyed by name (evaluate.py)."""
 
     def __init__(self, err: Callable[[int, str], Exception], params: tuple[str, ...], returns: tuple[str, ...],
@@ -138,7 +138,7 @@ class _Builder:
 
     @staticmethod
     def toks(text: str) -> tuple[str, ...]:
-        return tuple(_TOK.findall(text))
+        return tuple(TOKEN.findall(text))
 
     @staticmethod
     def content(sym: str) -> str:
@@ -151,7 +151,7 @@ class _Builder:
         inner = opnd[1:-1]
         if "{" in inner:  # tensor map plus coordinates: the map is the address
             inner = inner.split(",", 1)[0]
-        names = _TOK.findall(inner)
+        names = TOKEN.findall(inner)
         if not names:
             return "", ()
         first = names[0]
@@ -170,51 +170,51 @@ class _Builder:
             "locals": self.locals, "entry_params": self.entry_params, "init": {}, "_init_vals": {}})
 
 
-def lower_instruction(b: _Builder, op: str, args: str, line: int, cat: int, parts: list[str]) -> None:
+def lower_instruction(b: Builder, op: str, args: str, line: int, cat: int, parts: list[str]) -> None:
     """Appends the transfers / sites of one non-ignored instruction; raises on malformed operands."""
     tr = b.transfers
-    if (cat == _C_COPY or cat == _C_SCALE) and args and "[" not in args and "{" not in args \
+    if (cat == C_COPY or cat == C_SCALE) and args and "[" not in args and "{" not in args \
             and "|" not in args and "(" not in args:
         # register arithmetic, most of a body: the first operand must be the destination
         ops = args.split(",")
-        names = _TOK.findall(args)
+        names = TOKEN.findall(args)
         if not names or names[0] != ops[0].strip():
             raise b.err(line, f"{op}: destination must be a register")
         code = COPY
-        if cat == _C_SCALE:
+        if cat == C_SCALE:
             code = SHL_HI if parts[0] == "shl" and _shift_ge_32(ops[-1]) else SCALE
         tr.append((code, (names[0],), tuple(names[1:])))
         return
     ops = split_operands(args) if args else []
     if ops is None or any(not o for o in ops):
         raise b.err(line, f"{op}: malformed operands")
-    if not ops and cat != _C_CP:
+    if not ops and cat != C_CP:
         raise b.err(line, f"{op}: missing operands")
-    if cat == _C_COPY or cat == _C_SCALE or cat == _C_UNK:
+    if cat == C_COPY or cat == C_SCALE or cat == _C_UNK:
         dst = b.toks(ops[0].replace("|", ","))
         srcs = b.toks(",".join(ops[1:]))
-        if cat == _C_COPY:
+        if cat == C_COPY:
             code = PACK if parts[0] == "mov" and len(ops) > 1 and ops[1][:1] == "{" else COPY
-        elif cat == _C_SCALE:
+        elif cat == C_SCALE:
             code = SHL_HI if parts[0] == "shl" and _shift_ge_32(ops[-1]) else SCALE
         else:
             code = UNK
         tr.append((code, dst, srcs))
-    elif cat == _C_MAD:
+    elif cat == C_MAD:
         if len(ops) < 4:
             raise b.err(line, f"{op}: expected 4 operands")
         tr.append((MAD, b.toks(ops[0]), b.toks(ops[1] + "," + ops[2]), b.toks(ops[3])))
-    elif cat == _C_LD:
+    elif cat == C_LD:
         _load(b, op, parts, ops, line)
-    elif cat == _C_ST:
+    elif cat == C_ST:
         _store(b, op, parts, ops, line)
     elif cat in (_C_ATOM, _C_RED):
         _atomic(b, op, parts, ops, line, cat == _C_ATOM)
-    elif cat == _C_CP:
+    elif cat == C_CP:
         _copy_async(b, op, parts, ops, line)
-    elif cat == _C_CALL:
+    elif cat == C_CALL:
         _call(b, op, ops, line)
-    elif cat == _C_CVTA:
+    elif cat == C_CVTA:
         dst, srcs = b.toks(ops[0]), b.toks(",".join(ops[1:]))
         to_generic = "to" not in parts and any(p.split("::")[0] in ("shared", "local") for p in parts)
         tr.append((COPY, dst, ("<local>",) if to_generic else srcs))
@@ -238,36 +238,36 @@ def _shift_ge_32(amount: str) -> bool:
 def compile_function(module: Module, fn: Function) -> CompiledFunction:
     """Transfer functions and access sites of ``fn`` from its parsed instructions."""
     entry_params = {p.name: i for i, p in enumerate(fn.params)} if fn.is_entry else {}
-    b = _Builder(module.error, tuple(p.name for p in fn.params), tuple(p.name for p in fn.returns),
+    b = Builder(module.error, tuple(p.name for p in fn.params), tuple(p.name for p in fn.returns),
                  entry_params, fn.locals)
     cats = _CATEGORY
     for op, args, _, line in fn.body or ():
         hit = cats.get(op)
-        cat, parts = hit if hit is not None else _category(op)
-        if cat != _C_IGNORE:
+        cat, parts = hit if hit is not None else category_of(op)
+        if cat != C_IGNORE:
             lower_instruction(b, op, args, line, cat, parts)
     return b.finish(fn.name)
 
 
-def _load(b: _Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
+def _load(b: Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
     if len(ops) < 2:
         raise b.err(line, f"{op}: expected a destination and an address")
     dst = b.toks(ops[0])
-    space = S_LOCAL if parts[0] == "ldmatrix" else _space(parts)
+    space = S_LOCAL if parts[0] == "ldmatrix" else space_of(parts)
     sym, addr = b.address(ops[1], line, op)
     if space == S_PARAM and sym:
         b.transfers.append((COPY, dst, (b.content(sym),)))
         return
-    wide = WILD if any(p in _WIDE for p in parts) else 0
+    wide = WILD if any(p in WIDE for p in parts) else 0
     b.transfers.append((LOAD, dst, addr, space, wide))
     if space in (S_GLOBAL, S_GENERIC) and "const" not in parts:
         b.site(ACC_R, line, op, addr)
 
 
-def _store(b: _Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
+def _store(b: Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
     if len(ops) < 2:
         raise b.err(line, f"{op}: expected an address and a value")
-    space = S_LOCAL if parts[0] == "stmatrix" or "async" in parts else _space(parts)
+    space = S_LOCAL if parts[0] == "stmatrix" or "async" in parts else space_of(parts)
     sym, addr = b.address(ops[0], line, op)
     srcs = b.toks(",".join(ops[1:]))
     if space == S_PARAM:
@@ -280,23 +280,23 @@ def _store(b: _Builder, op: str, parts: list[str], ops: list[str], line: int) ->
         b.site(ACC_W, line, op, addr)
 
 
-def _atomic(b: _Builder, op: str, parts: list[str], ops: list[str], line: int, has_dst: bool) -> None:
+def _atomic(b: Builder, op: str, parts: list[str], ops: list[str], line: int, has_dst: bool) -> None:
     k = 1 if has_dst else 0
     if len(ops) < k + 2:
         raise b.err(line, f"{op}: too few operands")
-    space = _space(parts)
+    space = space_of(parts)
     _, addr = b.address(ops[k], line, op)
     srcs = b.toks(",".join(ops[k + 1:]))
     if space == S_LOCAL or space == S_GENERIC:
         b.transfers.append((COPY, (MEM,), srcs))
     if has_dst:
-        wide = WILD if any(p in _WIDE for p in parts) else 0
+        wide = WILD if any(p in WIDE for p in parts) else 0
         b.transfers.append((ATOM_DST, b.toks(ops[0]), (), space, wide))
     if space != S_LOCAL:
         b.site(ACC_A, line, op, addr)
 
 
-def _copy_async(b: _Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
+def _copy_async(b: Builder, op: str, parts: list[str], ops: list[str], line: int) -> None:
     if any(p in ("commit_group", "wait_group", "wait_all", "prefetch", "mbarrier") for p in parts[1:4]):
         return  # bookkeeping and prefetches: no semantic memory effect
     spaces = [p.split("::")[0] for p in parts if p.split("::")[0] in ("global", "shared", "local")]
@@ -315,20 +315,20 @@ def _copy_async(b: _Builder, op: str, parts: list[str], ops: list[str], line: in
         b.site(ACC_R | tensor, line, op, addr)
 
 
-def _call(b: _Builder, op: str, ops: list[str], line: int) -> None:
+def _call(b: Builder, op: str, ops: list[str], line: int) -> None:
     ops = [o.replace("\n", " ").strip() for o in ops]
     rets: tuple[str, ...] = ()
     if ops[0].startswith("("):
         if not _CALL_LIST.match(ops[0]) or len(ops) < 2:
             raise b.err(line, f"{op}: malformed return list")
-        rets = tuple(_TOK.findall(ops[0]))
+        rets = tuple(TOKEN.findall(ops[0]))
         ops = ops[1:]
     target = ops[0]
     args: tuple[str, ...] = ()
     if len(ops) > 1:
         if not _CALL_LIST.match(ops[1]):
             raise b.err(line, f"{op}: malformed argument list")
-        args = tuple(_TOK.findall(ops[1]))
+        args = tuple(TOKEN.findall(ops[1]))
     if not _NAME.match(target) or len(ops) > 3:
         raise b.err(line, f"{op}: malformed call target")
 

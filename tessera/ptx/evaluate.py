@@ -11,13 +11,23 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from tessera.ptx.body import PtxSyntaxError
 from tessera.ptx.native import load as load_native
 
-if TYPE_CHECKING:
-    from tessera.ptx.analysis import _EntryContext
+
+class EntryContext(Protocol):
+    """What evaluation needs of the entry being analysed (tessera.ptx.analysis implements it)."""
+
+    module: Any
+    compiled: dict[str, Any]
+    n: int
+    p0: int
+    sites: dict[str, list[int]]
+    unknown: list[str]
+
+    def run(self, fn: Any, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]: ...
 
 WILD, DATA, UNMOD, LOCAL, CONST = 1, 2, 4, 8, 16
 GSYM0 = 5
@@ -71,7 +81,7 @@ class CompiledFunction:
                 for name, (kind, i) in self.init.items()}
         return hit
 
-    def evaluate(self, ctx: _EntryContext, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]:
+    def evaluate(self, ctx: EntryContext, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]:
         n, p0 = ctx.n, ctx.p0
         a0 = p0 + n
         amask = ((1 << n) - 1) << a0
@@ -80,7 +90,7 @@ class CompiledFunction:
             vals[slot] |= v
         if mem:  # absent when 0: the first pass's proof below treats a present name as possibly read
             vals[MEM] |= mem
-        if _first_pass(ctx, self.transfers, vals, amask, a0, p0):
+        if first_pass(ctx, self.transfers, vals, amask, a0, p0):
             _fixpoint(ctx, self.transfers, vals, amask, a0, p0)
         # one list per function (site index -> OR of address bit sets) rather than a dict keyed by
         # (function, site): no key tuple per site per evaluation; the dict keeps first-evaluation order
@@ -102,11 +112,11 @@ class CompiledFunction:
 # name changed once, before any transfer read it, so every transfer of a second pass would see exactly
 # its first-pass inputs: the second pass would change nothing and is skipped. Any other change (a name
 # read before it was assigned: loops, uses before definitions; a second assignment; an initialised
-# name) makes _first_pass return True and the classic pass-until-no-change loop runs as before, so the
+# name) makes first_pass return True and the classic pass-until-no-change loop runs as before, so the
 # result is bit for bit the one of always iterating: the skipped pass is exactly one that changes nothing.
 
 
-def _first_pass(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
+def python_first_pass(ctx: EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
                 amask: int, a0: int, p0: int) -> bool:
     """One pass over ``transfers``; True when another pass may change something."""
     again = False
@@ -174,21 +184,21 @@ def _first_pass(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[st
     return again
 
 
-def _native_first_pass() -> Callable[..., bool] | None:
-    """_first_pass in C (native.py), or None."""
+def native_first_pass() -> Callable[..., bool] | None:
+    """first_pass in C (native.py), or None."""
     mod = load_native("EVAL_LAYOUT", (DATA, COPY, LOAD, CALL, SCALE1, S_GLOBAL))
     if mod is None:
         return None
     native = mod.first_pass
 
-    def first_pass(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
+    def native_pass(ctx: EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
                    amask: int, a0: int, p0: int) -> bool:
         return native(ctx, transfers, vals, amask, a0, p0, _load, _call, _transfer)  # type: ignore[no-any-return]
 
-    return first_pass
+    return native_pass
 
 
-def _fixpoint(ctx: _EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
+def _fixpoint(ctx: EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
               amask: int, a0: int, p0: int) -> None:
     changed = True
     while changed:
@@ -271,9 +281,9 @@ def _load(t: tuple, v: int, vals: dict[str, int], amask: int, a0: int, p0: int) 
     return r
 
 
-def _call(ctx: _EntryContext, t: tuple, vals: dict[str, int], first: bool) -> bool:  # type: ignore[type-arg]
+def _call(ctx: EntryContext, t: tuple, vals: dict[str, int], first: bool) -> bool:  # type: ignore[type-arg]
     """Joins the callee's results into ``vals``; True when a value changed (in the first pass: changed
-    a name that was already present, see _first_pass)."""
+    a name that was already present, see first_pass)."""
     _, rets, args, callee, line = t
     fn = ctx.compiled.get(callee)
     if fn is None:
@@ -300,5 +310,5 @@ def _call(ctx: _EntryContext, t: tuple, vals: dict[str, int], first: bool) -> bo
     return changed
 
 
-_python_first_pass = _first_pass
-_first_pass = _native_first_pass() or _first_pass  # type: ignore[assignment]
+# the pass evaluate() runs: the C one when built (and TESSERA_PTX_NATIVE is not 0), else the Python one
+first_pass = native_first_pass() or python_first_pass

@@ -2,7 +2,7 @@
 
 The analysis must sustain >= 20 MB/s of PTX in pure Python, so the per-line work is cut to the bone
 for the form nvcc and Triton write ("\top \targs;", one statement per line): the line's text up to its
-first space is looked up in scan._RAW (a prefix learnt from an earlier line: an opcode with its fast
+first space is looked up in scan.PREFIX_TABLE (a prefix learnt from an earlier line: an opcode with its fast
 kind, a guard, `.reg`, `.loc`), ignored opcodes stop there, and one regex per operand shape, matched on
 the raw line from the opcode through the final ";", both checks the line is one statement and yields
 its operands: register arithmetic "a, b, 16" (one split into a single COPY1 / SCALE1 transfer), special
@@ -10,7 +10,7 @@ registers (`%ctaid.x`), shfl's `%r|%p` destinations, `mad`, `cvta`, `ld`/`st` th
 `cp.async` bookkeeping. A shape no regex takes goes to the reference lowering
 (compile.lower_instruction) for that one instruction; a line no prefix settles (blank lines, labels,
 declarations, call sequences, calls spanning lines, inline asm in braces, the first line of a new
-opcode) is read by scan._Scan exactly as body.parse_body reads it. Anything that would be an error, or
+opcode) is read by scan.LineScan exactly as body.parse_body reads it. Anything that would be an error, or
 that the reference scanner reads differently (several statements on a line, an unknown directive, a
 malformed line or operand), returns None, and the parser redoes the body with the reference scanner
 (body.py) and the analysis lowers it with compile.py: errors, their line numbers and their order stay
@@ -22,14 +22,11 @@ from __future__ import annotations
 
 import re
 
-from tessera.ptx.compile import _TOK, ACC_R, ACC_W, _Builder, lower_instruction
+from tessera.ptx.compile import ACC_R, ACC_W, TOKEN, Builder, lower_instruction
 from tessera.ptx.evaluate import COPY, LOAD, MAD, MEM, S_GENERIC, S_GLOBAL, S_LOCAL, S_PARAM, SCALE1, SHL_HI
 from tessera.ptx.native import load as load_native
 from tessera.ptx.parser import Param
 from tessera.ptx.scan import (
-    _KINDS,
-    _LABEL,
-    _RAW,
     BLANK_ENTRY,
     K_BLANK,
     K_CALL,
@@ -46,11 +43,14 @@ from tessera.ptx.scan import (
     K_SHL,
     K_SKIPDIR,
     K_ST,
-    _Scan,
+    KINDS,
+    LABEL,
+    PREFIX_TABLE,
+    LineScan,
 )
 
 
-def _native() -> type | None:
+def native_scanner() -> type | None:
     """The C scanner (native.py), or None."""
     mod = load_native("LAYOUT", (K_COPY, K_SCALE, K_SHL, K_LD, K_ST, K_CVTA, K_MAD, K_CP_NOP, K_CALL, K_OTHER,
                                  K_IGNORE, K_GUARD, K_REG, K_SKIPDIR, K_BLANK, COPY, MAD, SHL_HI, LOAD, SCALE1,
@@ -68,14 +68,14 @@ def _bail(line: int, what: str) -> Exception:
 
 # Operand shapes checked on the raw line from the space after the opcode through the final ";" (so one
 # match also proves the line is one statement ending in ";"). ASCII-only and at most as permissive as the
-# reference reading (compile._TOK, split_operands): a line they do not match takes the reference
+# reference reading (compile.TOKEN, split_operands): a line they do not match takes the reference
 # lowering for that instruction, so being strict only costs speed.
 _NA = r"[A-Za-z_$%][\w$@]*+"
 _ARITH_RAW = re.compile(rf"[ \t]*+({_NA}(?:, (?:{_NA}|-?\d\w*+))*+);\Z", re.A)
 _SPECIAL_RAW = re.compile(rf"[ \t]*+({_NA}), ({_NA})\.\w++;\Z", re.A)
 # _ARITH_RAW, else _SPECIAL_RAW (group 2, 3), in one call: a special register line ("%r3, %ctaid.x", one
 # register-arithmetic line in five) costs one regex call instead of a failed one and a second one
-_ARITH_OR_SPECIAL = re.compile(rf"[ \t]*+(?:({_NA}(?:, (?:{_NA}|-?\d\w*+))*+)|({_NA}), ({_NA})\.\w++);\Z", re.A)
+ARITH_OR_SPECIAL = re.compile(rf"[ \t]*+(?:({_NA}(?:, (?:{_NA}|-?\d\w*+))*+)|({_NA}), ({_NA})\.\w++);\Z", re.A)
 _PIPE_RAW = re.compile(rf"[ \t]*+({_NA})\|({_NA}), ({_NA}(?:, (?:{_NA}|-?\d\w*+))*+);\Z", re.A)
 _LD_RAW = re.compile(rf"[ \t]*+({_NA}|\{{[\w$@%, \t]*+\}})[ \t]*+,[ \t]*+\[[ \t]*+({_NA})[ \t]*+"
                      rf"(?:\+[ \t]*+-?\d++[ \t]*+)?\][ \t]*+;\Z", re.A)
@@ -83,7 +83,7 @@ _ST_RAW = re.compile(rf"[ \t]*+\[[ \t]*+({_NA})[ \t]*+(?:\+[ \t]*+-?\d++[ \t]*+)
                      rf"([^,\[\]{{}}()|;\n]+|\{{[^{{}}\[\]();\n]*+\}})[ \t]*+;\Z", re.A)
 
 
-_NATIVE = _native()
+NATIVE_SCANNER = native_scanner()
 
 
 def lower_body(src: str, text: str, start: int, end: int, first_line: int, name: str,
@@ -93,27 +93,27 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
     ``end`` (past "}"), or None when the body needs the reference scanner."""
     decls: dict[str, str] = {}
     entry_params = {p.name: i for i, p in enumerate(params)} if is_entry else {}
-    b = _Builder(_bail, tuple(p.name for p in params), tuple(p.name for p in returns), entry_params, decls)
+    b = Builder(_bail, tuple(p.name for p in params), tuple(p.name for p in returns), entry_params, decls)
     append = b.transfers.append
     sites, site_addrs = b.sites, b.site_addrs
     fparams = b.fparams
-    rawk = _RAW.get
-    findall = _TOK.findall
+    rawk = PREFIX_TABLE.get
+    findall = TOKEN.findall
     arith, ld_raw, st_raw = _ARITH_RAW.match, _LD_RAW.match, _ST_RAW.match
-    arith_special = _ARITH_OR_SPECIAL.match
-    st = _Scan(src, b, decls, first_line)
+    arith_special = ARITH_OR_SPECIAL.match
+    st = LineScan(src, b, decls, first_line)
     body_lines = text[start + 1 : end - 1].split("\n")
     lines = enumerate(body_lines)
     renaming: dict[str, str] = {}  # st.rename, refreshed after each line the general code reads
     # the native scanner settles the lines this loop would settle by prefix + operand regex, the same
     # way, and yields the rest; st.line reads a call's continuation lines from `lines` either way
-    it = lines if _NATIVE is None else _NATIVE(lines, st.scopes, _RAW, _KINDS, b.transfers, sites, site_addrs,
+    it = lines if NATIVE_SCANNER is None else NATIVE_SCANNER(lines, st.scopes, PREFIX_TABLE, KINDS, b.transfers, sites, site_addrs,
                                                  entry_params, fparams, decls, first_line)
     try:
         for k, raw in it:
             # nvcc and Triton write "\top \targs;": a known prefix up to the first space settles the line
             # with one dict lookup, and the operand regex below checks the rest through the final ";".
-            # Anything else (blank lines, labels, a new opcode, blanks after the ";") takes _Scan.line.
+            # Anything else (blank lines, labels, a new opcode, blanks after the ";") takes LineScan.line.
             # partition, not find + slice: str.find parses its arguments with PyArg_ParseTuple (~1,000
             # machine instructions a call here), partition takes one argument and yields the prefix.
             if not raw:  # an empty line (one in six): before any other work
@@ -134,7 +134,7 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
                     elif kind == K_GUARD and sep and post.find(";") == len(post) - 1 >= 0:
                         line = post.lstrip()  # as s.split(None, 1)[1] gives it
                         op, sep, post = line.partition(" ")
-                        h = _KINDS.get(op) if sep else None
+                        h = KINDS.get(op) if sep else None
                         if h is not None:
                             kind = h[0]
                             if kind == K_IGNORE:
@@ -148,10 +148,10 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
                         h = None
             if h is None or renaming:
                 if raw.isspace():  # a blank line; one without a space is learnt as such
-                    if not sep and len(_RAW) < 50_000:
-                        _RAW[raw] = BLANK_ENTRY
+                    if not sep and len(PREFIX_TABLE) < 50_000:
+                        PREFIX_TABLE[raw] = BLANK_ENTRY
                     continue
-                if raw[-1] == ":" and _LABEL.match(raw) is not None:
+                if raw[-1] == ":" and LABEL.match(raw) is not None:
                     continue  # a label in column 0
                 got = st.line(raw, k, lines)
                 renaming = st.rename
@@ -162,7 +162,7 @@ def lower_body(src: str, text: str, start: int, end: int, first_line: int, name:
                 line, sp, h, k = got
                 post, sep = line[sp + 1 :], " "
                 kind = h[0]
-            if kind <= K_SHL:  # K_COPY, K_SCALE, K_SHL: "%rd6, %rd4, 16" as _TOK reads it
+            if kind <= K_SHL:  # K_COPY, K_SCALE, K_SHL: "%rd6, %rd4, 16" as TOKEN reads it
                 m = arith_special(post)
                 if m is not None:
                     text_ = m[1]

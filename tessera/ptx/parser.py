@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from tessera.ptx.evaluate import CompiledFunction
 
 from tessera.ptx.body import (  # noqa: F401  (PtxSyntaxError, Instruction: public API)
-    _DECL_NAME,
-    _SPACES,
+    DECL_NAME,
+    SPACES,
     Instruction,
     PtxSyntaxError,
     _error_line,
@@ -29,7 +29,7 @@ from tessera.ptx.body import (  # noqa: F401  (PtxSyntaxError, Instruction: publ
 _COMMENT = re.compile(r'("(?:[^"\\\n]|\\.)*")|//[^\n]*|/\*[\s\S]*?\*/')
 _UNTERMINATED = re.compile(r"/\*")
 _LINE_COMMENT = re.compile(r"//[^\n]*+")
-_SLASHED_STRING = re.compile(r'"[^"\n]*/[/*]')
+SLASHED_STRING = re.compile(r'"[^"\n]*/[/*]')
 
 _TOP = re.compile(
     r"""\s*(?:
@@ -54,16 +54,16 @@ _PARAM = re.compile(
 )
 _SCALAR_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8, "128": 16}
 _T = TypeVar("_T")
-_new = object.__new__
-_set = object.__setattr__
+raw_new = object.__new__
+raw_setattr = object.__setattr__
 
 
 def make(cls: type[_T], fields: dict[str, Any]) -> _T:
     """An instance of the frozen dataclass ``cls`` given *every* field: the generated __init__ sets each
     field through object.__setattr__, which cost ~1 us per object, a visible share of the analysis for
     parameters and results. tests/ptx/test_ptx_lower.py checks the result equals normal construction."""
-    obj = _new(cls)
-    _set(obj, "__dict__", fields)
+    obj = raw_new(cls)
+    raw_setattr(obj, "__dict__", fields)
     return obj
 
 
@@ -146,7 +146,7 @@ def _error(source: str, text: str, pos: int, what: str) -> PtxSyntaxError:
 def strip_comments(text: str, source: str = "<string>") -> str:
     # fast path: only // comments. "*" not in text is one memchr; "/*" not in text alone is a slower
     # two-character search ('/' is frequent: every comment), so it only runs when a "*" exists
-    if ("*" not in text or "/*" not in text) and not _slashed_string(text):
+    if ("*" not in text or "/*" not in text) and not slashed_string(text):
         return _LINE_COMMENT.sub("", text)
     def keep(m: re.Match[str]) -> str:
         s = m.group(0)
@@ -161,8 +161,8 @@ def strip_comments(text: str, source: str = "<string>") -> str:
     return out
 
 
-def _slashed_string(text: str) -> bool:
-    """_SLASHED_STRING.search(text) is not None, without running sre over the whole text: from every '"'
+def slashed_string(text: str) -> bool:
+    """SLASHED_STRING.search(text) is not None, without running sre over the whole text: from every '"'
     (a closing one included, as the regex search tries them all) to the next '"' or newline, is there a
     "//" or "/*"? PTX has a handful of quotes (.file paths), found by memchr-speed str.find."""
     i = text.find('"')
@@ -292,11 +292,11 @@ def parse_ptx(text: str, source: str = "<string>", lower: Lowering | None = None
 
 def _module_decl(decl: str, gvars: dict[str, tuple[str, int]]) -> None:
     words = decl.split("=", 1)[0].split()
-    space = next((w for w in words if w in _SPACES), None)
+    space = next((w for w in words if w in SPACES), None)
     if space is None:
         return
     tail = words[-1].rstrip(";")
-    name_m = _DECL_NAME.match(tail + ";")
+    name_m = DECL_NAME.match(tail + ";")
     if name_m is None:
         return
     typ = next((w for w in words if w[:2] in (".b", ".u", ".s", ".f")), ".b8")

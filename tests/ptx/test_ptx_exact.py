@@ -10,11 +10,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_ptx_fuzz import mutated
-from test_ptx_lower import SHAPES, _fast, _reference
+from test_ptx_lower import SHAPES, lowered_fast, lowered_reference
 
 from tessera.ptx import lower
-from tessera.ptx.body import _DECL_NAME, _RENAME_TOKEN, _apply_renames
-from tessera.ptx.parser import _SLASHED_STRING, _slashed_string, parse_ptx
+from tessera.ptx.body import DECL_NAME, RENAME_TOKEN, apply_renames
+from tessera.ptx.parser import SLASHED_STRING, parse_ptx, slashed_string
 
 CORPUS = Path(__file__).parent / "corpus"
 TEXTS = [f.read_text() for f in sorted(CORPUS.glob("*/*.ptx"))]
@@ -32,16 +32,16 @@ def _text(alphabet: list[str], max_size: int = 12) -> st.SearchStrategy[str]:
 @settings(max_examples=3000, deadline=None)
 @given(_text(list('ab"/*\n x;'), 30))
 def test_slashed_string_check_equals_the_regex(text: str) -> None:
-    assert _slashed_string(text) == (_SLASHED_STRING.search(text) is not None)
+    assert slashed_string(text) == (SLASHED_STRING.search(text) is not None)
 
 
 @settings(max_examples=3000, deadline=None)
 @given(_text(["a", "b1", "%x", "param0", "$", ".", "_", "1", "[", "]", "<", ">", "=", ";", ",", " ", "\t", "\n",
               "@", "+"], 20))
 def test_renames_and_declaration_names_equal_the_old_patterns(text: str) -> None:
-    assert _apply_renames(text, RENAME) == _RENAME_TOKEN.sub(lambda m: RENAME.get(m[0], m[0]), text)
-    assert _DECL_NAME.findall(text) == OLD_DECL_NAME.findall(text)
-    new, old = _DECL_NAME.match(text), OLD_DECL_NAME.match(text)
+    assert apply_renames(text, RENAME) == RENAME_TOKEN.sub(lambda m: RENAME.get(m[0], m[0]), text)
+    assert DECL_NAME.findall(text) == OLD_DECL_NAME.findall(text)
+    new, old = DECL_NAME.match(text), OLD_DECL_NAME.match(text)
     assert (new and new.groups()) == (old and old.groups())
 
 
@@ -50,7 +50,7 @@ def test_renames_and_declaration_names_equal_the_old_patterns(text: str) -> None
               "_b", "@c", "[", "x"], 8))
 def test_arith_or_special_equals_the_two_patterns(ops: str) -> None:
     text = " " + ops  # the lowering matches from the first space on; the combined pattern after it
-    m = lower._ARITH_OR_SPECIAL.match(text[1:])
+    m = lower.ARITH_OR_SPECIAL.match(text[1:])
     arith, special = OLD_ARITH.match(text), OLD_SPECIAL.match(text)
     if arith is not None:
         assert m is not None and m[1] == arith[1]
@@ -73,11 +73,11 @@ def _lines(text: str, lowered: bool) -> object:
 def test_line_numbers_and_results_agree_on_corpus() -> None:
     for text in TEXTS + [SHAPES]:
         assert _lines(text, True) == _lines(text, False)
-        assert _fast(text) == _reference(text)
+        assert lowered_fast(text) == lowered_reference(text)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())
 def test_line_numbers_and_results_agree_on_mutated_ptx(text: str) -> None:
     assert _lines(text, True) == _lines(text, False)
-    assert _fast(text) == _reference(text)
+    assert lowered_fast(text) == lowered_reference(text)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_ptx_fuzz import mutated
-from test_ptx_lower import SHAPES, _fast, _reference, splice
+from test_ptx_lower import SHAPES, lowered_fast, lowered_reference, splice
 
 from tessera.ptx import evaluate, lower
 from tessera.ptx.analysis import Access, EntryAccess, ParamAccess, analyze_ptx
@@ -69,9 +69,9 @@ def _results(text: str) -> object:
 
 
 def test_triton_shapes_agree_with_reference_and_are_lowered() -> None:
-    assert _fast(TRITON) == _reference(TRITON)
+    assert lowered_fast(TRITON) == lowered_reference(TRITON)
     assert all(fn.lowered is not None for fn in parse_ptx(TRITON, "f.ptx", lower=lower.lower_body).functions.values())
-    got = _fast(TRITON)["t"]  # type: ignore[index]
+    got = lowered_fast(TRITON)["t"]  # type: ignore[index]
     # t_param_0: read (the guarded load), then spilled to shared memory and written through;
     # t_param_1: atomic; the u32 is no pointer
     assert [p["access"] for p in got["params"]] == ["read-write", "atomic", "untouched"]
@@ -82,24 +82,24 @@ def test_triton_shapes_agree_with_reference_and_are_lowered() -> None:
 def test_fast_path_matches_reference_on_mutated_triton_shapes(data: st.DataObject) -> None:
     text = splice(data, TRITON, ["", ".", "|", "%r9", ", ", "{", "}", ";", " ", "\t", "-", "+4", "\n", "ret;", ": ",
                                  "@%p1 "])
-    assert _fast(text) == _reference(text)
+    assert lowered_fast(text) == lowered_reference(text)
 
 
 def test_learnt_prefixes_change_nothing() -> None:
     """Cold (nothing learnt), warm, and reference results agree on every corpus module."""
-    saved = dict(lower._RAW)
+    saved = dict(lower.PREFIX_TABLE)
     try:
-        lower._RAW.clear()
+        lower.PREFIX_TABLE.clear()
         cold = [_results(t) for t in TEXTS + [SHAPES, TRITON]]
         warm = [_results(t) for t in TEXTS + [SHAPES, TRITON]]
     finally:
-        lower._RAW.update(saved)
-    assert cold == warm == [_reference(t) for t in TEXTS + [SHAPES, TRITON]]
+        lower.PREFIX_TABLE.update(saved)
+    assert cold == warm == [lowered_reference(t) for t in TEXTS + [SHAPES, TRITON]]
 
 
 def _always_iterate(monkeypatch: pytest.MonkeyPatch) -> None:
-    first = evaluate._first_pass
-    monkeypatch.setattr(evaluate, "_first_pass", lambda *a: first(*a) or True)
+    first = evaluate.first_pass
+    monkeypatch.setattr(evaluate, "first_pass", lambda *a: first(*a) or True)
 
 
 def test_fixpoint_early_stop_changes_nothing_on_corpus(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,7 +15,7 @@ from tessera.ptx.parser import parse_ptx
 CORPUS = Path(__file__).parent / "corpus"
 
 
-def _reference(text: str) -> object:
+def lowered_reference(text: str) -> object:
     try:
         return {k: v.to_dict() for k, v in analyze_module(parse_ptx(text, "f.ptx")).items()}
     except ValueError as e:
@@ -31,7 +31,7 @@ def splice(data: st.DataObject, text: str, tokens: list[str]) -> str:
     return text
 
 
-def _fast(text: str) -> object:
+def lowered_fast(text: str) -> object:
     try:
         return {k: v.to_dict() for k, v in analyze_ptx(text, "f.ptx").items()}
     except ValueError as e:
@@ -42,7 +42,7 @@ def test_fast_path_lowers_most_of_the_corpus_identically() -> None:
     lowered = defined = 0
     for f in sorted(CORPUS.glob("*/*.ptx")):
         text = f.read_text()
-        assert _fast(text) == _reference(text), f.name
+        assert lowered_fast(text) == lowered_reference(text), f.name
         for fn in parse_ptx(text, str(f), lower=lower_body).functions.values():
             defined += fn.defined
             lowered += fn.lowered is not None
@@ -53,7 +53,7 @@ def test_fast_path_lowers_most_of_the_corpus_identically() -> None:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())
 def test_fast_path_matches_reference_on_mutated_ptx(text: str) -> None:
-    assert _fast(text) == _reference(text)
+    assert lowered_fast(text) == lowered_reference(text)
 
 
 HEAD = ".version 8.0\n.target sm_90\n.address_size 64\n"
@@ -103,10 +103,10 @@ $L__loop:
 
 
 def test_fast_path_shapes_agree_with_reference_and_are_lowered() -> None:
-    assert _fast(SHAPES) == _reference(SHAPES)
+    assert lowered_fast(SHAPES) == lowered_reference(SHAPES)
     fns = parse_ptx(SHAPES, "f.ptx", lower=lower_body).functions
     assert all(fn.lowered is not None for fn in fns.values())
-    got = _fast(SHAPES)["k"]  # type: ignore[index]
+    got = lowered_fast(SHAPES)["k"]  # type: ignore[index]
     # k_param_0 reaches f's store (through the loop-carried %rd6 and the call) and the store of its
     # returned pointer; k_param_1 is only read; the u32 is no pointer
     assert [p["access"] for p in got["params"]] == ["read-write", "read", "untouched"]
@@ -116,4 +116,4 @@ def test_fast_path_shapes_agree_with_reference_and_are_lowered() -> None:
 @given(st.data())
 def test_fast_path_matches_reference_on_mutated_shapes(data: st.DataObject) -> None:
     text = splice(data, SHAPES, ["", ".", "|", "%r9", ", ", "{", "}", "-", "+4", "\n"])
-    assert _fast(text) == _reference(text)
+    assert lowered_fast(text) == lowered_reference(text)

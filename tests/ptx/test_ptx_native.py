@@ -16,22 +16,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_ptx_fuzz import mutated
-from test_ptx_lower import _fast, splice
+from test_ptx_lower import lowered_fast, splice
 
 from tessera.ptx import evaluate, lower
 from tessera.ptx.parser import parse_ptx
-from tessera.ptx.scan import _KINDS, _RAW
+from tessera.ptx.scan import KINDS, PREFIX_TABLE
 
 CORPUS = Path(__file__).parent / "corpus"
-NATIVE = lower._native()
-NATIVE_PASS = evaluate._native_first_pass()
+NATIVE = lower.native_scanner()
+NATIVE_PASS = evaluate.native_first_pass()
 
 needs_native = pytest.mark.skipif(NATIVE is None, reason="tessera.ptx._fastscan not built or turned off")
 
 
 def _lowered(text: str, native: type | None) -> object:
-    saved = lower._NATIVE
-    lower._NATIVE = native
+    saved = lower.NATIVE_SCANNER
+    lower.NATIVE_SCANNER = native
     try:
         fns = parse_ptx(text, "f.ptx", lower=lower.lower_body).functions
         return {name: None if fn.lowered is None else
@@ -40,7 +40,7 @@ def _lowered(text: str, native: type | None) -> object:
     except ValueError as e:
         return str(e)
     finally:
-        lower._NATIVE = saved
+        lower.NATIVE_SCANNER = saved
 
 
 def _same(text: str) -> None:
@@ -65,7 +65,7 @@ def test_corpus_lowers_identically_and_mostly_natively() -> None:
         for m in _BODY.finditer(text):  # the lines of each body the scanner hands back to Python
             lines = m.group(1).split("\n")
             total += len(lines)
-            yielded += sum(1 for _ in NATIVE(enumerate(lines), [], _RAW, _KINDS, [], [], [], {}, set(), {}, 1))
+            yielded += sum(1 for _ in NATIVE(enumerate(lines), [], PREFIX_TABLE, KINDS, [], [], [], {}, set(), {}, 1))
     assert total > 7000
     assert yielded < total / 10  # declarations, brace scopes, call sequences (483): the rest is settled in C
 
@@ -173,10 +173,10 @@ def test_mutated_ptx_lowers_identically(text: str) -> None:
 
 
 def _both_passes(ctx: object, transfers: list, vals: defaultdict, *rest: int) -> bool:  # type: ignore[type-arg]
-    """evaluate._first_pass run both ways on copies of the same values: the same answer, and the same
+    """evaluate.first_pass run both ways on copies of the same values: the same answer, and the same
     names present with the same bit sets (presence is what the early-stop proof reads)."""
     mine = defaultdict(int, vals)
-    again = evaluate._python_first_pass(ctx, transfers, vals, *rest)  # type: ignore[arg-type]
+    again = evaluate.python_first_pass(ctx, transfers, vals, *rest)  # type: ignore[arg-type]
     assert NATIVE_PASS is not None
     assert NATIVE_PASS(ctx, transfers, mine, *rest) == again  # type: ignore[arg-type]
     assert dict(mine) == dict(vals)
@@ -185,11 +185,11 @@ def _both_passes(ctx: object, transfers: list, vals: defaultdict, *rest: int) ->
 
 def _analysed_both_ways(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as m:
-        m.setattr(evaluate, "_first_pass", _both_passes)
-        checked = _fast(text)
+        m.setattr(evaluate, "first_pass", _both_passes)
+        checked = lowered_fast(text)
     with monkeypatch.context() as m:
-        m.setattr(evaluate, "_first_pass", evaluate._python_first_pass)
-        assert checked == _fast(text)
+        m.setattr(evaluate, "first_pass", evaluate.python_first_pass)
+        assert checked == lowered_fast(text)
 
 
 @needs_native
@@ -232,7 +232,7 @@ PASS_CASES = [
 def test_first_pass_each_transfer_kind(transfers: list, init: dict, again: bool, expect: dict) -> None:  # type: ignore[type-arg]
     py, nat = defaultdict(int, init), defaultdict(int, init)
     args = (None, 0, 0, 0)  # amask, a0, p0: no parameter addresses in these cases
-    assert evaluate._python_first_pass(args[0], transfers, py, *args[1:]) is again  # type: ignore[arg-type]
+    assert evaluate.python_first_pass(args[0], transfers, py, *args[1:]) is again  # type: ignore[arg-type]
     assert NATIVE_PASS(args[0], transfers, nat, *args[1:]) is again  # type: ignore[misc, arg-type]
     assert dict(nat) == dict(py)
     assert {k: py[k] for k in expect} == expect
