@@ -29,7 +29,6 @@ from tessera.plan.bound import async_bound
 from tessera.plan.pool import Pool, resolve_gpu, resolve_link
 from tessera.plan.problem import default_cost
 from tessera.plan.serving import (
-    BATCHES,
     IterShape,
     Point,
     Slo,
@@ -125,7 +124,7 @@ class Shapes:
         self.model, self.cfg, self.images = model, cfg, images
         r = cfg.ref_batch if not images else 1
         self.base = source("denoise" if images else "decode", r, 0, 16)
-        self._cache: dict[tuple, KernelGraph] = {}
+        self._cache: dict[IterShape, KernelGraph] = {}
 
     def shape(self, batch: int, m: int) -> IterShape:
         return image_shape(batch, m) if self.images else steady_shape(batch, m, self.cfg.traffic)
@@ -340,15 +339,7 @@ def prefill_decode(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cos
     slower of prefill rate, decode rate and link rate (requests/s)."""
     from tessera.plan.pd import rate_matched
 
-    best = None
-    for a, b in ((0, 1), (1, 0)):
-        r = rate_matched(shapes, specs, a, b, lk, cost, cfg)
-        if r.feasible and (best is None or r.goodput > best.goodput):
-            best = r
-        elif best is None or (not best.feasible and not r.feasible):
-            best = best or r
-    assert best is not None
-    return best
+    return best_of([rate_matched(shapes, specs, a, b, lk, cost, cfg) for a, b in ((0, 1), (1, 0))])
 
 
 def adopt_best(mil: StrategyResult, out: dict[str, StrategyResult]) -> StrategyResult:
@@ -359,13 +350,13 @@ def adopt_best(mil: StrategyResult, out: dict[str, StrategyResult]) -> StrategyR
         if r.feasible and r.goodput > best.goodput * (1 + 1e-9):
             best = r
     if best is mil:
-        return replace(mil, chosen="milp", detail={**mil.detail, "idle": idle_reason(mil, out)})
+        return replace(mil, chosen="milp", detail={**mil.detail, "idle": idle_reason(mil)})
     plan = replace(best.plan, strategy="tessera") if best.plan else None
     return replace(best, name="tessera", plan=plan, chosen=best.name,
                    detail={**best.detail, "milp_goodput": mil.goodput, "milp_reason": mil.reason})
 
 
-def idle_reason(mil: StrategyResult, out: dict[str, StrategyResult]) -> str | None:
+def idle_reason(mil: StrategyResult) -> str | None:
     """Say why a device of the MILP plan does no work (never leave it silent)."""
     if mil.point is None or mil.plan is None:
         return None
@@ -457,7 +448,7 @@ def kv_capacity(shapes: Shapes, p: Point, units: tuple[GpuSpec, ...]) -> int:
     return int(max(0, free) // per)
 
 
-__all__ = ["BATCHES", "STRATEGIES", "PlannerConfig", "ServingResult", "StrategyResult", "plan_serving"]
+__all__ = ["STRATEGIES", "PlannerConfig", "ServingResult", "StrategyResult", "plan_serving"]
 
 
 def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, source=None) -> Plan | None:
