@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from tessera.capture import anymodel, quant
+from tessera.capture.triton_launch import unrecorded
 from tessera.capture.zoo import ModelSpec
 from tessera.errors import UserError
 from tessera.graph import Role
@@ -85,7 +86,9 @@ def static_cache(model: nn.Module, step: Step, *, batch: int, past: int, length:
     warm = torch.zeros(1, 1, dtype=torch.long)
     try:
         cache = StaticCache(config=model.config, max_cache_len=past + length)
-        anymodel.text_entry(model)(input_ids=warm, cache=cache, use_cache=True, logits_to_keep=1, return_dict=False)
+        with unrecorded():  # custom Triton kernels (Liger) in the warm-up: not part of the step
+            anymodel.text_entry(model)(input_ids=warm, cache=cache, use_cache=True, logits_to_keep=1,
+                                       return_dict=False)
     except Exception as e:  # transformers' own code refusing this config or fake tensors: one line
         raise _cannot(type(model).__name__, "run a text step", e) from None
     for i, layer in enumerate(cache.layers):

@@ -221,6 +221,31 @@ def capturing(rec: Recorder) -> Iterator[None]:
         JITFunction.run = original if not _ACTIVE else _captured_run
 
 
+@contextmanager
+def unrecorded() -> Iterator[None]:
+    """Triton launches outside a recorded step (the warm-up run that makes transformers allocate its cache
+    tensors): run through their PyTorch reference on real tensors, skipped on fake ones (nothing to compute,
+    and no GPU driver to launch on)."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        yield
+        return
+    original = JITFunction.run
+
+    def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
+        launch = bind(self, args, kwargs, grid)
+        if not any(isinstance(t, FakeTensor) for t in launch.tensors().values()):
+            with _disable_current_modes():
+                execute(launch.fn, launch.values, launch.grid, launch.options)
+
+    JITFunction.run = run
+    try:
+        yield
+    finally:
+        JITFunction.run = original
+
+
 def _captured_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
     rec = _ACTIVE[-1]
     launch = bind(self, args, kwargs, grid)
