@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 
 from tessera.plan.types import Plan  # noqa: E402
-from tessera.sim.timing import MixedTable, StepTable  # noqa: E402
+from tessera.sim.timing import StepTable, mixed_table  # noqa: E402
 from tessera.sim.trace import Span, iteration_spans  # noqa: E402
 from tessera.text import plural  # noqa: E402
 
@@ -40,7 +40,7 @@ def plot_plan(plan: Plan, path: str | Path, *, phase: str = "decode", tokens: fl
     plan's ("mixed") operating point, drawn asynchronously (each micro-batch starts its next iteration as
     soon as it can, the period apart); else the largest sampled shape at context 0, synchronously."""
     mixed = phase == "mixed" and plan.batch > 0
-    table = MixedTable.build(plan, phase) if phase == "mixed" else StepTable.build(plan, phase)
+    table = mixed_table(plan, phase) if phase == "mixed" else StepTable.build(plan, phase)
     w0 = plan.workload
     if tokens is None:
         tokens = float(plan.batch + -(-plan.batch * w0.get("prompt", 1) // max(1, w0.get("output", 1)))) if mixed \

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from tessera.errors import UserError
 from tessera.plan.types import Plan
-from tessera.sim.timing import MixedTable, StepTable, lanes
+from tessera.sim.timing import MixedTable, StepTable, lanes, mixed_table
 
 FIRST_PHASES = ("prefill", "encode")  # run once per request, before the iterative phase
 ITER_PHASES = ("mixed", "decode", "denoise")  # run once per output token / denoising step
@@ -83,7 +83,7 @@ class PlanModel:
         chunk tokens, mean context); the batch limit defaults to the planned B plus the prompts in prefill,
         the token budget to B + C, and a request prefills at most its micro-batch's chunk ⌈C/m⌉ per
         iteration."""
-        it = MixedTable.build(plan, "mixed")
+        it = mixed_table(plan, "mixed")
         w = plan.workload
         batch = plan.batch or it.max_batch
         m = max(1, plan.microbatches)

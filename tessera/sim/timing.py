@@ -99,6 +99,10 @@ class StepTable:
                 return (c, toks[ids.index(i)])
         raise AssertionError(f"point {i} not in any slice")
 
+    def time3(self, decode: float, chunk: float, context: float) -> tuple[float, Weights]:
+        """A mixed iteration priced by its token count alone (points that are not a full grid)."""
+        return self.time(decode + chunk, context)
+
     def time(self, tokens: float, context: float) -> tuple[float, Weights]:
         w = self.weights(tokens, context)
         step = self.step_s
@@ -190,3 +194,13 @@ class MixedTable:
     def time(self, tokens: float, context: float) -> tuple[float, Weights]:
         decode = tokens / self.tokens_per_item
         return self.time3(decode, tokens - decode, context)
+
+
+def mixed_table(plan: Plan, name: str = "mixed") -> MixedTable | StepTable:
+    """The step table of a plan's mixed phase: a MixedTable when its points form a full grid over (batch,
+    chunk, context), as `tessera plan` writes them; else a StepTable over (tokens, context)."""
+    pts = plan.phases[name].points
+    axes = [{s.batch for s in pts}, {s.tokens - s.batch for s in pts}, {s.context for s in pts}]
+    full = len({(s.batch, s.tokens - s.batch, s.context) for s in pts}) == len(pts) == \
+        len(axes[0]) * len(axes[1]) * len(axes[2])
+    return MixedTable.build(plan, name) if full else StepTable.build(plan, name)
