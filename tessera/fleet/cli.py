@@ -13,8 +13,17 @@ from tessera.errors import UserError
 from tessera.fleet.cells import cell_name
 from tessera.fleet.fleet import FleetPlan, plan_fleet
 from tessera.fleet.spec import FleetSpec
+from tessera.plan.options import (
+    BatchCap,
+    DenoiseSteps,
+    Output,
+    Prompt,
+    SloImageS,
+    SloTpotMs,
+    SloTtftMs,
+    config_of,
+)
 from tessera.plan.serve import PlannerConfig
-from tessera.plan.serving import Slo, Traffic
 from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)
@@ -54,17 +63,6 @@ def plan_pool_command(model: str, pool_path: Path | str, objective: str = "throu
     return fp
 
 
-def config_of(batch: int | None, prompt: int, output: int, steps: int, slo_ttft_ms: float, slo_tpot_ms: float,
-              slo_image_s: float) -> PlannerConfig:
-    """The PlannerConfig `tessera plan --gpus` builds from the same flags."""
-    return PlannerConfig(traffic=Traffic(prompt=prompt, output=output, steps=steps),
-                         slo=Slo(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3, image_s=slo_image_s),
-                         batch_cap=batch)
-
-
-_BATCH_HELP = "cap on the batch (sequences or images in flight per cell); default: the largest that fits and meets the SLO"
-
-
 def register(app: typer.Typer) -> None:
     fleet_app = typer.Typer(no_args_is_help=True, help="Plan a fleet of cells over a many-GPU pool.")
     app.add_typer(fleet_app, name="fleet")
@@ -74,13 +72,13 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(..., help="zoo model name"),
         pool: Path = typer.Option(..., "--pool", help="pool file (TOML: link, [[gpu]] type + count)"),
         objective: str = typer.Option("throughput", "--objective", help="throughput | per_dollar"),
-        batch: int | None = typer.Option(None, "--batch", help=_BATCH_HELP),
-        prompt: int = typer.Option(1024, "--prompt", help="prompt tokens per request"),
-        output: int = typer.Option(256, "--output", help="output tokens per request"),
-        steps: int = typer.Option(28, "--steps", help="denoising steps per image (diffusion models)"),
-        slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="SLO: time to first token, ms"),
-        slo_tpot_ms: float = typer.Option(100.0, "--slo-tpot-ms", help="SLO: time per output token, ms"),
-        slo_image_s: float = typer.Option(60.0, "--slo-image-s", help="SLO: latency of one image, s (diffusion)"),
+        batch: BatchCap = None,
+        prompt: Prompt = 1024,
+        output: Output = 256,
+        steps: DenoiseSteps = 28,
+        slo_ttft_ms: SloTtftMs = 2000.0,
+        slo_tpot_ms: SloTpotMs = 100.0,
+        slo_image_s: SloImageS = 60.0,
         as_json: bool = typer.Option(False, "--json", help="print the fleet plan as JSON"),
         save: Path | None = typer.Option(None, "-o", "--out", help="write the fleet plan here"),
     ) -> None:
@@ -92,13 +90,13 @@ def register(app: typer.Typer) -> None:
     def advise_cmd(
         model: str = typer.Argument(..., help="zoo model name"),
         budget: float = typer.Option(..., "--budget-usd-per-hour", help="what you spend per hour"),
-        batch: int | None = typer.Option(None, "--batch", help=_BATCH_HELP),
-        prompt: int = typer.Option(1024, "--prompt", help="prompt tokens per request"),
-        output: int = typer.Option(256, "--output", help="output tokens per request"),
-        steps: int = typer.Option(28, "--steps", help="denoising steps per image (diffusion models)"),
-        slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="SLO: time to first token, ms"),
-        slo_tpot_ms: float = typer.Option(100.0, "--slo-tpot-ms", help="SLO: time per output token, ms"),
-        slo_image_s: float = typer.Option(60.0, "--slo-image-s", help="SLO: latency of one image, s (diffusion)"),
+        batch: BatchCap = None,
+        prompt: Prompt = 1024,
+        output: Output = 256,
+        steps: DenoiseSteps = 28,
+        slo_ttft_ms: SloTtftMs = 2000.0,
+        slo_tpot_ms: SloTpotMs = 100.0,
+        slo_image_s: SloImageS = 60.0,
         gpus: str | None = typer.Option(None, "--gpus", help="catalog types to consider (default: all priced)"),
         as_json: bool = typer.Option(False, "--json", help="print the advice as JSON"),
     ) -> None:

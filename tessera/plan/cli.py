@@ -9,9 +9,18 @@ import typer
 from rich.console import Console
 
 from tessera.errors import UserError
+from tessera.plan.options import (
+    BatchCap,
+    DenoiseSteps,
+    Output,
+    Prompt,
+    SloImageS,
+    SloTpotMs,
+    SloTtftMs,
+    config_of,
+)
 from tessera.plan.report import result_table
-from tessera.plan.serve import PlannerConfig, plan_serving
-from tessera.plan.serving import Slo, Traffic
+from tessera.plan.serve import plan_serving
 
 out = Console(width=None if Console().is_terminal else 140)
 
@@ -24,23 +33,20 @@ def register(app: typer.Typer) -> None:
         pool: Path | None = typer.Option(None, "--pool", help="a many-GPU pool file (TOML, see README)"),
         objective: str = typer.Option("throughput", "--objective", help="with --pool: throughput | per_dollar"),
         link: str = typer.Option("pcie5", "--link", help="link between the GPUs (catalog name)"),
-        batch: int | None = typer.Option(None, "--batch", help="cap on the batch (sequences or images in flight "
-                                         "per cell); default: the largest that fits memory and meets the SLO"),
-        prompt: int = typer.Option(1024, "--prompt", help="prompt tokens per request"),
-        output: int = typer.Option(256, "--output", help="output tokens per request"),
-        steps: int = typer.Option(28, "--steps", help="denoising steps per image (diffusion models)"),
-        slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="SLO: time to first token, ms"),
-        slo_tpot_ms: float = typer.Option(100.0, "--slo-tpot-ms", help="SLO: time per output token, ms"),
-        slo_image_s: float = typer.Option(60.0, "--slo-image-s", help="SLO: latency of one image, s (diffusion)"),
+        batch: BatchCap = None,
+        prompt: Prompt = 1024,
+        output: Output = 256,
+        steps: DenoiseSteps = 28,
+        slo_ttft_ms: SloTtftMs = 2000.0,
+        slo_tpot_ms: SloTpotMs = 100.0,
+        slo_image_s: SloImageS = 60.0,
         as_json: bool = typer.Option(False, "--json", help="print the JSON contract"),
         save: Path | None = typer.Option(None, "-o", "--out",
                                           help="write Tessera's Plan file here (with --pool: the fleet plan file)"),
     ) -> None:
         """Place every kernel of MODEL on the pool under the serving model (continuous batching, async
         micro-batches, batch chosen by memory and SLO); Tessera against every baseline at its best."""
-        cfg = PlannerConfig(traffic=Traffic(prompt=prompt, output=output, steps=steps),
-                            slo=Slo(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3, image_s=slo_image_s),
-                            link=link, batch_cap=batch)
+        cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link)
         if pool is not None:
             if gpus is not None:
                 raise UserError("give either --gpus (one cell) or --pool (a many-GPU pool), not both")

@@ -12,6 +12,7 @@ import typer
 
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
+from tessera.plan.options import DenoiseSteps, Output, Prompt, SloImageS, SloTpotMs, SloTtftMs, config_of
 from tessera.plan.types import Plan
 from tessera.progress import Steps
 from tessera.text import stdout_console
@@ -108,19 +109,18 @@ def compare(
     quick: bool = typer.Option(False, "--quick", help="one model per family on three pairs (a few minutes)"),
     as_json: bool = typer.Option(False, "--json", help="print the cells as JSON"),
     out_dir: Path = typer.Option(Path("bench/results"), "--out-dir", help="where compare.json/.md go"),
-    prompt: int = typer.Option(1024, "--prompt", help="prompt tokens per request"),
-    output: int = typer.Option(256, "--output", help="output tokens per request"),
-    slo_ttft_ms: float = typer.Option(2000.0, "--slo-ttft-ms", help="SLO: time to first token, ms"),
-    slo_tpot_ms: float = typer.Option(100.0, "--slo-tpot-ms", help="SLO: time per output token, ms"),
+    prompt: Prompt = 1024,
+    output: Output = 256,
+    steps: DenoiseSteps = 28,
+    slo_ttft_ms: SloTtftMs = 2000.0,
+    slo_tpot_ms: SloTpotMs = 100.0,
+    slo_image_s: SloImageS = 60.0,
     link: str = typer.Option("pcie5", "--link", help="link between the GPUs of each pair"),
 ) -> None:
     """Tessera vs every baseline at equal SLO, one model per family on GPU pairs: compare.json and compare.md."""
-    from tessera.plan.serve import PlannerConfig
-    from tessera.plan.serving import Slo, Traffic
     from tessera.report.compare import run_compare
 
-    cfg = PlannerConfig(traffic=Traffic(prompt=prompt, output=output),
-                        slo=Slo(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3), link=link)
+    cfg = config_of(None, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link)
     cells, md = run_compare(out_dir=out_dir, cfg=cfg, quick=quick)
     if as_json:
         print(json.dumps({"cells": cells}))

@@ -1,0 +1,29 @@
+"""The serving flags every planning verb takes (`plan`, `fleet plan`, `advise`, `compare`), declared once,
+and the PlannerConfig they make."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tessera.plan.serve import PlannerConfig
+from tessera.plan.serving import Slo, Traffic
+
+BatchCap = Annotated[int | None, typer.Option(
+    "--batch", help="cap on the batch (sequences or images in flight per cell); default: the largest that fits "
+                    "memory and meets the SLO")]
+Prompt = Annotated[int, typer.Option("--prompt", help="prompt tokens per request")]
+Output = Annotated[int, typer.Option("--output", help="output tokens per request")]
+DenoiseSteps = Annotated[int, typer.Option("--steps", help="denoising steps per image (diffusion models)")]
+SloTtftMs = Annotated[float, typer.Option("--slo-ttft-ms", help="SLO: time to first token, ms")]
+SloTpotMs = Annotated[float, typer.Option("--slo-tpot-ms", help="SLO: time per output token, ms")]
+SloImageS = Annotated[float, typer.Option("--slo-image-s", help="SLO: latency of one image, s (diffusion)")]
+
+
+def config_of(batch: int | None, prompt: int, output: int, steps: int, slo_ttft_ms: float, slo_tpot_ms: float,
+              slo_image_s: float, link: str = "pcie5") -> PlannerConfig:
+    """The PlannerConfig these flags describe."""
+    return PlannerConfig(traffic=Traffic(prompt=prompt, output=output, steps=steps),
+                         slo=Slo(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3, image_s=slo_image_s),
+                         link=link, batch_cap=batch)
