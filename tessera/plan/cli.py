@@ -21,6 +21,7 @@ from tessera.plan.options import (
 )
 from tessera.plan.report import result_table
 from tessera.plan.serve import plan_serving
+from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)
 
@@ -58,7 +59,8 @@ def register(app: typer.Typer) -> None:
             return
         if gpus is None:
             raise UserError("missing --gpus A,B (one cell) or --pool pool.toml (a many-GPU pool)")
-        r = plan_serving(model, gpus, cfg)
+        with Steps(f"plan {model} on {gpus}") as step:
+            r = plan_serving(model, gpus, cfg, progress=step)
         if save is not None:
             if r.tessera.plan is None:
                 raise UserError(f"no feasible plan to write to {save}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -151,7 +152,8 @@ def model_kind(model: str) -> tuple[bool, bool]:
 
 
 def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = None, *, cost=None,
-                 source=None) -> ServingResult:
+                 source=None, progress: Callable[[str], None] | None = None) -> ServingResult:
+    """``progress``, when given, is called with the name of each step as it starts (tessera.progress.Steps)."""
     from tessera.plan.planner import capture_source
 
     cfg = cfg or PlannerConfig()
@@ -163,15 +165,22 @@ def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = 
     cost = UnitCost.over(cost or default_cost())  # memoised: layers repeat kernels, the search repeats shapes
     images, pd_ok = model_kind(model)
     t0 = time.perf_counter()
+    step = progress or (lambda _desc: None)
+    step(f"capture {model} (decode step at batch {cfg.ref_batch})" if not images else f"capture {model}")
     shapes = Shapes(model, source or capture_source(model), cfg, images)
     _check_fits(model, shapes, specs, cfg)
     out: dict[str, StrategyResult] = {}
+    step("homogeneous: TP degree and batch per GPU type")
     out["homogeneous"] = homogeneous(shapes, specs, lk, cost, cfg)
+    step("prefill/decode: rate-matched pair")
     out["prefill_decode"] = (prefill_decode(shapes, specs, lk, cost, cfg) if pd_ok and len(specs) == 2 else
                              StrategyResult(name="prefill_decode", applicable=False, reason=(
                                  "no prefill/decode phases (an image model)" if not pd_ok else "needs a pair of GPUs")))
     solve_log: list[float] = []
-    per_layout = [cell_strategies(shapes, units, ucost, lk, cfg, solve_log) for units, ucost in layouts(specs, cost, cfg)]
+    per_layout = []
+    for units, ucost in layouts(specs, cost, cfg):
+        step(f"attention/FFN, layer pipeline and the MILP on {' + '.join(u.name for u in units)}")
+        per_layout.append(cell_strategies(shapes, units, ucost, lk, cfg, solve_log))
     for name in ("attention_ffn", "layer_pipeline", "milp"):
         out[name] = best_of([lay[name] for lay in per_layout])
     mil = out.pop("milp")

@@ -71,7 +71,7 @@ def _strategy(s: StrategyResult, images: bool) -> dict[str, Any]:
 def run_cell(model: str, pool: str, cfg: PlannerConfig, cache: dict) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
-        r = plan_serving(model, pool, cfg)
+        r = plan_serving(model, pool, cfg, progress=lambda desc: _progress(f"    {desc}"))
     except UserError as e:
         return {"model": model, "gpus": pool.split(","), "error": str(e).splitlines()[0],
                 "wall_s": time.perf_counter() - t0}

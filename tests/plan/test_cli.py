@@ -70,3 +70,13 @@ def test_an_slo_no_configuration_meets_is_one_line_exit_2() -> None:
 def test_a_nonsense_slo_is_one_line_exit_2() -> None:
     r = _run("plan", "llama-tiny", "--gpus", "H100,L40S", "--slo-ttft-ms", "-5")
     assert r.returncode == 2 and "ttft_s=-0.005" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_plan_prints_progress_lines_when_piped() -> None:
+    """Issue 17, defect 11: `plan` says what it is doing; piped, one line per step on stderr (stdout stays JSON)."""
+    r = _run("plan", "llama-tiny", "--gpus", "H100,L40S", "--prompt", "16", "--output", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    json.loads(r.stdout)
+    steps = [x for x in r.stderr.splitlines() if x.startswith("plan llama-tiny on H100,L40S: ")]
+    assert any("capture llama-tiny" in x for x in steps) and any("the MILP" in x for x in steps)
+    assert steps[-1].split(": ", 1)[1].startswith("done in")
