@@ -136,3 +136,11 @@ def test_report_empty_sims_list_is_one_line(tmp_path: Path, run_cli) -> None:
     sims.write_text("[]")
     code, _, err = run_cli(["report", "--sim", str(sims), "-o", str(tmp_path / "r")])
     assert code == 2 and "holds an empty list" in err and len(err.splitlines()) == 1
+
+
+def test_help_does_not_import_torch() -> None:
+    # `tessera --help` lists every verb; only capturing needs torch and Triton (~3 s to import).
+    code = ("import sys; import tessera.cli as c; c._register_all(); "
+            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,12 +1,27 @@
-"""Capture: turn a model step into a KernelGraph (fake tensors) or a replayable program (tiny, real)."""
+"""Capture: turn a model step into a KernelGraph (fake tensors) or a replayable program (tiny, real).
 
-from tessera.capture.core import block_layers, capture_model, capture_program
-from tessera.capture.program import Capture, replay
-from tessera.capture.recorder import OpRecord, Recorder, TensorRef
-from tessera.capture.summary import summarize
-from tessera.capture.zoo import SPECS, ModelSpec, model_names, model_phases, resolve
+The names below are loaded on first use (PEP 562), so that `tessera --help` and the verbs that never
+capture do not pay for importing torch and Triton (about 3 s).
+"""
 
-__all__ = [
-    "SPECS", "Capture", "ModelSpec", "OpRecord", "Recorder", "TensorRef", "block_layers", "capture_model",
-    "capture_program", "model_names", "model_phases", "replay", "resolve", "summarize",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> the submodule that defines it
+_EXPORTS = {
+    "block_layers": "core", "capture_model": "core", "capture_program": "core",
+    "Capture": "program", "replay": "program",
+    "OpRecord": "recorder", "Recorder": "recorder", "TensorRef": "recorder",
+    "summarize": "summary",
+    "SPECS": "zoo", "ModelSpec": "zoo", "model_names": "zoo", "model_phases": "zoo", "resolve": "zoo",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tessera.capture' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"tessera.capture.{_EXPORTS[name]}"), name)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tessera.capture.core import DEFAULT_CONTEXT, DEFAULT_SEQ
+from tessera.capture.defaults import DEFAULT_CONTEXT, DEFAULT_SEQ
 from tessera.text import stdout_console
 
 out = stdout_console()

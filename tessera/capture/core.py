@@ -13,6 +13,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten
 
 from tessera.capture import steps, vlm
+from tessera.capture.defaults import DEFAULT_CONTEXT, DEFAULT_IMAGE_PATCHES, DEFAULT_SEQ
 from tessera.capture.fuse import fuse
 from tessera.capture.liger import kernels_applied
 from tessera.capture.program import Capture
@@ -21,10 +22,6 @@ from tessera.capture.triton_launch import capturing
 from tessera.capture.zoo import PHASES, ModelSpec, resolve
 from tessera.errors import UserError, choices_error
 from tessera.graph import KernelGraph, Role, build_graph
-
-# Step sizes used when the caller gives none (encode: image patches, 1024 = one 448×448 image).
-DEFAULT_SEQ = {"prefill": 512, "denoise": 4096, "decode": 1, "encode": vlm.DEFAULT_IMAGE_PATCHES}
-DEFAULT_CONTEXT = {"decode": 2048, "denoise": 512}
 
 
 def block_layers(model: nn.Module) -> dict[int, tuple[str, int | None]]:
@@ -64,7 +61,7 @@ def _make_step(spec: ModelSpec, model: nn.Module, phase: str, batch: int, seq: i
     if spec.family == "vlm" and phase == "encode":
         return vlm.encode_step(model, batch, seq)
     if spec.family == "vlm" and phase == "prefill":  # context: image patches per prompt
-        return vlm.prefill_step(model, batch, seq, context or vlm.DEFAULT_IMAGE_PATCHES, real)
+        return vlm.prefill_step(model, batch, seq, context or DEFAULT_IMAGE_PATCHES, real)
     context = context or DEFAULT_CONTEXT.get(phase, 0)
     if spec.family in ("llm", "moe", "vlm"):
         return steps.llm_step(model, phase, batch, seq, context, real)

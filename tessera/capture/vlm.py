@@ -20,12 +20,12 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from tessera.capture.defaults import DEFAULT_IMAGE_PATCHES
 from tessera.capture.steps import Step, static_cache
 from tessera.errors import UserError
 from tessera.graph import Role
 
 # A 448×448 image is 32×32 patches of 14 px (Qwen2.5-VL's patch_size), 256 LM tokens after the 2×2 merge.
-DEFAULT_IMAGE_PATCHES = 1024
 
 
 def image_grid(patches: int, merge: int) -> tuple[int, int, int]:
