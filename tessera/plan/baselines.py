@@ -27,17 +27,25 @@ def is_attention_side(g: KernelGraph, k_id: int) -> bool:
     return any(g.buffers[b].role == Role.KV for b in (*k.reads, *k.writes))
 
 
+def attention_sides(g: KernelGraph) -> list[bool]:
+    """Per kernel: on the attention side. Kernels sharing a kv/state buffer must stay together, so a whole
+    group is pulled to the attention side when any of its kernels is there (one pass over the kernels)."""
+    side = [is_attention_side(g, k.id) for k in g.kernels]
+    touching: dict[int, list[int]] = {}
+    for k in g.kernels:
+        for b in dict.fromkeys((*k.reads, *k.writes)):
+            if g.buffers[b].role in (Role.KV, Role.STATE):
+                touching.setdefault(b, []).append(k.id)
+    for _, ks in sorted(touching.items()):  # buffer order
+        if any(side[k] for k in ks):
+            for k in ks:
+                side[k] = True
+    return side
+
+
 def attention_ffn(g: KernelGraph, attn_dev: int, ffn_dev: int) -> tuple[int, ...]:
     """Attention + KV on ``attn_dev``, every other kernel (FFN / experts, embeddings, head) on ``ffn_dev``."""
-    side = [is_attention_side(g, k.id) for k in g.kernels]
-    # kernels sharing a kv/state buffer must stay together: pull the whole group to the attention side
-    for b in g.buffers:
-        if b.role in (Role.KV, Role.STATE):
-            ks = [k.id for k in g.iter_touching(b.id)]
-            if any(side[k] for k in ks):
-                for k in ks:
-                    side[k] = True
-    return tuple(attn_dev if s else ffn_dev for s in side)
+    return tuple(attn_dev if s else ffn_dev for s in attention_sides(g))
 
 
 def layer_ranges(n_layers: int, speeds: list[float]) -> list[int]:

@@ -122,3 +122,18 @@ def async_bound(g, pool, cost, m: int) -> float | None:
     if sol.status in INFEASIBLE:
         return math.inf
     return m * float(sol.values[idx.T]) if sol.status == "optimal" else None
+
+
+def period_floor(g, pool, cost, m: int) -> float:
+    """A cheap lower bound on the period of any placement of micro-batch graph ``g`` that fits memory, in
+    the verifier's own terms: period ≥ m·(busiest device), and the busiest device of any placement that
+    fits is at least the LP optimum T of compute[d]: Σ_g t·x ≤ T with x relaxed, transfers free and
+    the memory rows kept (kv/state × m, no activation reserve). inf when no placement fits at all.
+    The search skips the MILP at a point whose floor already misses the SLO."""
+    import numpy as np
+
+    from tessera.plan.milp import lp_bound_memory
+    from tessera.plan.solve import prepare
+
+    prob = replace(prepare(g, pool, cost, m=m, act_bytes=0, with_values=False), xfer_s=np.zeros(0), handoffs=[])
+    return m * lp_bound_memory(prob)

@@ -18,12 +18,12 @@ from dataclasses import replace
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.serving import BATCHES, IterShape, batch_ceiling, slo_rate
 from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
-from tessera.plan.verify import evaluate
+from tessera.plan.verify import evaluate_cached
 
 
 def _step(shapes, shape: IterShape, unit: GpuSpec, lk: LinkSpec, cost) -> tuple[float, dict[str, int], object]:
     g = shapes.at(shape)
-    ev = evaluate(g, (0,) * len(g.kernels), (unit,), lk, cost)
+    ev = evaluate_cached(g, (0,) * len(g.kernels), (unit,), lk, cost)
     return ev.latency_s, ev.memory_bytes[0], ev
 
 

@@ -26,7 +26,7 @@ from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan import strategies as st
 from tessera.plan.baselines import has_attention
-from tessera.plan.bound import async_bound
+from tessera.plan.bound import async_bound, period_floor
 from tessera.plan.pool import Pool, resolve_gpu, resolve_link
 from tessera.plan.problem import default_cost
 from tessera.plan.serving import (
@@ -237,20 +237,21 @@ def cell_strategies(shapes: Shapes, units: tuple[GpuSpec, ...], cost, lk: LinkSp
     cell = Pool(gpus=units, link=lk)
     out: dict[str, StrategyResult] = {}
     tp = tuple(cost.tp_of(u) if isinstance(cost, UnitCost) else 1 for u in units)
+    pipe = st.memo(st.layer_pipeline(units, lk, cost))
+    af = st.memo(st.attention_ffn(units, lk, cost))
+    # one LP floor per shape, shared by the three searches: points it decides are not placed at all
+    floor = st.memo(lambda g, b, m: period_floor(g, cell, cost, m)) if len(units) >= 2 else None
     if len(units) == 2 and has_attention(shapes.base):
-        out["attention_ffn"] = cell_strategy("attention_ffn", st.attention_ffn(units, lk, cost), shapes, cell,
-                                             cost, cfg)
+        out["attention_ffn"] = cell_strategy("attention_ffn", af, shapes, cell, cost, cfg, floor=floor)
     else:
         out["attention_ffn"] = StrategyResult(name="attention_ffn", applicable=False, reason=(
             "needs two devices" if len(units) != 2 else "no attention kernels (e.g. a state-space model)"))
     if len(units) >= 2:
-        out["layer_pipeline"] = cell_strategy("layer_pipeline", st.layer_pipeline(units, lk, cost), shapes, cell,
-                                              cost, cfg)
-        starts = [st.layer_pipeline(units, lk, cost)] + ([st.attention_ffn(units, lk, cost)] if len(units) == 2
-                                                         else [])
+        out["layer_pipeline"] = cell_strategy("layer_pipeline", pipe, shapes, cell, cost, cfg, floor=floor)
+        starts = [pipe] + ([af] if len(units) == 2 else [])
         placer = st.milp(cell, cost, starts=starts, mip_rel_gap=cfg.mip_rel_gap, time_limit_s=cfg.time_limit_s,
                          solve_log=solve_log)
-        out["milp"] = cell_strategy("tessera", placer, shapes, cell, cost, cfg, bound=True)
+        out["milp"] = cell_strategy("tessera", placer, shapes, cell, cost, cfg, bound=True, floor=floor)
     else:
         out["layer_pipeline"] = StrategyResult(name="layer_pipeline", applicable=False,
                                                reason="needs two or more devices")
@@ -267,11 +268,13 @@ def best_of(results: list[StrategyResult]) -> StrategyResult:
 
 
 def cell_strategy(name: str, placer, shapes: Shapes, cell: Pool, cost, cfg: PlannerConfig, *,
-                  bound: bool = False) -> StrategyResult:
+                  bound: bool = False, floor: Callable[[KernelGraph, int, int], float] | None = None) -> StrategyResult:
+    """``floor(graph, batch, m)``: a lower bound on the period of any placement there that fits memory
+    (bound.period_floor), letting the search skip points it already decides."""
     units = cell.gpus
     ceiling = batch_ceiling(shapes.base, units, cfg.traffic, shapes.images, cfg.batch_cap)
     best, fit = search(shapes.graph, placer, units=units, link=cell.link, cost=cost, traffic=cfg.traffic,
-                       slo=cfg.slo, ms=cfg.microbatches, ceiling=ceiling)
+                       slo=cfg.slo, ms=cfg.microbatches, ceiling=ceiling, floor=floor)
     if best is None:
         reason = fit.reason if fit is not None else "no placement fits memory at any batch"
         return StrategyResult(name=name, applicable=True, reason=reason, usd_per_hour=cell.usd_per_hour,
@@ -385,7 +388,7 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
               cfg: PlannerConfig, *, bound_ratio: float | None = None, replicas: int = 1) -> Plan:
     """A Plan for the simulator and the report: the placement, the chosen operating point, and step points
     over point_grid on this placement."""
-    from tessera.plan.verify import evaluate
+    from tessera.plan.verify import evaluate_cached
 
     t = cfg.traffic
     phase = "denoise" if shapes.images else "mixed"
@@ -399,7 +402,7 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
             c = math.ceil(chunk / m)
             sh = replace(full, context=ctx, chunk=c, chunk_len=min(c, t.prompt),
                          prefix=max(0, (t.prompt - c) // 2) if c < t.prompt else 0)
-        ev = evaluate(shapes.at(sh), p.assignment, units, lk, cost)
+        ev = evaluate_cached(shapes.at(sh), p.assignment, units, lk, cost)
         pts.append(StepPoint(batch=b, tokens=b if shapes.images else b + chunk, context=ctx, microbatches=m,
                              device_busy_s=ev.device_busy_s, link_busy_s=ev.link_tuple(),
                              latency_s=ev.latency_s, step_s=max(m * ev.bottleneck_s, ev.latency_s)))
