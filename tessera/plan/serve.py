@@ -157,8 +157,10 @@ def adopt_best(mil: StrategyResult, out: dict[str, StrategyResult]) -> StrategyR
     if best is mil:
         return replace(mil, chosen="milp", detail={**mil.detail, "idle": idle_reason(mil)})
     plan = replace(best.plan, strategy="tessera") if best.plan else None
+    milp_ratio = mil.plan.bound_ratio if mil.plan is not None else None
     return replace(best, name="tessera", plan=plan, chosen=best.name,
-                   detail={**best.detail, "milp_goodput": mil.goodput, "milp_reason": mil.reason})
+                   detail={**best.detail, "milp_goodput": mil.goodput, "milp_reason": mil.reason,
+                           "milp_bound_ratio": milp_ratio})
 
 
 def idle_reason(mil: StrategyResult) -> str | None:
@@ -179,13 +181,20 @@ __all__ = ["STRATEGIES", "PlannerConfig", "ServingResult", "Shapes", "StrategyRe
            "homogeneous", "latency_variant", "model_kind", "plan_graph", "plan_serving"]
 
 
-def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, source=None) -> Plan | None:
-    """The latency-oriented schedule of strategy ``name``'s plan for the online switch: the same placement
-    (so no weight moves and one paged KV pool serves both), one micro-batch, a quarter of the batch: lower
-    TPOT and TTFT, less throughput. None when the strategy has no single-cell plan."""
+def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, source=None,
+                    placement: str = "same") -> Plan | None:
+    """The latency-oriented plan of strategy ``name`` for the online switch: one micro-batch, a quarter of
+    the batch: lower TPOT and TTFT, less throughput. ``placement="same"`` keeps the strategy's placement
+    (no weight moves; one paged KV pool serves both); ``"milp"`` solves the placement MILP again for that
+    shape with the latency objective (one micro-batch's sequential path of work and transfers), a
+    different placement the simulator accepts only when both fit at once. None when the strategy has no
+    single-cell plan (or the MILP finds no placement that fits)."""
     from tessera.plan.planner import capture_source
     from tessera.plan.pool import resolve_gpu, resolve_link
+    from tessera.plan.solve import prepare, solve_phase
 
+    if placement not in ("same", "milp"):
+        raise ValueError(f"latency_variant placement={placement!r} must be 'same' or 'milp'")
     s = res.strategies[name]
     if s.plan is None or s.point is None or s.plan.members or len(s.plan.phases) != 1:
         return None
@@ -199,7 +208,14 @@ def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, sou
     cost = cost or default_cost()
     b = max(1, s.point.batch // 4)
     g = shapes.graph(b, 1)
-    p = score_point(g, s.point.assignment, batch=b, m=1, units=units, link=lk, cost=cost, traffic=cfg.traffic,
+    assignment = s.point.assignment
+    if placement == "milp":
+        sol = solve_phase(prepare(g, Pool(gpus=units, link=lk), cost, m=1), mode="latency", starts=[assignment],
+                          m=1, mip_rel_gap=cfg.mip_rel_gap, time_limit_s=cfg.time_limit_s)
+        if sol.assignment is None:
+            return None
+        assignment = sol.assignment
+    p = score_point(g, assignment, batch=b, m=1, units=units, link=lk, cost=cost, traffic=cfg.traffic,
                     slo=cfg.slo)
     return replace(make_plan(s.plan.strategy, p, shapes, units, lk, cost, cfg), mode="latency")
 
