@@ -4,9 +4,12 @@ under the serving model (serving.py), scored the same way. The steps, in order:
   shapes   one capture per model (a decode step at a reference batch, or an image step), rescaled to
            any micro-batch shape (shapes.iteration_graph);
   strategies  homogeneous (best tensor-parallel × replica split per GPU type), prefill/decode
-           (rate-matched, DistServe), attention/FFN, layer pipeline, and the MILP (strategies.py);
+           (rate-matched, DistServe), attention/FFN, layer pipeline (one module each under baselines/),
+           and the MILP (strategies.milp);
   search   per strategy the batch and micro-batch count with the highest goodput under memory and SLO
-           (serving.search);
+           (cell.cell_strategy, serving.search), points an LP floor already decides skipped
+           (bound.period_floor);
+  bound    the MILP's plan against its LP bound at the chosen point (bound.async_bound);
   verify   every MILP answer re-scored by the independent verifier (strategies.milp);
   score    Tessera's answer is the best of its MILP plans and every baseline (each is a placement the
            MILP contains); ``chosen`` names which, so a kernel-level win is told from a tie.

@@ -158,3 +158,8 @@ def test_latency_variant_is_the_same_placement_and_switchable() -> None:
     assert lat.phases["mixed"].assignment == thr.phases["mixed"].assignment
     assert (lat.batch, lat.microbatches) == (max(1, thr.batch // 4), 1) and lat.mode == "latency"
     assert check_switchable(thr, lat) == "same-placement"
+    # the latency-oriented placement: the MILP minimising one micro-batch's path at the same shape, with
+    # the same placement as its MIP start, so its step is no longer than the same-placement schedule's
+    lat_milp = latency_variant(r, "layer_pipeline", placement="milp")
+    assert lat_milp is not None and (lat_milp.batch, lat_milp.microbatches) == (lat.batch, 1)
+    assert lat_milp.tpot_s <= lat.tpot_s * (1 + 1e-9)
