@@ -59,6 +59,20 @@ def test_async_bound_below_every_placement(m: int) -> None:
         assert async_bound(g, POOL, COST, m) <= min(periods) + 1e-9
 
 
+def test_period_floor_by_hand_and_below_every_placement() -> None:
+    # the search's floor: m × the relaxed busiest device with memory kept. chain3: a on H100 (2), c on
+    # L40S (2), b split evenly: 3.5 per device, so 3.5·m; never above a placement's verifier period
+    from tessera.plan.bound import period_floor
+    from tessera.plan.verify import evaluate
+
+    for m in (1, 2, 4):
+        floor = period_floor(chain3(), POOL, COST, m)
+        assert floor == pytest.approx(3.5 * m, rel=1e-6)
+        for a in itertools.product(range(2), repeat=3):
+            ev = evaluate(chain3(), a, POOL.gpus, POOL.link, COST)
+            assert floor <= max(m * ev.bottleneck_s, ev.latency_s) + 1e-9
+
+
 def test_steady_shape_by_hand() -> None:
     # B = 64, m = 2, P = 1024, O = 256: b = 32 decode sequences, C = 64·1024/256 = 256 → c = 128 per
     # micro-batch; mean context P + O/2 = 1152; a chunk piece attends to (1024 − 128)/2 = 448 earlier tokens;
