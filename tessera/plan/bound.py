@@ -106,19 +106,34 @@ def cycle_bound(phases: list[BoundPhase], *, mode: str = "throughput") -> float 
 
 
 def async_bound(g, pool, cost, m: int) -> float | None:
-    """Lower bound on the async period max(m·T, L) of any placement of micro-batch graph ``g`` on ``pool``:
-    the flat MILP with x relaxed to [0,1], transfers free and the memory rows kept, rows
-    compute[d]: Σ_g t·x ≤ T and latency: Σ_g,d t·x ≤ m·T; the bound is m·T (inf when nothing fits, None
-    when HiGHS did not finish)."""
-    import numpy as np
-
+    """Lower bound on the async period max(m·T, L) of any placement of micro-batch graph ``g`` on ``pool``,
+    L taken as the MILP's sequential sum of work and transfers: the flat MILP with x relaxed to [0,1] and
+    the memory rows kept (no activation reserve), rows compute[d]: Σ_g t·x ≤ T, link[a,b]: Σ s·y ≤ T and
+    latency: Σ_g,d t·x + Σ s·y ≤ m·T, plus the valid inequalities flow[v,c,b] (milp.build_flat), which
+    charge a transfer wherever the relaxed assignment changes along a dependency. The bound is m·T (inf
+    when nothing fits, None when HiGHS did not finish)."""
     from tessera.plan.milp import build_flat
     from tessera.plan.solve import prepare
 
-    prob = replace(prepare(g, pool, cost, m=m, act_bytes=0), values=[], xfer_s=np.zeros(0), handoffs=[])
-    model, idx = build_flat(prob, objective="async", micro=m)
+    prob = replace(prepare(g, pool, cost, m=m, act_bytes=0), handoffs=[])
+    model, idx = build_flat(prob, objective="async", micro=m, flow=True)
     model.col_cost = [1.0 if j == idx.T else 0.0 for j in range(model.n_cols)]  # no tie-break in a bound
     sol = model.solve(relax=True)
     if sol.status in INFEASIBLE:
         return math.inf
     return m * float(sol.values[idx.T]) if sol.status == "optimal" else None
+
+
+def period_floor(g, pool, cost, m: int) -> float:
+    """A cheap lower bound on the period of any placement of micro-batch graph ``g`` that fits memory, in
+    the verifier's own terms: period ≥ m·(busiest device), and the busiest device of any placement that
+    fits is at least the LP optimum T of compute[d]: Σ_g t·x ≤ T with x relaxed, transfers free and
+    the memory rows kept (kv/state × m, no activation reserve). inf when no placement fits at all.
+    The search skips the MILP at a point whose floor already misses the SLO."""
+    import numpy as np
+
+    from tessera.plan.milp import lp_bound_memory
+    from tessera.plan.solve import prepare
+
+    prob = replace(prepare(g, pool, cost, m=m, act_bytes=0, with_values=False), xfer_s=np.zeros(0), handoffs=[])
+    return m * lp_bound_memory(prob)

@@ -8,6 +8,7 @@ Variables (names as in the model):
 Rows:
   assign[g]:      Σ_d x[g,d] = 1
   cross[v,c,a,b]: y[v,a,b] ≥ x[src(v),a] + x[c,b] − 1          c ∈ dst(v)
+  flow[v,c,b]:    Σ_a≠b y[v,a,b] ≥ x[c,b] − x[src(v),b]          (``flow``: the bound's valid inequality)
   resident[w,g,d]: z[w,d] ≥ x[g,d]                              g ∈ touch(w)
   compute[d]:     bg[d] + ω·Σ_g t[g,d]·x[g,d] ≤ T
   link[a,b]:      bg[a,b] + ω·(Σ_v s[v]·y[v,a,b] + Σ_h s[h]·x[src(h),a]) ≤ T   (h: handoffs into b)
@@ -73,11 +74,15 @@ def make_async(model: Model, t_col: int, micro: int) -> None:
 def build_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: float = 1.0,
                background: Background | None = None, alpha: tuple[float, ...] | None = None,
                beta: float = 1.0, memory: bool = True, micro: int = 1,
-               mem_price: tuple[float, ...] | None = None) -> tuple[Model, _Index]:
+               mem_price: tuple[float, ...] | None = None, flow: bool = False) -> tuple[Model, _Index]:
+    """``flow`` adds the rows flow[v,c,b]: a consumer on b whose producer is not on b receives the value
+    on b from some device. Integral placements satisfy them with their own sends, so they cut no placement
+    off; relaxed, they charge a transfer wherever the fractional assignment changes along a dependency
+    (cross[·] alone lets x = ½ on both devices send nothing), which tightens the LP bound."""
     assert objective in ("throughput", "weighted", "step", "async")
     if objective == "async":
         model, idx = build_flat(prob, objective="step", omega=omega, background=background, memory=memory,
-                                micro=micro)
+                                micro=micro, flow=flow)
         assert idx.T is not None
         make_async(model, idx.T, micro)
         return model, idx
@@ -108,6 +113,12 @@ def build_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: floa
             for cg in v.dst:
                 m.row(f"cross[{vi},{cg},{a},{b}]", {col: 1.0, int(x[v.src, a]): -1.0, int(x[cg, b]): -1.0},
                       lb=-1.0)
+        if flow:
+            for cg in v.dst:
+                for b in range(D):
+                    terms = {y[vi, a, b]: 1.0 for a in range(D) if a != b}
+                    terms[int(x[cg, b])], terms[int(x[v.src, b])] = -1.0, 1.0
+                    m.row(f"flow[{vi},{cg},{b}]", terms, lb=0.0)
     # ---- step 3: residency z[w,d] (a one-group buffer uses x directly) ----
     z: dict[tuple[int, int], int] = {}
     for wi, w in enumerate(prob.residents):

@@ -146,7 +146,9 @@ class PhaseProblem:
         return self.cost.transfer_time_s(h.bytes, self.pool.link)
 
 
-def build_problem(graph: KernelGraph, pool: Pool, cost: CostModel | None = None) -> PhaseProblem:
+def build_problem(graph: KernelGraph, pool: Pool, cost: CostModel | None = None, *,
+                  with_values: bool = True) -> PhaseProblem:
+    """``with_values=False`` leaves the transfers out (a bound that frees them needs no dependency edges)."""
     cost = cost or default_cost()
     group_of = union_groups(graph)
     n_groups = max(group_of) + 1 if group_of else 0
@@ -159,7 +161,7 @@ def build_problem(graph: KernelGraph, pool: Pool, cost: CostModel | None = None)
     # values: one per (producing kernel, buffer); RAW edges carry data, and so do WAW edges on
     # activations (a partial overwrite needs the earlier contents where the overwriting kernel runs).
     readers: dict[tuple[int, int], set[int]] = defaultdict(set)
-    for e in graph.edges:
+    for e in graph.edges if with_values else ():
         if e.kind == EdgeKind.WAR or graph.buffers[e.buffer].role in RESIDENT_ROLES:
             continue
         readers[(e.src, e.buffer)].add(e.dst)

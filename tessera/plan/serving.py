@@ -30,7 +30,7 @@ from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.shapes import IterShape
-from tessera.plan.verify import Evaluation, evaluate
+from tessera.plan.verify import Evaluation, evaluate_cached
 
 # Batch sizes searched (sequences or images in flight): powers of two and the halfway points.
 BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -156,7 +156,7 @@ def slo_rate(slots: int, service_s: float, budget_s: float, target: float = SLO_
 def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: int, units: tuple[GpuSpec, ...],
                 link: LinkSpec, cost, traffic: Traffic, slo: Slo, extra_latency_s: float = 0.0) -> Point:
     """Score a placement of micro-batch graph ``g`` (built at steady_shape(batch, m) or image_shape)."""
-    ev = evaluate(g, assignment, units, link, cost)
+    ev = evaluate_cached(g, assignment, units, link, cost)
     mem = whole_step_memory(ev, m)
     t = ev.bottleneck_s
     period = max(m * t, ev.latency_s)
@@ -220,13 +220,18 @@ def batch_ceiling(base: KernelGraph, units: tuple[GpuSpec, ...], traffic: Traffi
 
 def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units: tuple[GpuSpec, ...],
            link: LinkSpec, cost, traffic: Traffic, slo: Slo, ms: tuple[int, ...], ceiling: int,
-           extra_latency_s: Callable[[tuple[int, ...]], float] | None = None) -> tuple[Point | None, Point | None]:
+           extra_latency_s: Callable[[tuple[int, ...]], float] | None = None,
+           floor: Callable[[KernelGraph, int, int], float] | None = None) -> tuple[Point | None, Point | None]:
     """(best point meeting memory and SLO, the fastest point that fits at all) over batches ≤ ceiling and ms.
 
     Per m, batches are tried from the ceiling down: memory and both latencies grow with the batch, so the
     first point that fits and meets the SLO is that m's largest feasible batch; smaller ones are tried
     while goodput still grows (a smaller batch can queue less when its period leaves more TTFT budget).
     The second answer (lowest TPOT, then TTFT) says how far the SLO is when no point meets it.
+    ``floor(graph, batch, m)``, when given, is a lower bound on the period of any placement of that graph that
+    fits memory (bound.period_floor); a point whose floor misses the SLO and cannot be the fastest fitting
+    point is skipped without calling the placer (for the MILP, most of the search's time), so both answers
+    are the same as without it.
     """
     best: Point | None = None
     best_fit: Point | None = None
@@ -236,6 +241,8 @@ def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units
             if m > b:
                 continue
             g = graph_at(b, m)
+            if floor is not None and _decided(floor(g, b, m), best_fit, g.phase != "mixed", traffic, slo):
+                continue
             a = placer(g, b, m)
             if a is None:
                 continue
@@ -250,3 +257,13 @@ def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units
         if m_best is not None and (best is None or m_best.goodput > best.goodput):
             best = m_best
     return best, best_fit
+
+
+def _decided(floor_s: float, best_fit: Point | None, images: bool, traffic: Traffic, slo: Slo) -> bool:
+    """A point whose period is at least ``floor_s`` misses the SLO (TPOT, or the image latency) and is no
+    faster than the fastest fitting point found so far: nothing the placer returns there can change
+    search's answers. inf: nothing fits at all (the placer would return no placement)."""
+    if floor_s == math.inf:
+        return True
+    misses = traffic.steps * floor_s > slo.image_s if images else floor_s > slo.tpot_s
+    return misses and best_fit is not None and floor_s > best_fit.period_s

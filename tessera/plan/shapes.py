@@ -100,14 +100,23 @@ def attention_kernels(k: Kernel, shape: IterShape) -> list[Kernel]:
     return out
 
 
-def _scaled_kernel(k: Kernel, s: float, resident_read: int) -> Kernel:
+def _with(obj, **changes):
+    """``dataclasses.replace`` without re-running ``__init__``/``__post_init__``: a rescaled graph has
+    ~10⁵ kernels and buffers, and every changed value here is a non-negative scaling of a validated one."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
+def _scaled_kernel(k: Kernel, s: float, resident_read: int, kid: int) -> Kernel:
     fixed = min(resident_read, k.bytes_read)
     dims = dict(k.dims)
     for key in ("m", "numel"):
         if key in dims:
             dims[key] = max(1, math.ceil(dims[key] * s - 1e-9))
-    return replace(k, flops=int(k.flops * s), bytes_read=int(fixed + (k.bytes_read - fixed) * s),
-                   bytes_written=int(k.bytes_written * s), dims=dims)
+    return _with(k, id=kid, flops=int(k.flops * s), bytes_read=int(fixed + (k.bytes_read - fixed) * s),
+                 bytes_written=int(k.bytes_written * s), dims=dims)
 
 
 def _scaled_buffer(b: Buffer, s: float, base: KernelGraph, shape: IterShape) -> Buffer:
@@ -117,11 +126,11 @@ def _scaled_buffer(b: Buffer, s: float, base: KernelGraph, shape: IterShape) -> 
     if b.role == Role.KV and not shape.images:
         slots = base.shape.get("context", 0) + base.shape.get("seq", 1)  # decode cache: context + 1 slots
         per_token = b.bytes / max(1, r * slots)
-        return replace(b, bytes=max(1, math.ceil(per_token * shape.kv_tokens)))
+        return _with(b, bytes=max(1, math.ceil(per_token * shape.kv_tokens)))
     if b.role in (Role.KV, Role.STATE):
         n = shape.images or shape.sequences
-        return replace(b, bytes=max(1, math.ceil(b.bytes * n / r)))
-    return replace(b, bytes=max(1, math.ceil(b.bytes * s)))
+        return _with(b, bytes=max(1, math.ceil(b.bytes * n / r)))
+    return _with(b, bytes=max(1, math.ceil(b.bytes * s)))
 
 
 STATE_MIN_BYTES = 4096  # smaller state buffers are counters (a static cache's length), not recurrent state
@@ -159,12 +168,12 @@ def iteration_graph(base: KernelGraph, shape: IterShape) -> KernelGraph:
     kernels: list[Kernel] = []
     for k in base.kernels:
         if k.kind in ATTENTION_KINDS and not shape.images:
-            parts = attention_kernels(k, shape)
+            n = len(kernels)
+            kernels.extend([_with(p, id=n + i) for i, p in enumerate(attention_kernels(k, shape))])
         else:
             f = s_seq if k.id in per_seq and not shape.images else s
-            parts = [_scaled_kernel(k, f, sum(base.buffers[b].bytes for b in k.reads if b in resident))]
-        for p in parts:
-            kernels.append(replace(p, id=len(kernels)))
+            kernels.append(_scaled_kernel(k, f, sum(base.buffers[b].bytes for b in k.reads if b in resident),
+                                          len(kernels)))
     buffers = [_scaled_buffer(b, s, base, shape) for b in base.buffers]
     dims = {"batch": shape.images or shape.decode, "chunk": shape.chunk, "context": shape.context,
             "prefix": shape.prefix, "kv_tokens": shape.kv_tokens, "tokens": shape.images or shape.tokens}

@@ -16,7 +16,7 @@ from tessera.plan.milp import Background, loads, objective_value, solve_flat
 from tessera.plan.patterns import find_segments, polish, solve_patterns
 from tessera.plan.pool import Pool
 from tessera.plan.problem import Handoff, PhaseProblem, build_problem
-from tessera.plan.verify import evaluate
+from tessera.plan.verify import evaluate_cached
 
 FLAT_MAX_GROUPS = 400  # above this (and with repeated layers) use layer patterns
 
@@ -33,10 +33,10 @@ class PhaseSolution:
 
 def prepare(g: KernelGraph, pool: Pool, cost: CostModel, *, m: int, act_bytes: int | None = None,
             kv_home: dict[str, int] | None = None, preresident: dict[str, frozenset[int]] | None = None,
-            held_bytes: tuple[int, ...] = ()) -> PhaseProblem:
+            held_bytes: tuple[int, ...] = (), with_values: bool = True) -> PhaseProblem:
     """PhaseProblem at the micro-batch shape; kv/state resident bytes × m (all micro-batches' caches),
     ``kv_home``: kv buffer name -> device that keeps it for the next phase (a handoff if placed elsewhere)."""
-    p = build_problem(g, pool, cost)
+    p = build_problem(g, pool, cost, with_values=with_values)
     res = [replace(r, bytes=r.bytes * m) if r.role in (Role.KV, Role.STATE) else r for r in p.residents]
     hand = []
     for r in p.residents:
@@ -111,7 +111,8 @@ def check_agreement(prob: PhaseProblem, assignment: tuple[int, ...], cost: CostM
     """Solver bookkeeping vs the independent verifier: loads, links and resident bytes must agree."""
     gd = tuple(prob.group_assignment(assignment))
     dev, lk = loads(prob, gd)
-    ev = evaluate(prob.graph, assignment, prob.pool.gpus, prob.pool.link, cost, handoffs=handoff_triples(prob, gd))
+    ev = evaluate_cached(prob.graph, assignment, prob.pool.gpus, prob.pool.link, cost,
+                         handoffs=handoff_triples(prob, gd))
     for d in range(prob.D):
         assert math.isclose(dev[d], ev.device_busy_s[d], rel_tol=1e-9, abs_tol=1e-15), (d, dev[d], ev.device_busy_s)
     for p, s in lk.items():

@@ -6,6 +6,7 @@ order with its own last-writer table, so a bookkeeping bug on either side shows 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from tessera.cost import CostModel
@@ -79,6 +80,30 @@ def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: 
                       memory_bytes=memory_by_device(graph, assignment, n_dev), transfers=sends)
 
 
+EVAL_CACHE_SIZE = 4096  # evaluations kept; a Mixtral cell's search needs ~150 distinct ones
+_eval_cache: OrderedDict[tuple, tuple[KernelGraph, Evaluation]] = OrderedDict()
+
+
+def evaluate_cached(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: tuple[GpuSpec, ...],
+                    link: LinkSpec, cost: CostModel,
+                    handoffs: tuple[tuple[int, int, int], ...] = ()) -> Evaluation:
+    """``evaluate`` memoised on (graph, assignment, devices, link, cost, handoffs): the search scores one
+    placement of one shape several times (a rule's candidates, the MILP's starts, the chosen point, the
+    Plan's step points). Graphs are keyed by identity (the planner caches one graph per shape); the entry
+    keeps the graph alive so its id cannot be reused while the entry exists. Callers must not mutate the
+    returned Evaluation."""
+    key = (id(graph), tuple(assignment), tuple(gpus), link, id(cost), tuple(handoffs))
+    hit = _eval_cache.get(key)
+    if hit is not None and hit[0] is graph:
+        _eval_cache.move_to_end(key)
+        return hit[1]
+    ev = evaluate(graph, assignment, gpus, link, cost, handoffs)
+    _eval_cache[key] = (graph, ev)
+    if len(_eval_cache) > EVAL_CACHE_SIZE:
+        _eval_cache.popitem(last=False)
+    return ev
+
+
 def memory_by_device(graph: KernelGraph, assignment: tuple[int, ...] | list[int],
                      n_dev: int) -> tuple[dict[str, int], ...]:
     """Bytes per role on each device: every resident buffer a local kernel touches, plus the device's
@@ -100,8 +125,7 @@ def memory_by_device(graph: KernelGraph, assignment: tuple[int, ...] | list[int]
         for b in held[d]:
             mem[str(graph.buffers[b].role)] += graph.buffers[b].bytes
         events = sorted([(s, graph.buffers[b].bytes) for b, s in first[d].items()]
-                        + [(last[d][b] + 1, -graph.buffers[b].bytes) for b in first[d]],
-                        key=lambda e: (e[0], e[1]))
+                        + [(last[d][b] + 1, -graph.buffers[b].bytes) for b in first[d]])  # frees first
         live = peak = 0
         for _, delta in events:
             live += delta

@@ -12,18 +12,17 @@ from tessera.cost import CostModel
 from tessera.errors import UserError, choices_error
 from tessera.graph import KernelGraph, KernelKind, Role
 from tessera.hardware import LinkSpec
-
-ATTENTION_KINDS = frozenset({KernelKind.ATTENTION, KernelKind.ATTENTION_DECODE, KernelKind.SCAN, KernelKind.CONV})
+from tessera.plan.baselines.attention_ffn import is_attention_kernel
 
 
 def attention_gemm(graph: KernelGraph, devices: int = 2) -> tuple[int, ...]:
-    """Attention-type kernels (and the ones touching KV/state) on device 0, GEMMs on device 1; any
-    other kernel follows the kernel before it, so elementwise chains stay with their producer."""
+    """Attention-type kernels (and the ones touching KV/state: the planner's attention/FFN baseline's
+    predicate, is_attention_kernel) on device 0, GEMMs on device 1; any other kernel follows the kernel
+    before it, so elementwise chains stay with their producer."""
     assert devices >= 2, "attention/GEMM split needs two devices"
-    state = {b.id for b in graph.buffers if b.role in (Role.KV, Role.STATE)}
     out: list[int] = []
     for k in graph.kernels:
-        if k.kind in ATTENTION_KINDS or state & {*k.reads, *k.writes}:
+        if is_attention_kernel(graph, k.id):
             out.append(0)
         elif k.kind is KernelKind.GEMM:
             out.append(1)

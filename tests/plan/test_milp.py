@@ -102,9 +102,11 @@ def test_resolver_time_limit_is_per_solve_not_per_sweep() -> None:
     time and fall back to the MILP for the rest of it."""
     p = build_problem(chain3(), POOL, COST)
     model, idx = build_flat(p, objective="weighted", memory=False, mem_price=(0.0, 0.0))
-    solver = model.resolver(time_limit_s=0.002)  # one solve takes ~30 µs; 600 take ~15 ms in all
-    for k in range(600):
-        a = (1.0, 0.5 + k / 400)
+    # one solve takes ~30 µs; 4000 take over 0.1 s in all, so a limit counted over the whole sweep (0.05 s)
+    # would run out, while one solve stays far under it even on a loaded machine
+    solver = model.resolver(time_limit_s=0.05)
+    for k in range(4000):
+        a = (1.0, 0.5 + k / 2000)
         assert solver.solve(weighted_costs(p, idx, model.n_cols, alpha=a, beta=1.0)).status == "optimal"
     assert solver._mip is None  # every point answered by the (integral) LP
 

@@ -3,12 +3,14 @@ shape, tensor-parallel costs, and the rescaled iteration graph against a direct 
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tessera.graph import KernelKind, Role
 from tessera.hardware import link
 from tessera.plan.bound import async_bound
-from tessera.plan.milp import solve_flat
+from tessera.plan.milp import objective_value, solve_flat
 from tessera.plan.problem import build_problem
 from tessera.plan.serving import Slo, Traffic, steady_shape
 from tessera.plan.shapes import IterShape, iteration_graph
@@ -27,9 +29,48 @@ def test_async_objective_by_hand() -> None:
 
 
 def test_async_bound_by_hand() -> None:
-    # relaxed, transfers free: a -> H100 (2), c -> L40S (2), b split so both carry 3.5: T = 3.5 and the
-    # total 7 ≤ 2·T; the bound on the period m·T is 7.0 (the best integral plan's period is 10).
-    assert async_bound(chain3(), POOL, COST, 2) == pytest.approx(7.0, rel=1e-6)
+    # relaxed: a -> H100 (2), c -> L40S (2), b a fraction f on H100. The flow rows make the two values
+    # cross in proportion to where b's share changes: va is received on L40S by 1 − f of b, vb by the f of
+    # c not matched by b: 0.5·(1 − f) + 0.5·f = 0.5 s of transfers whatever f. m = 2: loads 2 + 3f and
+    # 2 + 3(1 − f), total 7 + 0.5 ≤ 2·T → T = 3.75 at f = ½; period bound 7.5 (best integral plan: 10).
+    assert async_bound(chain3(), POOL, COST, 2) == pytest.approx(7.5, rel=1e-6)
+    # m = 4: the loads decide, T = 3.5 at f = ½, bound 14 (best integral: 4·5 = 20)
+    assert async_bound(chain3(), POOL, COST, 4) == pytest.approx(14.0, rel=1e-6)
+
+
+def test_async_bound_flow_rows_active_by_hand() -> None:
+    # m = 1: the period is one micro-batch's path. With transfers free the relaxation would run a on H100
+    # and c on L40S for free: 2 + 3 + 2 = 7. The flow rows charge the switch between them: any split
+    # crosses 0.5 s in total (test above), so the bound is 7.5, the best integral plan's period
+    # ({a, b} on H100, c on L40S: 2 + 3 + 0.5 + 2), and the bound is tight.
+    p = build_problem(chain3(), POOL, COST)
+    best = solve_flat(p, objective="async", m=1, mip_rel_gap=0.0).objective
+    assert best == pytest.approx(7.5, rel=1e-6)
+    assert async_bound(chain3(), POOL, COST, 1) == pytest.approx(7.5, rel=1e-6)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_async_bound_below_every_placement(m: int) -> None:
+    # validity by enumeration: the bound is at most the async period of each of the 8 placements of chain3
+    # (objective_value: max(T, Σ/m) per micro-batch, times m), also with a and c sharing one weight
+    for g in (chain3(), chain3(shared=True)):
+        p = build_problem(g, POOL, COST)
+        periods = [m * objective_value(p, gd, "async", m) for gd in itertools.product(range(2), repeat=p.G)]
+        assert async_bound(g, POOL, COST, m) <= min(periods) + 1e-9
+
+
+def test_period_floor_by_hand_and_below_every_placement() -> None:
+    # the search's floor: m × the relaxed busiest device with memory kept. chain3: a on H100 (2), c on
+    # L40S (2), b split evenly: 3.5 per device, so 3.5·m; never above a placement's verifier period
+    from tessera.plan.bound import period_floor
+    from tessera.plan.verify import evaluate
+
+    for m in (1, 2, 4):
+        floor = period_floor(chain3(), POOL, COST, m)
+        assert floor == pytest.approx(3.5 * m, rel=1e-6)
+        for a in itertools.product(range(2), repeat=3):
+            ev = evaluate(chain3(), a, POOL.gpus, POOL.link, COST)
+            assert floor <= max(m * ev.bottleneck_s, ev.latency_s) + 1e-9
 
 
 def test_steady_shape_by_hand() -> None:
@@ -131,3 +172,8 @@ def test_latency_variant_is_the_same_placement_and_switchable() -> None:
     assert lat.phases["mixed"].assignment == thr.phases["mixed"].assignment
     assert (lat.batch, lat.microbatches) == (max(1, thr.batch // 4), 1) and lat.mode == "latency"
     assert check_switchable(thr, lat) == "same-placement"
+    # the latency-oriented placement: the MILP minimising one micro-batch's path at the same shape, with
+    # the same placement as its MIP start, so its step is no longer than the same-placement schedule's
+    lat_milp = latency_variant(r, "layer_pipeline", placement="milp")
+    assert lat_milp is not None and (lat_milp.batch, lat_milp.microbatches) == (lat.batch, 1)
+    assert lat_milp.tpot_s <= lat.tpot_s * (1 + 1e-9)

@@ -1,43 +1,15 @@
-"""The four baselines as fixed kernel placements (docs/plan.md "Strategies").
-
-Each returns per-phase assignments (kernel -> device) for one orientation; the planner scores every
-orientation with score.score and keeps the best, or reports not-applicable with the reason.
-"""
+"""Layer pipeline: contiguous layer ranges, one per device, sized by each device's speed on the graph's
+layers (or evenly, when a fast device cannot hold its speed share of weights), in every device order,
+with asynchronous micro-batches; the best placement that fits memory."""
 
 from __future__ import annotations
 
-from tessera.graph import KernelGraph, KernelKind, Role
+import itertools
+from collections.abc import Callable
 
-ATTN_KINDS = (KernelKind.ATTENTION, KernelKind.ATTENTION_DECODE)
-
-
-def has_attention(g: KernelGraph) -> bool:
-    return any(k.kind in ATTN_KINDS for k in g.kernels)
-
-
-def is_attention_side(g: KernelGraph, k_id: int) -> bool:
-    """Attention block of a layer: the attention module's kernels (q/k/v/o projections, rope, cache
-    writes, attention), anything touching KV, and the pre-attention norm."""
-    k = g.kernels[k_id]
-    if k.layer is None:
-        return False
-    mod = k.module.lower()
-    if k.kind in ATTN_KINDS or "attn" in mod or "attention" in mod.split(".")[-1] or "input_layernorm" in mod:
-        return True
-    return any(g.buffers[b].role == Role.KV for b in (*k.reads, *k.writes))
-
-
-def attention_ffn(g: KernelGraph, attn_dev: int, ffn_dev: int) -> tuple[int, ...]:
-    """Attention + KV on ``attn_dev``, every other kernel (FFN / experts, embeddings, head) on ``ffn_dev``."""
-    side = [is_attention_side(g, k.id) for k in g.kernels]
-    # kernels sharing a kv/state buffer must stay together: pull the whole group to the attention side
-    for b in g.buffers:
-        if b.role in (Role.KV, Role.STATE):
-            ks = [k.id for k in g.iter_touching(b.id)]
-            if any(side[k] for k in ks):
-                for k in ks:
-                    side[k] = True
-    return tuple(attn_dev if s else ffn_dev for s in side)
+from tessera.graph import KernelGraph
+from tessera.hardware import GpuSpec, LinkSpec
+from tessera.plan.baselines.common import best_fitting
 
 
 def layer_ranges(n_layers: int, speeds: list[float]) -> list[int]:
@@ -81,3 +53,19 @@ def layer_seconds(g: KernelGraph, times: list[list[float]]) -> list[float]:
     """Per-device seconds of all layers' kernels (times[k][d]); speed of a stage is 1 / this."""
     n_dev = len(times[0]) if times else 0
     return [sum(times[k.id][d] for k in g.kernels if k.layer is not None) for d in range(n_dev)]
+
+
+def rule(units: tuple[GpuSpec, ...], link: LinkSpec, cost) -> Callable:
+    """The placement rule (graph, batch, m) -> assignment."""
+    def place(g: KernelGraph, b: int, m: int) -> tuple[int, ...] | None:
+        times = [[cost.kernel_time_s(k, u) for u in units] for k in g.kernels]
+        speeds = [1.0 / max(s, 1e-12) for s in layer_seconds(g, times)]
+        cands = []
+        for perm in itertools.permutations(range(len(units))):
+            counts = layer_ranges(g.layers, [speeds[d] for d in perm])
+            cands.append(layer_pipeline(g, list(perm), counts))
+            # memory-lean variant: equal layer counts (a fast device may not hold its speed share of weights)
+            even = layer_ranges(g.layers, [1.0] * len(units))
+            cands.append(layer_pipeline(g, list(perm), even))
+        return best_fitting(g, list(dict.fromkeys(cands)), m, units, link, cost)
+    return place

@@ -1,0 +1,152 @@
+"""One cell's search, shared by Tessera and every baseline: the model's shapes (one capture, rescaled),
+a strategy's best operating point under memory and SLO (serving.search), and the Plan file the
+simulator and the runtime read."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+from tessera.graph import KernelGraph, Role
+from tessera.hardware import GpuSpec, LinkSpec
+from tessera.plan.bound import async_bound
+from tessera.plan.config import PlannerConfig, StrategyResult
+from tessera.plan.pool import Pool
+from tessera.plan.serving import IterShape, Point, Traffic, batch_ceiling, image_shape, search, steady_shape
+from tessera.plan.shapes import iteration_graph
+from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
+from tessera.plan.verify import evaluate_cached
+
+
+class Shapes:
+    """The model's one capture per phase kind and its rescaled micro-batch graphs (cached)."""
+
+    def __init__(self, model: str, source, cfg: PlannerConfig, images: bool) -> None:
+        self.model, self.cfg, self.images = model, cfg, images
+        r = cfg.ref_batch if not images else 1
+        self.base = source("denoise" if images else "decode", r, 0, 16)
+        self._cache: dict[IterShape, KernelGraph] = {}
+
+    def shape(self, batch: int, m: int) -> IterShape:
+        return image_shape(batch, m) if self.images else steady_shape(batch, m, self.cfg.traffic)
+
+    def graph(self, batch: int, m: int) -> KernelGraph:
+        return self.at(self.shape(batch, m))
+
+    def at(self, shape: IterShape) -> KernelGraph:
+        if shape not in self._cache:
+            self._cache[shape] = iteration_graph(self.base, shape)
+        return self._cache[shape]
+
+
+def model_kind(model: str) -> tuple[bool, bool]:
+    """(image model, has a prefill/decode split)."""
+    from tessera.capture import model_phases
+
+    phases = model_phases(model)
+    images = "denoise" in phases
+    return images, ("prefill" in phases and "decode" in phases)
+
+
+def best_of(results: list[StrategyResult]) -> StrategyResult:
+    """The feasible result with the most goodput; else the first applicable one (its reason explains)."""
+    ok = [r for r in results if r.feasible]
+    if ok:
+        return max(ok, key=lambda r: r.goodput)
+    return next((r for r in results if r.applicable), results[0])
+
+
+def cell_strategy(name: str, placer, shapes: Shapes, cell: Pool, cost, cfg: PlannerConfig, *,
+                  bound: bool = False, floor: Callable[[KernelGraph, int, int], float] | None = None) -> StrategyResult:
+    """``floor(graph, batch, m)``: a lower bound on the period of any placement there that fits memory
+    (bound.period_floor), letting the search skip points it already decides."""
+    units = cell.gpus
+    ceiling = batch_ceiling(shapes.base, units, cfg.traffic, shapes.images, cfg.batch_cap)
+    best, fit = search(shapes.graph, placer, units=units, link=cell.link, cost=cost, traffic=cfg.traffic,
+                       slo=cfg.slo, ms=cfg.microbatches, ceiling=ceiling, floor=floor)
+    if best is None:
+        reason = fit.reason if fit is not None else "no placement fits memory at any batch"
+        return StrategyResult(name=name, applicable=True, reason=reason, usd_per_hour=cell.usd_per_hour,
+                              tp=(1,) * len(units), point=fit)
+    bound_ratio = None
+    if bound:
+        b = async_bound(shapes.graph(best.batch, best.microbatches), cell, cost, best.microbatches)
+        bound_ratio = min(1.0, b / best.period_s) if b and math.isfinite(b) else None
+    plan = make_plan(name, best, shapes, units, cell.link, cost, cfg, bound_ratio=bound_ratio)
+    return StrategyResult(name=name, applicable=True, plan=plan, point=best, goodput=best.goodput,
+                          usd_per_hour=cell.usd_per_hour, tp=(1,) * len(units), chosen="milp" if bound else None)
+
+
+def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSpec, cost,
+              cfg: PlannerConfig, *, bound_ratio: float | None = None, replicas: int = 1) -> Plan:
+    """A Plan for the simulator and the report: the placement, the chosen operating point, and step points
+    over point_grid on this placement."""
+    t = cfg.traffic
+    phase = "denoise" if shapes.images else "mixed"
+    m = p.microbatches
+    pts = []
+    for b, chunk, ctx in point_grid(p, t, shapes.images):
+        if shapes.images:
+            sh = shapes.shape(b, m)
+        else:  # b decode sequences and a chunk of `chunk` prompt tokens over the whole step, split m ways
+            full = shapes.shape(b, m)
+            c = math.ceil(chunk / m)
+            sh = replace(full, context=ctx, chunk=c, chunk_len=min(c, t.prompt),
+                         prefix=max(0, (t.prompt - c) // 2) if c < t.prompt else 0)
+        ev = evaluate_cached(shapes.at(sh), p.assignment, units, lk, cost)
+        pts.append(StepPoint(batch=b, tokens=b if shapes.images else b + chunk, context=ctx, microbatches=m,
+                             device_busy_s=ev.device_busy_s, link_busy_s=ev.link_tuple(),
+                             latency_s=ev.latency_s, step_s=max(m * ev.bottleneck_s, ev.latency_s)))
+    usd = sum(u.usd_per_hour for u in units) * replicas
+    thr = p.throughput * replicas
+    busy = p.evaluation.device_busy_s
+    frac = tuple(min(1.0, p.microbatches * b / p.period_s) for b in busy)
+    return Plan(
+        model=shapes.model, strategy=strategy, mode="throughput",
+        devices=tuple(Device(index=i, gpu=u.name, mem_bytes=u.mem_bytes) for i, u in enumerate(units)),
+        link=lk.name, replicas=replicas,
+        phases={phase: PhasePlan(phase=phase, assignment=p.assignment, microbatches=p.microbatches,
+                                 points=tuple(pts), graph_shape=dict(shapes.base.shape))},
+        memory_bytes=p.memory_bytes, kv_bytes_per_token=kv_bytes_per_token(shapes),
+        kv_capacity_tokens=kv_capacity(shapes, p, units),
+        throughput_tokens_per_s=None if shapes.images else thr,
+        throughput_images_per_s=thr if shapes.images else None,
+        latency_s=p.period_s, usd_per_hour=usd, usd_per_million_tokens=usd / 3600 / thr * 1e6 if thr else None,
+        bound_ratio=bound_ratio,
+        workload={"batch": p.batch, "prompt": t.prompt, "output": t.output, "steps": t.steps},
+        batch=p.batch, microbatches=p.microbatches, tpot_s=p.tpot_s, ttft_s=p.ttft_s,
+        sync_throughput=(p.throughput * p.period_s / p.sync_period_s) * replicas,
+        device_busy=frac, slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s},
+        notes=(f"batch {p.batch}, {p.microbatches} micro-batch{'es' if p.microbatches > 1 else ''}",))
+
+
+def point_grid(p: Point, t: Traffic, images: bool) -> list[tuple[int, int, int]]:
+    """(batch, chunk tokens, context) of the step points a Plan carries, whole step: batches ¼, ½ and 1 of
+    the operating point's; for token models also chunks 0, ½ and 1 of its steady chunk C = B·P/O and
+    contexts P and P + O, a full grid (the simulator interpolates in all three)."""
+    m = p.microbatches
+    batches = sorted({max(m, p.batch // 4), max(m, p.batch // 2), p.batch})
+    if images:
+        return [(b, 0, 0) for b in batches]
+    c = math.ceil(p.batch * t.prompt / t.output)
+    chunks = sorted({0, max(m, c // 2), c})
+    return [(b, ch, ctx) for b in batches for ch in chunks for ctx in (t.prompt, t.prompt + t.output)]
+
+
+def kv_bytes_per_token(shapes: Shapes) -> int:
+    if shapes.images:
+        return 0
+    g = shapes.base
+    slots = g.shape.get("batch", 1) * (g.shape.get("context", 0) + 1)
+    return int(sum(b.bytes for b in g.buffers if b.role == Role.KV) // max(1, slots))
+
+
+def kv_capacity(shapes: Shapes, p: Point, units: tuple[GpuSpec, ...]) -> int:
+    """Tokens of KV the cell holds beside weights and activations (the simulator's admission limit)."""
+    per = kv_bytes_per_token(shapes)
+    if not per:
+        return 0
+    free = sum(u.mem_bytes - md["weight"] - md["activation"] - md.get("state", 0)
+               for u, md in zip(units, p.memory_bytes, strict=True) if md["kv"] > 0 or len(units) == 1)
+    return int(max(0, free) // per)

@@ -1,0 +1,81 @@
+"""What the serving search is given and what it answers: PlannerConfig (passed down explicitly), one
+strategy's result and the whole pool's (docs/plan.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tessera.errors import UserError
+from tessera.plan.serving import Point, Slo, Traffic
+from tessera.plan.types import Plan
+
+STRATEGIES = ("tessera", "homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
+MICROBATCHES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerConfig:
+    """Everything the search is given, passed down explicitly."""
+
+    traffic: Traffic = field(default_factory=Traffic)
+    slo: Slo = field(default_factory=Slo)
+    link: str = "pcie5"  # between the GPUs of the cell
+    batch_cap: int | None = None  # largest batch (sequences / images in flight per cell) to consider
+    microbatches: tuple[int, ...] = MICROBATCHES
+    ref_batch: int = 64  # batch of the one capture every shape is rescaled from
+    mip_rel_gap: float = 1e-2
+    time_limit_s: float = 10.0  # per MILP solve
+    max_tp: int = 8
+
+    def __post_init__(self) -> None:
+        if self.batch_cap is not None and self.batch_cap < 1:
+            raise UserError(f"--batch {self.batch_cap} must be >= 1 (it caps the batch the planner chooses)")
+        if not self.microbatches or any(m < 1 for m in self.microbatches):
+            raise UserError(f"micro-batch counts {self.microbatches} must be positive")
+        if self.ref_batch < 1:
+            raise ValueError(f"ref_batch={self.ref_batch} must be >= 1")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyResult:
+    name: str
+    applicable: bool
+    reason: str | None = None  # not applicable, nothing fits, or no point meets the SLO
+    plan: Plan | None = None
+    point: Point | None = None  # the cell's operating point (None for composite strategies)
+    goodput: float = 0.0  # whole pool, output tokens/s (images/s) meeting the SLO
+    usd_per_hour: float = 0.0
+    tp: tuple[int, ...] = ()  # tensor-parallel degree of each device the strategy uses
+    chosen: str | None = None  # Tessera: "milp" or the adopted baseline's name
+    detail: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @property
+    def feasible(self) -> bool:
+        return self.goodput > 0
+
+    @property
+    def tokens_per_usd(self) -> float:
+        return self.goodput * 3600 / self.usd_per_hour if self.usd_per_hour > 0 else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingResult:
+    model: str
+    gpus: tuple[str, ...]
+    link: str
+    config: PlannerConfig
+    images: bool
+    strategies: dict[str, StrategyResult] = field(hash=False)
+    solve_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def tessera(self) -> StrategyResult:
+        return self.strategies["tessera"]
+
+    def to_json(self) -> dict[str, Any]:
+        """The `tessera plan --json` contract."""
+        from tessera.plan.report import result_json
+
+        return result_json(self)

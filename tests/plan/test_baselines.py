@@ -1,0 +1,99 @@
+"""The baselines' shared attention-side predicate, and the search's shortcuts (memoised verifier, the LP
+floor that skips decided points) leaving its answers unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
+from tessera.plan.baselines import attention_ffn, is_attention_kernel
+from tessera.runtime.placements import attention_gemm
+
+
+def _k(i: int, name: str, kind: KernelKind, reads: tuple[int, ...], writes: tuple[int, ...], layer: int | None,
+       module: str) -> Kernel:
+    return Kernel(id=i, name=name, kind=kind, flops=1, bytes_read=1, bytes_written=1, reads=reads, writes=writes,
+                  layer=layer, module=module)
+
+
+def _graph():
+    """embed -> [norm, q_proj, cache write, attention, o_proj, mlp] (layer 0) -> [scan over a state] (layer 1)."""
+    roles = [("x", Role.INPUT), ("h", Role.ACTIVATION), ("n", Role.ACTIVATION), ("q", Role.ACTIVATION),
+             ("kv", Role.KV), ("a", Role.ACTIVATION), ("o", Role.ACTIVATION), ("f", Role.ACTIVATION),
+             ("s", Role.STATE), ("y", Role.OUTPUT)]
+    bufs = [Buffer(id=i, name=n, bytes=64, role=r) for i, (n, r) in enumerate(roles)]
+    G, A, E = KernelKind.GEMM, KernelKind.ATTENTION_DECODE, KernelKind.OTHER  # noqa: N806  (E: elementwise)
+    ks = [_k(0, "embed", E, (0,), (1,), None, "model.embed_tokens"),
+          _k(1, "norm", E, (1,), (2,), 0, "model.layers.0.input_layernorm"),
+          _k(2, "q", G, (2,), (3,), 0, "model.layers.0.self_attn.q_proj"),
+          _k(3, "cache", E, (3,), (4,), 0, "model.layers.0.self_attn"),
+          _k(4, "attn", A, (3, 4), (5,), 0, "model.layers.0.self_attn"),
+          _k(5, "o", G, (5,), (6,), 0, "model.layers.0.self_attn.o_proj"),
+          _k(6, "mlp", G, (6,), (7,), 0, "model.layers.0.mlp.down_proj"),
+          _k(7, "scan", KernelKind.SCAN, (7, 8), (8, 9), 1, "model.layers.1.mixer")]
+    return build_graph(model="toy", phase="decode", shape={"batch": 1}, kernels=ks, buffers=bufs)
+
+
+def test_attention_predicate_is_shared_by_the_baseline_and_the_runtime() -> None:
+    g = _graph()
+    # by hand: the cache write and the attention touch KV, the scan is a recurrent mixer over a state
+    assert [k.id for k in g.kernels if is_attention_kernel(g, k.id)] == [3, 4, 7]
+    rt = attention_gemm(g)
+    base = attention_ffn(g, 0, 1)
+    for k in g.kernels:
+        if is_attention_kernel(g, k.id):
+            assert rt[k.id] == 0 and base[k.id] == 0, k.name  # both put attention-type work on the attention side
+    # the baseline also keeps the rest of the attention block there (norm, q/o projections), the MLP and
+    # the embedding on the FFN side; the runtime's test split sends every GEMM to device 1
+    assert base == (1, 0, 0, 0, 0, 0, 1, 0)
+    assert rt == (0, 0, 1, 0, 0, 1, 1, 0)
+
+
+def test_cached_evaluation_equals_the_verifier() -> None:
+    from tessera.plan.verify import evaluate, evaluate_cached
+
+    from .helpers import COST, POOL, chain3
+
+    g = chain3()
+    for a in ((0, 0, 0), (0, 0, 1), (1, 0, 1)):
+        first = evaluate_cached(g, a, POOL.gpus, POOL.link, COST)
+        assert first == evaluate(g, a, POOL.gpus, POOL.link, COST)
+        assert evaluate_cached(g, a, POOL.gpus, POOL.link, COST) is first  # the second call is the memo
+
+
+@pytest.mark.slow
+def test_floor_skips_points_without_changing_the_search() -> None:
+    """llama-tiny's MILP search with a TPOT SLO that larger micro-batch counts miss: the LP floor skips
+    placer calls, and the best point and the fastest fitting point are the same as without it."""
+    from tessera.plan import strategies as st
+    from tessera.plan.bound import period_floor
+    from tessera.plan.cell import Shapes
+    from tessera.plan.planner import capture_source
+    from tessera.plan.pool import Pool, resolve_gpu, resolve_link
+    from tessera.plan.problem import default_cost
+    from tessera.plan.serve import PlannerConfig
+    from tessera.plan.serving import Slo, Traffic, batch_ceiling, search
+
+    cfg = PlannerConfig(traffic=Traffic(prompt=16, output=8), slo=Slo(ttft_s=2.0, tpot_s=3e-4))
+    shapes = Shapes("llama-tiny", capture_source("llama-tiny"), cfg, False)
+    cell = Pool(gpus=(resolve_gpu("H100"), resolve_gpu("L40S")), link=resolve_link("pcie5"))
+    cost = default_cost()
+    calls: list[tuple[int, int]] = []
+    milp = st.milp(cell, cost, time_limit_s=5.0)
+
+    def placer(g, b, m):
+        calls.append((b, m))
+        return milp(g, b, m)
+
+    kw = dict(units=cell.gpus, link=cell.link, cost=cost, traffic=cfg.traffic, slo=cfg.slo, ms=(1, 2, 4, 8),
+              ceiling=min(64, batch_ceiling(shapes.base, cell.gpus, cfg.traffic, False, None)))
+    plain = search(shapes.graph, placer, **kw)
+    n_plain = len(calls)
+    calls.clear()
+    floored = search(shapes.graph, placer, floor=lambda g, b, m: period_floor(g, cell, cost, m), **kw)
+    assert len(calls) < n_plain
+    for p, q in zip(plain, floored, strict=True):
+        assert (p is None) == (q is None)
+        if p is not None:
+            assert (p.batch, p.microbatches, p.assignment, p.period_s) == (q.batch, q.microbatches, q.assignment,
+                                                                          q.period_s)
