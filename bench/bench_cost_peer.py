@@ -10,10 +10,11 @@ aiconfigurator package is not a Tessera dependency: install it in a throw-away v
 (or AIC_CLI). Qwen2.5-7B's config is not bundled with aiconfigurator: it is given the zoo's config as a
 local model directory.
 
-Tessera side: the model captured at ATen level (the eager view: every elementwise, norm and copy operator is
-its own kernel with its own launch), each kernel priced by tessera.cost.default_cost_model() and summed
-(serial execution, no overlap). A second column sums only the anchor kernels (GEMM, attention, embedding),
-a lower bound for what a fused view that folds the elementwise chains into them would price.
+Tessera side: the model captured in the production-fused view (capture's default: each chain of
+elementwise, norm and copy operators between two anchor kernels is one kernel, one launch plus its external
+bytes), each kernel priced by tessera.cost.default_cost_model() and summed (serial execution, no overlap). A
+second column sums only the anchor kernels (GEMM, attention, embedding), the kernels the
+measured tables price.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def main() -> None:
     diffs = [abs(r["diff"]) for r in rows if r["diff"] is not None]
     adiffs = [abs(r["anchors_diff"]) for r in rows if r["anchors_diff"] is not None]
     result = {"peer": f"aiconfigurator cli estimate ({cli})" if cli else "unavailable: no aiconfigurator CLI",
-              "view": "eager ATen capture (every operator a kernel)", "rows": rows,
+              "view": "production-fused capture (capture's default)", "rows": rows,
               "median_abs_diff": statistics.median(diffs) if diffs else None,
               "median_abs_diff_anchors": statistics.median(adiffs) if adiffs else None,
               "wall_s": round(time.time() - t0, 1), "loadavg": os.getloadavg()}
