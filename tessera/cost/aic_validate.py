@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from tessera.cost.aic import AicCosts
 from tessera.cost.aic_import import TABLES
 from tessera.cost.calibrate import ErrorStats
 from tessera.cost.tables import DEFAULT_CACHE, CacheModel, MeasuredTable
-from tessera.cost.transfer import DEFAULT_CONSTANTS, Measured, Transfer, TransferConstants
+from tessera.cost.transfer import TABLE_CONSTANTS, Measured, Transfer, TransferConstants
 from tessera.errors import UserError
 from tessera.hardware import gpu, resolve_gpu
 
@@ -38,8 +39,9 @@ def _names(arg: str | None, available: list[str]) -> list[str]:
 # the constants' candidates: GEMM cache model (fraction of L2 resident x L2 bytes per FP32 FLOP) and the
 # transfer's (distance scale x ridge); each a few values around physically plausible ones
 CACHES = tuple(CacheModel(resident_fraction=f, l2_bytes_per_fp32_flop=k) for f in (0.1, 0.15, 0.2)
-               for k in (0.015, 0.02, 0.03))
-CONSTANTS = tuple(TransferConstants(scale=s, ridge=r) for s in (0.25, 0.35, 0.5, 0.7) for r in (0.03, 0.1, 0.3))
+               for k in (0.02, 0.03, 0.04))
+CONSTANTS = tuple(TransferConstants(scale=s, ridge=r) for s in (0.25, 0.35, 0.5, 0.7, 1.0, 1.4)
+                  for r in (0.03, 0.1, 0.3))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,7 +53,9 @@ class Setting:
         return asdict(self.cache) | asdict(self.constants)
 
 
-DEFAULT_SETTING = Setting(cache=DEFAULT_CACHE, constants=DEFAULT_CONSTANTS)
+def default_setting(table: str) -> Setting:
+    """The shipped constants for ``table``."""
+    return Setting(cache=DEFAULT_CACHE, constants=TABLE_CONSTANTS[table])
 
 
 def settings(table: str) -> list[Setting]:
@@ -60,7 +64,7 @@ def settings(table: str) -> list[Setting]:
     return [Setting(cache=c, constants=k) for c in caches for k in CONSTANTS]
 
 
-class _Scorer:
+class Scorer:
     """One table's transfer errors under any setting: each GPU's table (refitted per cache model), its
     scored rows, and each source's log residual at another GPU's rows, computed once and reused."""
 
@@ -100,21 +104,27 @@ class _Scorer:
         loop of nested cross-validation), and that p90; the defaults where ``fit`` has under 3 GPUs."""
         fit = [g for g in fit if self.costs.has(g, self.table)]
         if len(fit) < 3:
-            return DEFAULT_SETTING, float("nan")
+            return default_setting(self.table), float("nan")
         scored = [(float(np.quantile(np.concatenate([self.errors(h, [g for g in fit if g != h], s) for h in fit]),
                                      0.9)), i, s) for i, s in enumerate(settings(self.table))]
         p90, _, best = min(scored)
         return best, p90
 
 
-def _fold(scorers: dict[str, _Scorer], held: str, fit: list[str], nested: bool
+@lru_cache(maxsize=2)
+def scorers_of(costs: AicCosts, rows: int) -> dict[str, Scorer]:
+    """One ``Scorer`` per table, shared by the validations of one ``costs`` (their residuals are reused)."""
+    return {t: Scorer(costs, t, rows) for t in TABLES}
+
+
+def _fold(scorers: dict[str, Scorer], held: str, fit: list[str], nested: bool
           ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, float]]]:
     errs, chosen = {}, {}
     for table, sc in scorers.items():
         sources = [n for n in fit if sc.costs.has(n, table)]
         if not sc.costs.has(held, table) or not sources:
             continue
-        setting = sc.select(fit)[0] if nested else DEFAULT_SETTING
+        setting = sc.select(fit)[0] if nested else default_setting(table)
         errs[table] = sc.errors(held, sources, setting)
         chosen[table] = setting.to_dict()
     return errs, chosen
@@ -135,7 +145,7 @@ def validate_transfer(costs: AicCosts, *, fit_on: str | None = None, holdout: st
     folds = [(fit or [g for g in available if g != h], h) for h in held]
     if any(not f for f, _ in folds):
         raise UserError(f"validation needs at least two measured GPU types; measured: {', '.join(available)}")
-    scorers = {t: _Scorer(costs, t, rows) for t in TABLES}
+    scorers = scorers_of(costs, rows)
     pooled: dict[str, list[float]] = defaultdict(list)
     fold_out = []
     for f, h in folds:
@@ -152,7 +162,6 @@ def validate_transfer(costs: AicCosts, *, fit_on: str | None = None, holdout: st
         "overall": ErrorStats.of([x for e in pooled.values() for x in e]).to_dict(),
         "ops": {t: ErrorStats.of(pooled[t]).to_dict() for t in TABLES if pooled.get(t)},
         "folds": fold_out,
-        "nested": nested,
     }
 
 
@@ -160,8 +169,7 @@ def select_all(costs: AicCosts, *, rows: int = 300) -> dict[str, dict[str, float
     """Per table, the setting leave-one-GPU-out over every measured GPU chooses (what the shipped defaults
     should be), with its p90 error."""
     out = {}
-    for table in TABLES:
-        sc = _Scorer(costs, table, rows)
+    for table, sc in scorers_of(costs, rows).items():
         best, p90 = sc.select(sc.gpus())
         out[table] = best.to_dict() | {"p90_ape": p90}
     return out
