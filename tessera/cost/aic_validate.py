@@ -92,23 +92,29 @@ class Scorer:
 
     def errors(self, held: str, sources: list[str], setting: Setting) -> np.ndarray:
         """|predicted / measured - 1| at ``held``'s scored rows, carried over from ``sources``."""
+        return np.abs(self.ratios(held, sources, setting) - 1)
+
+    def ratios(self, held: str, sources: list[str], setting: Setting) -> np.ndarray:
+        """predicted / measured at ``held``'s scored rows, carried over from ``sources``."""
         t = self.measured(setting.cache, held)
         x = Transfer(target=gpu(held), constants=setting.constants,
                      sources=tuple(Measured(table=self.measured(setting.cache, s)) for s in sources))
         idx = _sample(len(t.time_s), self.rows)
         res = np.array([self.residuals(setting.cache, s, held) for s in sources])
-        return np.abs(x.times_s(t.points[idx], res) / t.time_s[idx] - 1)
+        return x.times_s(t.points[idx], res) / t.time_s[idx]
 
     def select(self, fit: list[str]) -> tuple[Setting, float]:
-        """The setting with the lowest p90 error over leave-one-out folds within ``fit`` alone (the inner
-        loop of nested cross-validation), and that p90; the defaults where ``fit`` has under 3 GPUs."""
+        """The setting with the lowest mean |log(predicted / measured)| over leave-one-out folds within
+        ``fit`` alone (the inner loop of nested cross-validation; the loss the rooflines are fitted with),
+        and that loss; the defaults where ``fit`` has under 3 GPUs."""
         fit = [g for g in fit if self.costs.has(g, self.table)]
         if len(fit) < 3:
             return default_setting(self.table), float("nan")
-        scored = [(float(np.quantile(np.concatenate([self.errors(h, [g for g in fit if g != h], s) for h in fit]),
-                                     0.9)), i, s) for i, s in enumerate(settings(self.table))]
-        p90, _, best = min(scored)
-        return best, p90
+        scored = [(float(np.abs(np.log(np.concatenate([self.ratios(h, [g for g in fit if g != h], s)
+                                                        for h in fit]))).mean()), i, s)
+                  for i, s in enumerate(settings(self.table))]
+        loss, _, best = min(scored)
+        return best, loss
 
 
 @lru_cache(maxsize=2)
@@ -167,11 +173,11 @@ def validate_transfer(costs: AicCosts, *, fit_on: str | None = None, holdout: st
 
 def select_all(costs: AicCosts, *, rows: int = 300) -> dict[str, dict[str, float]]:
     """Per table, the setting leave-one-GPU-out over every measured GPU chooses (what the shipped defaults
-    should be), with its p90 error."""
+    should be), with its loss (mean |log(predicted / measured)|)."""
     out = {}
     for table, sc in scorers_of(costs, rows).items():
-        best, p90 = sc.select(sc.gpus())
-        out[table] = best.to_dict() | {"p90_ape": p90}
+        best, loss = sc.select(sc.gpus())
+        out[table] = best.to_dict() | {"mean_abs_log_error": loss}
     return out
 
 
