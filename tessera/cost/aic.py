@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tessera.cost.aic_import import TABLES
 from tessera.cost.tables import SHIPPED_AIC, MeasuredTable, load_gpu_tables, query_of, read_table, table_dirs
-from tessera.cost.transfer import Measured, Roofline, Transfer
+from tessera.cost.transfer import DEFAULT_CONSTANTS, TABLE_CONSTANTS, Measured, Roofline, Transfer
 from tessera.errors import UserError
 from tessera.graph import Kernel
 from tessera.hardware import GpuSpec, gpu
@@ -88,7 +88,8 @@ class AicCosts:
         key = (target.name, table)
         if key not in self._transfers:
             sources = tuple(self.measured(n, table) for n in self.dirs if n != target.name and self.has(n, table))
-            self._transfers[key] = Transfer(target=target, sources=sources)
+            self._transfers[key] = Transfer(target=target, sources=sources,
+                                            constants=TABLE_CONSTANTS.get(table, DEFAULT_CONSTANTS))
         return self._transfers[key]
 
     def source(self, g: GpuSpec) -> str:

@@ -35,10 +35,42 @@ _MEMORY = (0.02, 1.5)
 _LAUNCH_S = (0.0, 40e-6)
 
 
-def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True, kw_only=True)
+class CacheModel:
+    """When a GEMM's operands stay in L2 between runs, and how fast L2 then serves them.
+
+    The tables time each shape by repeated runs on the same buffers, so a GEMM whose operands fit in a
+    fraction of L2 reads them from L2, not DRAM: on the GDDR GPUs (L40S, RTX PRO 6000) GEMMs under ~16 MiB
+    run at up to 2-3x DRAM bandwidth and fall back to ~0.8x above it. L2 bandwidth is not on datasheets;
+    it scales with SMs x clock x lanes, as the FP32 peak does, so it is taken as
+    ``l2_bytes_per_fp32_flop`` x FP32 peak (never below DRAM bandwidth: on HBM GPUs DRAM is the faster).
+    The two constants are chosen by leave-one-GPU-out (nested in the accuracy figures)."""
+
+    resident_fraction: float  # operands of at most this fraction of L2 bytes are served from L2
+    l2_bytes_per_fp32_flop: float  # L2 bandwidth (B/s) per FP32 FLOP/s
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.resident_fraction <= 1 and self.l2_bytes_per_fp32_flop >= 0):
+            raise ValueError(f"cache model resident_fraction={self.resident_fraction} must be in [0, 1], "
+                             f"l2_bytes_per_fp32_flop={self.l2_bytes_per_fp32_flop} >= 0")
+
+    def memory_s(self, nbytes: np.ndarray, gpu: GpuSpec) -> np.ndarray:
+        """Seconds to move ``nbytes`` of operands at efficiency 1: from L2 where they fit, else DRAM."""
+        dram_bw = gpu.mem_bw_bytes_per_s
+        l2_bw = max(dram_bw, self.l2_bytes_per_fp32_flop * gpu.peak("fp32"))
+        return np.where(nbytes <= self.resident_fraction * gpu.l2_bytes, nbytes / l2_bw, nbytes / dram_bw)
+
+
+# chosen by leave-one-GPU-out over the ten measured GPUs (bench/bench_cost_aic.py, which also reports the
+# accuracy with this choice nested inside each fold)
+DEFAULT_CACHE = CacheModel(resident_fraction=0.15, l2_bytes_per_fp32_flop=0.03)
+
+
+def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | None = None,
+               cache: CacheModel = DEFAULT_CACHE) -> tuple[np.ndarray, np.ndarray]:
     """(compute_s, memory_s) of shapes ``p`` [N, len(KEYS[name])] of table ``name`` on ``gpu`` at
-    efficiency 1: FLOPs at dense bf16 peak, bytes at datasheet bandwidth.
+    efficiency 1: FLOPs at dense bf16 peak, bytes at datasheet bandwidth (GEMM: from L2 where ``cache``
+    says its operands stay there).
     Attention FLOPs count the full (non-causal) score matrix, 4·b·h·q·kv·d, as capture does; ``kv_len``
     overrides a context row's key length, which is otherwise its query length (a chunk against a prefix)."""
     p = p.astype(float)
@@ -47,7 +79,7 @@ def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | N
         m, n, k = p.T
         # plain FLOPs, no tile waves: the measured kernels pick their own tiles, and the table's ratio to
         # this fit carries the quantisation (waves made both interpolation and transfer worse here)
-        return 2 * m * n * k / peak, e * (m * k + k * n + m * n) / bw
+        return 2 * m * n * k / peak, cache.memory_s(e * (m * k + k * n + m * n), gpu)
     if name in ("context_attention", "generation_attention"):
         b, length, h, kh, d = p.T
         if name == "context_attention":
@@ -62,9 +94,10 @@ def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | N
     raise ValueError(f"unknown table {name!r}; valid: {', '.join(TABLES)}")
 
 
-def ideal_s(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | None = None) -> np.ndarray:
+def ideal_s(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | None = None,
+            cache: CacheModel = DEFAULT_CACHE) -> np.ndarray:
     """Ideal time (s): the larger of ``unit_terms``."""
-    return np.maximum(*unit_terms(name, p, gpu, kv_len=kv_len))
+    return np.maximum(*unit_terms(name, p, gpu, kv_len=kv_len, cache=cache))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +163,7 @@ class MeasuredTable:
     time_s: np.ndarray = field(hash=False)
     # the roofline fitted to these rows (None: fit on first use); interpolation runs on measured / roofline
     basis: Roofline | None = None
+    cache: CacheModel = DEFAULT_CACHE  # the GEMM roofline's L2 term
 
     def __post_init__(self) -> None:
         if self.points.ndim != 2 or self.points.shape != (len(self.time_s), len(KEYS[self.name])):
@@ -141,12 +175,17 @@ class MeasuredTable:
         if self.basis is not None:
             return self.basis
         rows = np.linspace(0, len(self.time_s) - 1, min(FIT_ROWS, len(self.time_s))).astype(int)
-        return fit_roofline(*unit_terms(self.name, self.points[rows], self.gpu), self.time_s[rows])
+        return fit_roofline(*self.unit_terms(self.points[rows], self.gpu), self.time_s[rows])
+
+    def unit_terms(self, points: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """``unit_terms`` of this table's kind and cache model at ``points`` on ``gpu``."""
+        return unit_terms(self.name, points, gpu, kv_len=kv_len, cache=self.cache)
 
     def roofline_s(self, points: np.ndarray, *, gpu: GpuSpec | None = None,
                    kv_len: np.ndarray | None = None) -> np.ndarray:
         """This table's fitted roofline at ``points`` (on ``gpu``: default this table's)."""
-        return self.roofline.time_s(*unit_terms(self.name, points, gpu or self.gpu, kv_len=kv_len))
+        return self.roofline.time_s(*self.unit_terms(points, gpu or self.gpu, kv_len=kv_len))
 
     @cached_property
     def _log_ratio(self) -> np.ndarray:

@@ -38,6 +38,7 @@ class GpuSpec:
     nvlink_gen: int = 0
     measured: bool = False  # figures measured on this machine rather than read off a datasheet
     memory_type: str = ""  # HBM3e, GDDR6, ...: a feature the cost model's transfer to unmeasured GPUs uses
+    boost_clock_hz: float = 0.0  # max boost clock (datasheet); 0: not given. The transfer scales launch floors by it
     price_date: str = ""
     price_source: str = ""
     source: str = ""
@@ -53,6 +54,8 @@ class GpuSpec:
             raise ValueError(f"gpu {self.name}: peak FLOP/s must be > 0, got {bad}")
         if self.sms <= 0:
             raise ValueError(f"gpu {self.name}: sms={self.sms} must be > 0")
+        if self.boost_clock_hz < 0:
+            raise ValueError(f"gpu {self.name}: boost_clock_hz={self.boost_clock_hz} must be >= 0 (0: not given)")
         if self.usd_per_hour < 0:
             raise ValueError(f"gpu {self.name}: usd_per_hour={self.usd_per_hour} must be >= 0")
 

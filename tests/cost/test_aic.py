@@ -9,8 +9,10 @@ import pytest
 from tessera.cost import default_cost_model
 from tessera.cost.aic import AicCosts
 from tessera.cost.aic_import import select_rows
+from tessera.cost.aic_validate import Scorer, validate_transfer
 from tessera.cost.tables import (
     SHIPPED_AIC,
+    CacheModel,
     MeasuredTable,
     Roofline,
     fit_roofline,
@@ -170,3 +172,49 @@ def test_prefill_chunk_against_a_prefix_scales_by_its_own_kv_length() -> None:
     row_s = 2 * 128 * (2 * 32 * 256 + 2 * 8 * 256) / 3.35e12
     chunk_s = 4 * 32 * 256 * 1024 * 128 / 989.4e12
     assert t.time_at((1, 256, 32, 8, 128), kv_len=1024) == pytest.approx(20e-6 * chunk_s / row_s)
+
+
+def test_cache_model_serves_resident_gemm_operands_from_l2_by_hand() -> None:
+    cache = CacheModel(resident_fraction=0.15, l2_bytes_per_fp32_flop=0.02)
+    l40s = gpu("L40S")  # L2 100,663,296 B (15.1 MB resident), FP32 91.6e12 -> L2 1.832e12 B/s, DRAM 864e9
+    small, big = 8 * 2**20, 32 * 2**20
+    got = cache.memory_s(np.array([small, big], dtype=float), l40s)
+    assert got[0] == pytest.approx(small / 1.832e12) and got[1] == pytest.approx(big / 864e9)
+    # H100: 0.02 x 66.9e12 = 1.34e12 B/s is below its 3.35e12 DRAM: resident or not, DRAM speed
+    assert cache.memory_s(np.array([float(small)]), H100)[0] == pytest.approx(small / 3.35e12)
+    # the GEMM roofline uses it: m=1, n=k=2048 on L40S is 2 * (2048 + 2048^2 + 2048) B = 8.4 MB, resident
+    nbytes = 2 * (2048 + 2048 * 2048 + 2048)
+    assert ideal_s("gemm", np.array([[1, 2048, 2048]]), l40s, cache=cache)[0] == pytest.approx(nbytes / 1.832e12)
+
+
+def test_transfer_carries_launch_floors_in_clock_cycles() -> None:
+    # one source, H100 (boost 1980 MHz), floor 4 us: A100 (1410 MHz) gets 4 * 1980 / 1410 = 5.617 us;
+    # H20 has no clock in the catalog, so it keeps 4 us
+    t = MeasuredTable(name="gemm", gpu=H100, points=np.array([[1, 128, 128]]), time_s=np.array([5e-6]),
+                      basis=Roofline(compute_eff=0.8, memory_eff=0.8, launch_s=4e-6))
+    assert Transfer(target=gpu("A100-80GB-SXM"), sources=(Measured(table=t),)).launch_s() == \
+        pytest.approx(5.617e-6, rel=1e-3)
+    assert Transfer(target=gpu("H20"), sources=(Measured(table=t),)).launch_s() == pytest.approx(4e-6)
+
+
+def _moe_only_copy(root: Path, slower: str, factor: float) -> AicCosts:
+    """The shipped MoE tables under ``root``, with every latency of system ``slower`` times ``factor``."""
+    for d in SHIPPED_AIC.iterdir():
+        if (d / "moe.csv").exists():
+            (root / d.name).mkdir()
+            lines = (d / "moe.csv").read_text().splitlines()
+            if d.name == slower:
+                lines = lines[:1] + [f"{r.rsplit(',', 1)[0]},{float(r.rsplit(',', 1)[1]) * factor}" for r in lines[1:]]
+            (root / d.name / "moe.csv").write_text("\n".join(lines) + "\n")
+    return AicCosts(root)
+
+
+def test_nested_choice_never_reads_the_held_out_gpu(tmp_path: Path) -> None:
+    # the fold holding out H200 chooses its constants from the other GPUs alone: tripling every H200 MoE
+    # time changes that fold's errors by 3x but not the constants it chose
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    base = validate_transfer(_moe_only_copy(tmp_path / "a", "h200_sxm", 1.0), holdout="H200", rows=20, nested=True)
+    slow = validate_transfer(_moe_only_copy(tmp_path / "b", "h200_sxm", 3.0), holdout="H200", rows=20, nested=True)
+    assert base["folds"][0]["chosen"] == slow["folds"][0]["chosen"]
+    assert set(Scorer(AicCosts(tmp_path / "a"), "moe", 20).gpus()) == set(base["fit_on"]) | {"H200"}
+    assert slow["ops"]["moe"]["median_ape"] > base["ops"]["moe"]["median_ape"] + 0.5
