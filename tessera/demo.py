@@ -3,8 +3,9 @@
 1. capture one model of each family (kernel counts, FLOPs, resident bytes);
 2. plan Llama-3-8B on an H100 + L40S pair under the serving model: Tessera against every baseline, each at
    its best batch and micro-batch count at the default SLO (TTFT 2 s, TPOT 100 ms);
-3. simulate every feasible plan with Poisson arrivals at 90% of its own predicted goodput;
-4. advise a GPU mix for llama-3-8b at three budgets (throughput–cost frontier);
+3. simulate every feasible plan with Poisson arrivals at 90% of its own predicted goodput, three seeds, and
+   at 50–125% of it (one seed) for goodput-vs-rate curves;
+4. advise a GPU mix for llama-3-8b at three budgets (throughput–cost frontier, alternatives to rent);
 5. build the self-contained HTML report, with the compare matrix `tessera compare` wrote to
    bench/results/compare.json (that matrix takes ~50 min here, so the demo reads it rather than redo it).
 """
@@ -25,8 +26,13 @@ from rich.table import Table
 OUT = Path(os.environ.get("TESSERA_DEMO_OUT", "out"))
 COMPARE = Path(__file__).resolve().parent.parent / "bench" / "results" / "compare.json"
 MODEL, GPUS, LINK = "llama-3-8b", ("H100", "L40S"), "pcie5"
-SIM_LOAD, SIM_REQUESTS = 0.9, 2000  # each plan simulated at this fraction of its own predicted goodput
-ADVISE_MODEL = "llama-3-8b"  # the advisor plans many cells: a dense 8B keeps the demo within minutes
+# Each plan is simulated at SIM_LOAD of its own predicted goodput (its capacity at the SLO), once per seed:
+# the spread over seeds is the report's "how sure". The sweep runs each plan at SWEEP_LOADS of its capacity
+# (one seed, fewer requests) for the goodput-vs-rate curves: where each saturates.
+SIM_LOAD, SIM_REQUESTS, SEEDS = 0.9, 2000, (0, 1, 2)
+SWEEP_LOADS, SWEEP_REQUESTS = (0.5, 0.8, 1.0, 1.1, 1.25), 1000
+BUDGETS_USD_PER_HOUR = (10.0, 20.0, 40.0)
+ADVISE_MODEL = MODEL  # the advisor answers for the same model the report is about
 # One model per family at a modest step shape: (model, phase, shape kwargs).
 FAMILIES: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("llama-3-8b", "decode", {"batch": 32, "context": 2048}),
@@ -62,42 +68,70 @@ def capture_families(progress: Progress) -> Table:
     return t
 
 
-def simulate_all(result: Any, progress: Progress) -> list[dict[str, Any]]:
-    """Every feasible single-cell plan at SIM_LOAD of its own predicted goodput (Poisson), the plan's SLO."""
+def operating_rates(result: Any, load: float) -> dict[str, float]:
+    """Requests/s at which each feasible single-cell plan runs at ``load`` of its own predicted goodput:
+    rate = load × goodput (output tokens/s) / output tokens per request."""
+    out = result.config.traffic.output
+    return {name: load * o.goodput / out for name, o in result.strategies.items()
+            if o.feasible and o.plan is not None and not o.plan.members and o.goodput > 0}
+
+
+def simulate_at(result: Any, progress: Progress, load: float, seeds: tuple[int, ...], requests: int) -> list[dict[str, Any]]:
+    """Every feasible single-cell plan at ``load`` of its own capacity (Poisson, the plan's SLO), per seed;
+    each entry records its operating point beside the simulator's contract."""
     from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
 
     t, slo = result.config.traffic, result.config.slo
     sims = []
-    for name, o in result.strategies.items():
-        if not (o.feasible and o.plan is not None) or o.plan.members:
-            continue
-        wl = WorkloadSpec(kind="poisson", requests=SIM_REQUESTS, rate_per_s=SIM_LOAD * o.goodput / t.output,
+    for name, rate in operating_rates(result, load).items():
+        o = result.strategies[name]
+        wl = WorkloadSpec(kind="poisson", requests=requests, rate_per_s=rate,
                           prompt=LengthSpec(lo=t.prompt, hi=t.prompt), output=LengthSpec(lo=t.output, hi=t.output))
-        r = _step(progress, f"simulate {name} at {wl.rate_per_s:.1f} req/s",
-                  lambda p=o.plan, w=wl: simulate(p, w, seed=0, slo=SLO(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)))
-        sims.append({"label": name, "rate_per_s": wl.rate_per_s, **r.to_json()})
+        for seed in seeds:
+            r = _step(progress, f"simulate {name} at {rate:.1f} req/s ({load:.0%} of its capacity), seed {seed}",
+                      lambda p=o.plan, w=wl, s=seed: simulate(p, w, seed=s, slo=SLO(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)))
+            sims.append({"label": name, "rate_per_s": rate, "seed": seed, "capacity_tokens_per_s": o.goodput,
+                         "output_tokens": t.output, "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s, **r.to_json()})
     return sims
 
 
 def sim_table(sims: list[dict[str, Any]]) -> Table:
     t = Table(title=f"3. Simulated serving: Poisson at {SIM_LOAD:.0%} of each plan's predicted goodput, "
-                    f"{SIM_REQUESTS} requests (SLO: TTFT 2 s, TPOT 100 ms)")
-    for c in ("strategy", "req/s", "tokens/s", "TTFT p99 s", "TPOT p50 ms", "TPOT p99 ms", "SLO met", "$/1M tok"):
+                    f"{SIM_REQUESTS} requests, seeds {', '.join(map(str, SEEDS))} (SLO: TTFT 2 s, TPOT 100 ms)")
+    for c in ("strategy", "seed", "req/s", "tokens/s", "TTFT p99 s", "TPOT p50 ms", "TPOT p99 ms", "SLO met", "$/1M tok"):
         t.add_column(c, justify="left" if c == "strategy" else "right")
     for s in sims:
         usd = s["usd_per_million_tokens"]
-        t.add_row(s["label"], f"{s['rate_per_s']:.1f}", f"{s['throughput_tokens_per_s']:,.0f}", f"{s['ttft_s']['p99']:.2f}",
-                  f"{s['tpot_s']['p50'] * 1e3:.1f}", f"{s['tpot_s']['p99'] * 1e3:.1f}",
+        t.add_row(s["label"], str(s["seed"]), f"{s['rate_per_s']:.1f}", f"{s['throughput_tokens_per_s']:,.0f}",
+                  f"{s['ttft_s']['p99']:.2f}", f"{s['tpot_s']['p50'] * 1e3:.1f}", f"{s['tpot_s']['p99'] * 1e3:.1f}",
                   f"{(s['slo_attainment'] or 0) * 100:.0f}%", f"{usd:.3f}" if usd else "")
     return t
 
 
-def advise_frontier(progress: Progress) -> tuple[Any, ...]:
-    """Throughput–cost frontier: the advisor's mix, the best homogeneous and prefill/decode mixes per budget."""
-    from tessera.fleet.advise import frontier
+def advise_options(progress: Progress) -> list[Any]:
+    """The advisor's choices (its mix, the best homogeneous and prefill/decode mixes) at each budget."""
+    from tessera.fleet.advise import advise
 
-    return _step(progress, f"advise GPU mixes for {ADVISE_MODEL} at $10, $20, $40 per hour",
-                 lambda: tuple(frontier(ADVISE_MODEL, None, [10.0, 20.0, 40.0])))  # plan_serving's default SLO
+    return [_step(progress, f"advise GPU mixes for {ADVISE_MODEL} at ${b:.0f}/h",
+                  lambda b=b: advise(ADVISE_MODEL, None, b, simulate=False)) for b in BUDGETS_USD_PER_HOUR]
+
+
+def rent_options(advice: list[Any], compare: Any) -> tuple[Any, ...]:
+    """Alternatives to the demo's pair for the report's first screen: the best same-size homogeneous pool
+    of the compare matrix's cell for this model and pair, and every advisor choice."""
+    from tessera.plan.pool import resolve_gpu
+    from tessera.report.data import RentOption
+
+    pair = sorted(resolve_gpu(g).name for g in GPUS)
+    out = [c.reference for c in compare or () if c.model == MODEL and sorted(c.gpus) == pair and c.reference]
+    for a in advice:
+        for ch in (a.mix, a.homogeneous, a.prefill_decode):
+            if ch is not None and ch.usd_per_hour > 0 and ch.throughput_per_s > 0:
+                out.append(RentOption(label=f"{ch.group}: {ch.label}", gpus=tuple(g for c, n in ch.counts
+                                                                                 for g in c * n),
+                                      usd_per_hour=ch.usd_per_hour, goodput_tokens_per_s=ch.throughput_per_s,
+                                      source=f"planner prediction, advisor at ${a.budget_usd_per_hour:.0f}/h"))
+    return tuple(out)
 
 
 def main() -> None:
@@ -115,8 +149,9 @@ def main() -> None:
         cfg = PlannerConfig(link=LINK)
         result = _step(progress, f"plan {MODEL} on {' + '.join(GPUS)} (Tessera MILP + 4 baselines)",
                        lambda: plan_serving(MODEL, list(GPUS), cfg))
-        sims = simulate_all(result, progress)
-        frontier = advise_frontier(progress)
+        sims = simulate_at(result, progress, SIM_LOAD, SEEDS, SIM_REQUESTS)
+        sweep = [s for load in SWEEP_LOADS for s in simulate_at(result, progress, load, (0,), SWEEP_REQUESTS)]
+        advice = advise_options(progress)
     console.print(families)
     console.print(result_table(result))
     console.print(sim_table(sims))
@@ -127,19 +162,26 @@ def main() -> None:
     plan.save(OUT / "plan.json")
     (OUT / "plan_result.json").write_text(json.dumps(result.to_json(), indent=1))
     (OUT / "sims.json").write_text(json.dumps(sims, indent=1))
+    (OUT / "sweep.json").write_text(json.dumps(sweep, indent=1))
     graphs = ()
     if "mixed" in plan.phases:  # the iteration graph at the plan's operating point (its assignment's kernels)
         graphs = (Shapes(MODEL, capture_source(MODEL), cfg, images=False).graph(plan.batch, plan.microbatches),)
     compare = load_compare(COMPARE) if COMPARE.exists() else None
+    budgets = ", ".join(f"${b:.0f}" for b in BUDGETS_USD_PER_HOUR)
     data = ReportData(
         title=f"Tessera: {MODEL} on {' + '.join(GPUS)}", compare=compare, plan=plan, graphs=graphs or None,
-        sims=tuple(parse_sim(s, s["label"], "demo") for s in sims), frontier=frontier,
-        frontier_title=f"Advisor: GPU mixes for {ADVISE_MODEL} at $10, $20, $40 per hour",
+        sims=tuple(parse_sim(s, s["label"], "demo") for s in sims),
+        sweep=tuple(parse_sim(s, s["label"], "demo sweep") for s in sweep),
+        frontier=tuple(p for a in advice for p in a.frontier_points()),
+        frontier_title=f"Advisor: GPU mixes for {ADVISE_MODEL} at {budgets} per hour",
+        options=rent_options(advice, compare),
         commands=(f"tessera plan {MODEL} --gpus {','.join(GPUS)} --link {LINK} -o plan.json",
                   "tessera simulate plan.json --workload poisson --rate R --requests 2000 --prompt 1024 "
-                  "--output 256 --slo-ttft-ms 2000 --slo-tpot-ms 100",
+                  "--output 256 --slo-ttft-ms 2000 --slo-tpot-ms 100 --seed S",
                   f"tessera advise {ADVISE_MODEL} --budget-usd-per-hour 20",
-                  "tessera compare   # the whole matrix: writes bench/results/compare.json", "make demo"),
+                  "tessera compare   # the whole matrix: writes bench/results/compare.json",
+                  "tessera report --plan out/plan.json --sim out/sims.json --sweep out/sweep.json "
+                  "--compare bench/results/compare.json -o out", "make demo"),
     )
     path = build_report(data, OUT)
     console.print(f"\n[bold green]report:[/] {path}  ({time.perf_counter() - t_start:.0f} s in all)")
