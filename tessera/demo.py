@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from tessera.progress import Steps
 
 OUT = Path(os.environ.get("TESSERA_DEMO_OUT", "out"))
 COMPARE = Path(__file__).resolve().parent.parent / "bench" / "results" / "compare.json"
@@ -29,8 +31,9 @@ MODEL, GPUS, LINK = "llama-3-8b", ("H100", "L40S"), "pcie5"
 # Each plan is simulated at SIM_LOAD of its own predicted goodput (its capacity at the SLO), once per seed:
 # the spread over seeds is the report's "how sure". The sweep runs each plan at SWEEP_LOADS of its capacity
 # (one seed, fewer requests) for the goodput-vs-rate curves: where each saturates.
-SIM_LOAD, SIM_REQUESTS, SEEDS = 0.9, 2000, (0, 1, 2)
-SWEEP_LOADS, SWEEP_REQUESTS = (0.5, 0.8, 1.0, 1.1, 1.25), 1000
+# Runs are long enough (arrivals over minutes of simulated time) that start-up and drain move goodput by ~1%.
+SIM_LOAD, SIM_REQUESTS, SEEDS = 0.9, 20_000, (0, 1, 2)
+SWEEP_LOADS, SWEEP_REQUESTS = (0.5, 0.8, 0.9, 1.0, 1.1, 1.25), 10_000
 BUDGETS_USD_PER_HOUR = (10.0, 20.0, 40.0)
 ADVISE_MODEL = MODEL  # the advisor answers for the same model the report is about
 # One model per family at a modest step shape: (model, phase, shape kwargs).
@@ -45,15 +48,13 @@ FAMILIES: tuple[tuple[str, str, dict[str, int]], ...] = (
 console = Console(width=None if Console().is_terminal else 150)
 
 
-def _step(progress: Progress, title: str, fn: Callable[[], Any]) -> Any:
-    task = progress.add_task(title, total=None)
-    t0 = time.perf_counter()
-    out = fn()
-    progress.update(task, total=1, completed=1, description=f"{title} [dim]({time.perf_counter() - t0:.1f} s)")
-    return out
+def _step(step: Steps, title: str, fn: Callable[[], Any]) -> Any:
+    """One progress step: a spinner on a terminal, one line on stdout otherwise (so `make demo > log` shows it)."""
+    step(title)
+    return fn()
 
 
-def capture_families(progress: Progress) -> Table:
+def capture_families(progress: Steps) -> Table:
     from tessera.capture import capture_model, summarize
 
     t = Table(title="1. Capture: one model of each family (fake tensors, bf16, no weights allocated)")
@@ -69,15 +70,16 @@ def capture_families(progress: Progress) -> Table:
 
 
 def operating_rates(result: Any, load: float) -> dict[str, float]:
-    """Requests/s at which each feasible single-cell plan runs at ``load`` of its own predicted goodput:
+    """Requests/s at which each feasible plan runs at ``load`` of its own predicted goodput:
     rate = load × goodput (output tokens/s) / output tokens per request."""
     out = result.config.traffic.output
     return {name: load * o.goodput / out for name, o in result.strategies.items()
-            if o.feasible and o.plan is not None and not o.plan.members and o.goodput > 0}
+            if o.feasible and o.plan is not None and o.goodput > 0}
 
 
-def simulate_at(result: Any, progress: Progress, load: float, seeds: tuple[int, ...], requests: int) -> list[dict[str, Any]]:
-    """Every feasible single-cell plan at ``load`` of its own capacity (Poisson, the plan's SLO), per seed;
+def simulate_at(result: Any, progress: Steps, load: float, seeds: tuple[int, ...], requests: int) -> list[dict[str, Any]]:
+    """Every feasible plan at ``load`` of its own capacity (Poisson, the plan's SLO), per seed (a plan of
+    independent replicas, the homogeneous baseline on a mixed pair, is served behind the simulator's router);
     each entry records its operating point beside the simulator's contract."""
     from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
 
@@ -108,7 +110,7 @@ def sim_table(sims: list[dict[str, Any]]) -> Table:
     return t
 
 
-def advise_options(progress: Progress) -> list[Any]:
+def advise_options(progress: Steps) -> list[Any]:
     """The advisor's choices (its mix, the best homogeneous and prefill/decode mixes) at each budget."""
     from tessera.fleet.advise import advise
 
@@ -143,8 +145,7 @@ def main() -> None:
 
     OUT.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    cols = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-    with Progress(*cols, console=console, transient=False) as progress:
+    with Steps("make demo", stream=sys.stdout) as progress:
         families = capture_families(progress)
         cfg = PlannerConfig(link=LINK)
         result = _step(progress, f"plan {MODEL} on {' + '.join(GPUS)} (Tessera MILP + 4 baselines)",
@@ -176,14 +177,15 @@ def main() -> None:
         frontier_title=f"Advisor: GPU mixes for {ADVISE_MODEL} at {budgets} per hour",
         options=rent_options(advice, compare),
         commands=(f"tessera plan {MODEL} --gpus {','.join(GPUS)} --link {LINK} -o plan.json",
-                  "tessera simulate plan.json --workload poisson --rate R --requests 2000 --prompt 1024 "
+                  "tessera simulate plan.json --workload poisson --rate R --requests 20000 --prompt 1024 "
                   "--output 256 --slo-ttft-ms 2000 --slo-tpot-ms 100 --seed S",
                   f"tessera advise {ADVISE_MODEL} --budget-usd-per-hour 20",
                   "tessera compare   # the whole matrix: writes bench/results/compare.json",
                   "tessera report --plan out/plan.json --sim out/sims.json --sweep out/sweep.json "
                   "--compare bench/results/compare.json -o out", "make demo"),
     )
-    path = build_report(data, OUT)
+    with Steps("report", stream=sys.stdout) as step:
+        path = build_report(data, OUT, on_section=step)
     console.print(f"\n[bold green]report:[/] {path}  ({time.perf_counter() - t_start:.0f} s in all)")
 
 
