@@ -67,6 +67,15 @@ class Answer:
     prompt_tokens: int | None
     output_tokens: int | None
     cheaper: RentOption | None  # an alternative with a lower $/M tokens than the pool asked about
+    worst_ttft_p99_s: float | None  # the highest p99 over seeds
+    worst_tpot_p99_s: float | None
+    sweep: tuple[tuple[float, float], ...] = ()  # (load, SLO attainment) of the plan's rate sweep, by load
+
+    def saturation(self, met: float = 0.99) -> tuple[float | None, float | None]:
+        """(highest swept load where at least ``met`` of requests meet the SLO, lowest load where fewer do)."""
+        ok = [ld for ld, a in self.sweep if a >= met]
+        bad = [ld for ld, a in self.sweep if a < met]
+        return (max(ok) if ok else None, min(bad) if bad else None)
 
 
 def runs_of(sims: Sequence[SimResult] | None, label: str) -> list[SimResult]:
@@ -105,6 +114,10 @@ def answer_of(data: ReportData) -> Answer | None:
         slo_tpot_s=(first.slo_tpot_s if first else None) or slo.get("tpot_s"),
         prompt_tokens=plan.workload.get("prompt"), output_tokens=(first.output_tokens if first else None)
         or plan.workload.get("output"), cheaper=cheaper,
+        worst_ttft_p99_s=max((s.ttft_s.p99 for s in runs), default=None),
+        worst_tpot_p99_s=max((s.tpot_s.p99 for s in runs), default=None),
+        sweep=tuple(sorted((s.load, s.slo_attainment) for s in runs_of(data.sweep, plan.strategy)
+                           if s.load is not None and s.slo_attainment is not None)),
     )
 
 

@@ -32,10 +32,10 @@ padding:0 1.2em;color:#222;line-height:1.45}
 h1{font-size:1.7em;margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}
 .lead{font-size:1.02em;background:#f6f8fa;border-left:4px solid #d62728;padding:.6em 1em}
 .verdict{font-size:1.25em;margin:.2em 0 .5em}table.facts th{text-align:left;white-space:nowrap;width:15em}
-table.facts{font-size:.95em;width:100%}table.facts td,table.facts th{background:#fff}
+table.facts{font-size:.95em;width:100%}ul.sure{margin:0;padding-left:1.1em}table.facts td,table.facts th{background:#fff}
 table{border-collapse:collapse;font-size:.86em;margin:.8em 0}th,td{border:1px solid #ccc;padding:.3em .55em;
 vertical-align:top}th{background:#f0f0f0}td.num{text-align:right;white-space:nowrap}td.na{color:#888;
-font-style:italic;max-width:14em}td.best{background:#fdecea;font-weight:600}
+font-style:italic;max-width:14em}td.best{background:#fdecea;font-weight:600;white-space:nowrap}
 img{max-width:100%;height:auto;border:1px solid #eee;margin:.5em 0}.note{color:#777;font-style:italic}
 code,pre{background:#f4f4f4;border-radius:3px}pre{padding:.6em;overflow-x:auto}
 """
@@ -84,12 +84,16 @@ def _placement_sentence(data: ReportData) -> str:
     return f"The {escape(plan.strategy)} plan places " + "; ".join(per_phase) + "."
 
 
-def _fmt_spread(sp: Spread | None, fmt: Callable[[float], str]) -> str:
+def _fmt_spread(sp: Spread | None, fmt: Callable[[float], str], short: Callable[[float], str] | None = None) -> str:
+    """'6,595 tok/s (6,567 to 6,607 over 3 seeds)'; the range in ``short`` form when given."""
     if sp is None:
         return "not simulated"
     if sp.n == 1:
         return f"{fmt(sp.mid)} (one seed: no spread)"
-    return f"{fmt(sp.mid)} (median; {fmt(sp.lo)} to {fmt(sp.hi)} over {sp.n} seeds)"
+    if sp.lo == sp.hi:
+        return f"{fmt(sp.mid)} in each of {sp.n} seeds"
+    rng = short or fmt
+    return f"{fmt(sp.mid)} (median; {rng(sp.lo)} to {rng(sp.hi)} over {sp.n} seeds)"
 
 
 def _tok(v: float) -> str:
@@ -109,23 +113,43 @@ def slo_text(ttft_s: float | None, tpot_s: float | None) -> str:
     return ", ".join(parts) or "no SLO stated"
 
 
-def _rent_text(a: Answer) -> str:
-    counts = Counter(a.gpus)
-    return " + ".join(f"{n}× {g}" for g, n in counts.items())
+def _rent_text(gpus: tuple[str, ...]) -> str:
+    return " + ".join(f"{n}× {g}" for g, n in Counter(gpus).items())
+
+
+def cost_source(gpu_name: str) -> str:
+    """Where a GPU's kernel costs come from: its own measured tables, or a transfer from measured GPUs."""
+    from tessera.cost.aic import AicCosts  # read only when an option names GPUs
+
+    try:
+        return AicCosts().source(catalog.gpu(gpu_name)) or "measured on this machine"
+    except (ValueError, UserError):
+        return "not in the catalog"
 
 
 def _sure_text(a: Answer) -> str:
-    """How sure: the spread over seeds and the headroom below saturation."""
+    """How sure: the spread over seeds, the latency margins, the headroom below saturation and where the rate
+    sweep saw the plan saturate."""
     out = []
     if a.goodput is not None and a.goodput.n > 1:
         out.append(f"goodput varies ±{100 * a.goodput.rel_half_width:.1f}% over {a.goodput.n} seeds")
+    if a.worst_tpot_p99_s is not None and a.worst_ttft_p99_s is not None:
+        margin = [f"p99 TTFT {a.worst_ttft_p99_s:.2f} s" + (f" of {a.slo_ttft_s:g} s" if a.slo_ttft_s else ""),
+                  f"p99 TPOT {a.worst_tpot_p99_s * 1e3:.0f} ms" + (f" of {a.slo_tpot_s * 1e3:.0f} ms" if a.slo_tpot_s else "")]
+        out.append("worst seed: " + ", ".join(margin))
     if a.load is not None:
         head = (f"{100 * (1 - a.load):.0f}% headroom below saturation" if a.load < 1
                 else f"{100 * (a.load - 1):.0f}% <b>above</b> saturation: queues grow without bound")
         out.append(f"the offered rate is {100 * a.load:.0f}% of the predicted capacity ({head})")
-    out.append("capacity and the alternatives below are the planner's predictions from the cost model; "
-               "the goodput range is the simulator's")
-    return "; ".join(out) + "."
+    ok, bad = a.saturation()
+    if bad is not None:
+        att = dict(a.sweep)[bad]
+        out.append(f"in the rate sweep ≥ 99% of requests meet the SLO up to {100 * (ok or 0):.0f}% of capacity and "
+                   f"{100 * att:.0f}% at {100 * bad:.0f}%: past capacity queues build and goodput collapses, so "
+                   "keep the headroom")
+    out.append("capacity and the alternatives are the planner's predictions from the cost model; the goodput "
+               "range is the simulator's")
+    return "<ul class=sure>" + "".join(f"<li>{x[0].upper() + x[1:]}.</li>" for x in out) + "</ul>"
 
 
 def _answer_html(data: ReportData) -> str:
@@ -134,20 +158,19 @@ def _answer_html(data: ReportData) -> str:
     if a is None:
         return headline(data)
     how = "Tessera's kernel placement" if a.strategy == "tessera" else f"the {a.strategy} plan"
-    verdict = (f"Rent <b>{escape(_rent_text(a))}</b> (${a.usd_per_hour:.2f}/h) and serve <b>{escape(a.model)}</b> "
-               f"with {escape(how)}.")
+    verdict = (f"Rent <b>{escape(_rent_text(a.gpus))}</b> (${a.usd_per_hour:.2f}/h) and serve "
+               f"<b>{escape(a.model)}</b> with {escape(how)}.")
     traffic = (f"prompt {a.prompt_tokens:,} and output {a.output_tokens:,} tokens per request, "
                if a.prompt_tokens and a.output_tokens else "")
     rate = "not simulated"
     if a.rate_per_s is not None:
         rate = f"{a.rate_per_s:.2f} requests/s offered, Poisson arrivals"
         if a.load is not None and a.capacity_tokens_per_s:
-            rate += (f" ({escape(_tok(a.rate_per_s * (a.output_tokens or 0)))} of output = {100 * a.load:.0f}% "
-                     f"of the predicted capacity, {escape(_tok(a.capacity_tokens_per_s))})")
-    rows = [("Expected goodput", _fmt_spread(a.goodput, _tok)),
-            ("Cost per token", _fmt_spread(a.usd_per_million_tokens, _usd_mtok)),
-            ("SLO", f"{slo_text(a.slo_ttft_s, a.slo_tpot_s)}; met by " + _fmt_spread(a.attainment, _pct)
-             + " of requests"),
+            rate += (f" ({_tok(a.rate_per_s * (a.output_tokens or 0))} of output = {100 * a.load:.0f}% "
+                     f"of the predicted capacity, {_tok(a.capacity_tokens_per_s)})")
+    rows = [("Expected goodput", _fmt_spread(a.goodput, _tok, lambda v: f"{v:,.0f}")),
+            ("Cost per token", _fmt_spread(a.usd_per_million_tokens, _usd_mtok, lambda v: f"${v:.3f}")),
+            ("SLO", f"{slo_text(a.slo_ttft_s, a.slo_tpot_s)}; requests meeting it: " + _fmt_spread(a.attainment, _pct)),
             ("Traffic", traffic + rate), ("How sure", _sure_text(a))]
     cell = _headline_cell(data)
     if cell is not None and cell.model == a.model and sorted(cell.gpus) == sorted(a.gpus):
@@ -155,11 +178,15 @@ def _answer_html(data: ReportData) -> str:
         if b is not None and s is not None:
             rows.append(("Against the alternatives on these GPUs", f"{s:.2f}× the predicted goodput of the best "
                          f"baseline ({b.name}, {_tok(b.throughput_per_s or 0.0)})"))
-    if a.cheaper is not None:
+    if a.cheaper is not None and a.usd_per_million_tokens is not None:
         o = a.cheaper
+        ratio = a.usd_per_million_tokens.mid / o.usd_per_million_tokens
+        verdict += (f"<br>If you can rent other GPUs: <b>{escape(_rent_text(o.gpus))}</b> serves a token "
+                    f"<b>{ratio:.1f}× cheaper</b> (predicted; see below).")
+        sources = "; ".join(f"{g}: kernel costs {cost_source(g)}" for g in sorted(set(o.gpus)))
         rows.append(("Cheaper per token if you can choose the GPUs",
                      f"{o.label}: {_usd_mtok(o.usd_per_million_tokens)} at {_tok(o.goodput_tokens_per_s)} for "
-                     f"${o.usd_per_hour:.2f}/h ({o.source})"))
+                     f"${o.usd_per_hour:.2f}/h ({o.source}; {sources})"))
     body = "".join(f"<tr><th>{escape(k)}</th><td>{v if k == 'How sure' else escape(v)}</td></tr>" for k, v in rows)
     return (f'<div class="lead"><p class="verdict">{verdict}</p><table class="facts">{body}</table>'
             f"{_gains_html(data)}</div>")
@@ -403,9 +430,10 @@ def _provenance_html(data: ReportData) -> str:
         try:
             s = catalog.gpu(name)
             dtypes = ", ".join(k for k in ("fp32", "tf32", "bf16", "fp16", "fp8") if k in s.peak_flops_per_s)
-            rows.append([name, f"{s.usd_per_hour:.2f}", f"{s.price_date}: {s.price_source}", dtypes, s.source])
+            rows.append([name, f"{s.usd_per_hour:.2f}", f"{s.price_date}: {s.price_source}", dtypes,
+                         cost_source(name), s.source])
         except ValueError:
-            rows.append([name, "—", "not in the catalog", "—", "—"])
+            rows.append([name, "—", "not in the catalog", "—", "—", "—"])
     cmds = "".join(escape(c) + "\n" for c in data.commands)
     return ("<ul><li><b>Kernel times</b>: tessera/cost, measured GPU tables (NVIDIA AIConfigurator's database) "
             "where the GPU has them, else a model fitted on the measured GPUs carried over by datasheet figures "
@@ -417,7 +445,7 @@ def _provenance_html(data: ReportData) -> str:
             "batching, KV capacity from the plan's memory placement) running each plan on Poisson arrivals at "
             "its own offered rate, one run per seed."
             "</li></ul>" + (_table(["GPU", "USD/h", "price (dated) and its source", "dtypes with a datasheet rate",
-                     "spec source"], rows, num_cols={1}) if rows else "")
+                     "kernel costs from", "spec source"], rows, num_cols={1}) if rows else "")
             + (f"<p>Reproduce with:</p><pre>{cmds}</pre>" if cmds else ""))
 
 
