@@ -162,7 +162,7 @@ def _answer_html(data: ReportData) -> str:
                f"<b>{escape(a.model)}</b> with {escape(how)}.")
     traffic = (f"prompt {a.prompt_tokens:,} and output {a.output_tokens:,} tokens per request, "
                if a.prompt_tokens and a.output_tokens else "")
-    rate = "not simulated"
+    rate = "not simulated" if a.goodput is None else "offered rate not recorded in the simulator files"
     if a.rate_per_s is not None:
         rate = f"{a.rate_per_s:.2f} requests/s offered, Poisson arrivals"
         if a.load is not None and a.capacity_tokens_per_s:
@@ -183,7 +183,7 @@ def _answer_html(data: ReportData) -> str:
         ratio = a.usd_per_million_tokens.mid / o.usd_per_million_tokens
         verdict += (f"<br>If you can rent other GPUs: <b>{escape(_rent_text(o.gpus))}</b> serves a token "
                     f"<b>{ratio:.1f}× cheaper</b> (predicted; see below).")
-        sources = "; ".join(f"{g}: kernel costs {cost_source(g)}" for g in sorted(set(o.gpus)))
+        sources = "; ".join(f"{g} kernel costs: {cost_source(g)}" for g in sorted(set(o.gpus)))
         rows.append(("Cheaper per token if you can choose the GPUs",
                      f"{o.label}: {_usd_mtok(o.usd_per_million_tokens)} at {_tok(o.goodput_tokens_per_s)} for "
                      f"${o.usd_per_hour:.2f}/h ({o.source}; {sources})"))
@@ -276,7 +276,7 @@ def _placement_html(data: ReportData, fig_dir: Path) -> str:
             "the device its kernels run on. Outlined cells mix devices.</p>" + "".join(out))
 
 
-def _frontier_key(points: tuple[FrontierPoint, ...] | list[FrontierPoint], unit: str = "tokens/s") -> str:
+def frontier_key(points: tuple[FrontierPoint, ...] | list[FrontierPoint], unit: str = "tokens/s") -> str:
     """The table the frontier figure's numbers point into."""
     front = {id(p) for p in plots.pareto_frontier(points)}
     rows = [[str(i), p.label, p.group, f"{p.usd_per_hour:.2f}", fmt_rate(p.throughput_per_s, unit),
@@ -290,7 +290,7 @@ def _frontier_html(data: ReportData, fig_dir: Path) -> str:
     if data.frontier:
         png = plots.plot_frontier(data.frontier, fig_dir / "frontier_advisor.png",
                                   title=data.frontier_title)
-        return _img(png, "advisor frontier") + _frontier_key(data.frontier)
+        return _img(png, "advisor frontier") + frontier_key(data.frontier)
     if not data.compare:
         return _omitted("Throughput–cost frontier", "no advisor mixes and no compare results given.")
     out, skipped = [], []
@@ -302,7 +302,7 @@ def _frontier_html(data: ReportData, fig_dir: Path) -> str:
             unit = next(c.unit for c in data.compare if c.model == model)
             png = plots.plot_frontier(pts, fig_dir / f"frontier_{i}.png", unit=unit,
                                       title=f"{model}: every strategy on every GPU set, cost vs throughput")
-            out.append(_img(png, f"frontier {model}") + _frontier_key(pts, unit))
+            out.append(_img(png, f"frontier {model}") + frontier_key(pts, unit))
     note = (f'<p class="note">Not drawn for {escape(", ".join(skipped))}: every option there costs the same '
             "per hour (one GPU set), so the compare matrix shows the whole trade-off.</p>" if skipped else "")
     return ("<p>Options on the dashed staircase are not beaten on both cost and throughput by any other; "
@@ -378,7 +378,9 @@ def _memory_html(data: ReportData, fig_dir: Path) -> str:
     tp = (fmt_rate(p.throughput_images_per_s, "images/s") if p.throughput_images_per_s is not None
           else fmt_rate(p.throughput_tokens_per_s, "tokens/s"))
     facts = [f"{p.model}: {p.strategy} plan, {p.mode} mode", f"{plural(len(p.devices), 'device')} over {p.link}",
-             plural(len(p.members) or p.replicas, "replica"), f"{tp} at ${p.usd_per_hour:.2f}/h", f"solved in {p.solve_s:.2f} s"]
+             plural(len(p.members) or p.replicas, "replica"), f"{tp} at ${p.usd_per_hour:.2f}/h"]
+    if p.solve_s > 0:
+        facts.append(f"solved in {p.solve_s:.2f} s")
     if p.bound_ratio is not None:
         facts.append(f"plan/bound {p.bound_ratio:.3f}")
     if p.kv_capacity_tokens:
@@ -401,11 +403,13 @@ def _duplication_html(data: ReportData) -> str:
     wc = weight_copies(graph, p.phases[graph.phase].assignment, len(p.devices))
     per_dev = ", ".join(f"d{d.index} {escape(d.gpu)} {b / 1e9:.1f} GB" for d, b in zip(p.devices, wc.held_bytes,
                                                                                         strict=True))
+    copies = (f"{wc.shared_bytes / 1e9:.1f} GB of weights are used by kernels on more than one device, so "
+              f"{wc.duplicated_bytes / 1e9:.1f} GB are copies" if wc.duplicated_bytes > 0 else
+              "here no weight is used on two devices, so none is held twice")
     return (f"<p><b>Weights: {wc.unique_bytes / 1e9:.1f} GB in the model, {sum(wc.held_bytes) / 1e9:.1f} GB held "
-            f"over the devices</b> ({per_dev}; the plan's memory table says {held_gb:.1f} GB). {rule}: "
-            f"{wc.shared_bytes / 1e9:.1f} GB of weights are used by kernels on more than one device, so "
-            f"{wc.duplicated_bytes / 1e9:.1f} GB are copies. Prefill/decode holds every layer on both sides "
-            "(the whole model twice); a layer pipeline holds each layer once.</p>")
+            f"over the devices</b> ({per_dev}; the plan's memory table says {held_gb:.1f} GB). {rule}: {copies}. "
+            "Prefill/decode holds every layer on both sides (the whole model twice); a layer pipeline holds each "
+            "layer once.</p>")
 
 
 def _gantt_html(data: ReportData, fig_dir: Path) -> str:

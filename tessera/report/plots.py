@@ -17,7 +17,8 @@ from tessera.report.data import CompareCell, FrontierPoint, SimResult, strategy_
 from tessera.report.placement import DPI, device_colours, plot_placement_map  # noqa: E402
 
 __all__ = ["DPI", "plot_placement_map", "pareto_frontier", "plot_frontier", "plot_compare_matrix",
-           "plot_latency_percentiles", "plot_memory", "plot_gantt", "strategy_colour"]
+           "plot_latency_percentiles", "latency_figure", "plot_goodput_curves", "plot_memory", "plot_gantt",
+           "gantt_figure", "frontier_order", "strategy_colour"]
 
 _STRATEGY_COLOURS = {"tessera": "#d62728", "homogeneous": "#7f7f7f", "prefill_decode": "#1f77b4",
                      "attention_ffn": "#2ca02c", "layer_pipeline": "#9467bd", "mix": "#ff7f0e"}
@@ -58,7 +59,13 @@ def frontier_order(points: list[FrontierPoint] | tuple[FrontierPoint, ...]) -> l
 def plot_frontier(points: list[FrontierPoint] | tuple[FrontierPoint, ...], path: Path, *,
                   title: str = "Throughput vs cost", unit: str = "tokens/s") -> Path:
     """Scatter by group (strategy or mix) with the Pareto staircase: for a budget on the x axis, the
-    best throughput any option within it reaches."""
+    best throughput any option within it reaches. Points are numbered in frontier_order."""
+    return _save(frontier_figure(points, title=title, unit=unit), path)
+
+
+def frontier_figure(points: list[FrontierPoint] | tuple[FrontierPoint, ...], *, title: str = "Throughput vs cost",
+                    unit: str = "tokens/s") -> plt.Figure:
+    """The figure plot_frontier saves."""
     fig, ax = plt.subplots(figsize=(9.5, 5), dpi=DPI)
     groups = strategy_order({p.group for p in points})
     markers = "o^sDvP*X"
@@ -94,7 +101,7 @@ def plot_frontier(points: list[FrontierPoint] | tuple[FrontierPoint, ...], path:
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    return _save(fig, path)
+    return fig
 
 
 def compare_figsize(cells: tuple[CompareCell, ...] | list[CompareCell]) -> tuple[float, float]:
@@ -168,6 +175,12 @@ def plot_latency_percentiles(sims: tuple[SimResult, ...] | list[SimResult], path
     """Three panels (TTFT, TPOT, end-to-end): per plan, bars of p50 / p90 / p99 in ms, the median over seeds
     with whiskers from the lowest to the highest seed; the SLO as a red line on the TTFT and TPOT panels
     (taken from the runs when not given)."""
+    return _save(latency_figure(sims, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s), path)
+
+
+def latency_figure(sims: tuple[SimResult, ...] | list[SimResult], *, slo_ttft_s: float | None = None,
+                   slo_tpot_s: float | None = None) -> plt.Figure:
+    """The figure plot_latency_percentiles saves."""
     groups = by_label(sims)
     slo = {"ttft_s": slo_ttft_s or next((r.slo_ttft_s for r in sims if r.slo_ttft_s), None),
            "tpot_s": slo_tpot_s or next((r.slo_tpot_s for r in sims if r.slo_tpot_s), None)}
@@ -205,7 +218,7 @@ def plot_latency_percentiles(sims: tuple[SimResult, ...] | list[SimResult], path
                frameon=False)
     fig.suptitle("Simulated latency, each plan at its own rate" + (f" (median of {seeds} seeds; whiskers: lowest "
                  "to highest seed)" if seeds > 1 else ""), fontsize=10, x=0.01, ha="left")
-    return _save(fig, path)
+    return fig
 
 
 def plot_goodput_curves(sweep: tuple[SimResult, ...] | list[SimResult], path: Path) -> Path:
@@ -294,6 +307,11 @@ GANTT_COLOURS = plt.get_cmap("tab10")
 
 def draw_gantt(spans: list, path: Path, *, title: str) -> Path:
     """One row per device, then one per link; bar colour = micro-batch (legend), hatched = transfer."""
+    return _save(gantt_figure(spans, title=title), path)
+
+
+def gantt_figure(spans: list, *, title: str) -> plt.Figure:
+    """The figure draw_gantt saves; ``spans``: tessera.sim.trace.Span values."""
     rows = list(dict.fromkeys(s.row for s in sorted(spans, key=lambda s: (s.kind != "compute", s.row))))
     mbs = sorted({s.microbatch for s in spans})
     fig, ax = plt.subplots(figsize=(11, 1.9 + 0.55 * len(rows)), dpi=DPI)
@@ -315,4 +333,4 @@ def draw_gantt(spans: list, path: Path, *, title: str) -> Path:
         names[-1] += " (no transfers between devices)"
     ax.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, -0.22 - 0.1 / max(1, len(rows))),
               ncol=min(len(handles), 5), fontsize=8, frameon=False)
-    return _save(fig, path)
+    return fig
