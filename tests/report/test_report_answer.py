@@ -172,3 +172,20 @@ def test_spread_rejects_disorder() -> None:
 def test_rent_option_rejects_a_free_or_empty_option() -> None:
     with pytest.raises(ValueError, match="usd_per_hour=0"):
         RentOption(label="x", gpus=("L40S",), usd_per_hour=0, goodput_tokens_per_s=1.0, source="s")
+
+
+def test_cli_reads_the_demo_files_with_rates_and_a_sweep(tmp_path) -> None:
+    import json
+
+    from tessera.cli import main
+    toy_plan().save(tmp_path / "plan.json")
+    (tmp_path / "sims.json").write_text(json.dumps([run("tessera", s, 1250.0, 1.0) for s in range(3)]))
+    (tmp_path / "sweep.json").write_text(json.dumps([run("tessera", 0, 800.0, 1.0, rate=3.125),
+                                                     run("tessera", 0, 700.0, 0.4, rate=7.5)]))
+    with pytest.raises(SystemExit) as e:
+        main(["report", "-q", "--plan", str(tmp_path / "plan.json"), "--sim", str(tmp_path / "sims.json"),
+              "--sweep", str(tmp_path / "sweep.json"), "-o", str(tmp_path / "out")])
+    assert e.value.code == 0
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "1,250 tok/s in each of 3 seeds" in page and 'alt="goodput vs rate"' in page
+    assert "up to 50% of capacity and 40% at 120%" in page
