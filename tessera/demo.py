@@ -176,6 +176,8 @@ def main() -> None:
         frontier=tuple(p for a in advice for p in a.frontier_points()),
         frontier_title=f"Advisor: GPU mixes for {ADVISE_MODEL} at {budgets} per hour",
         options=rent_options(advice, compare),
+        baseline_plans=tuple(o.plan for n, o in result.strategies.items()
+                             if n != "tessera" and o.feasible and o.plan is not None),
         commands=(f"tessera plan {MODEL} --gpus {','.join(GPUS)} --link {LINK} -o plan.json",
                   "tessera simulate plan.json --workload poisson --rate R --requests 20000 --prompt 1024 "
                   "--output 256 --slo-ttft-ms 2000 --slo-tpot-ms 100 --seed S",

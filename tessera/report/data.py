@@ -204,6 +204,7 @@ class ReportData:
     frontier_title: str = "Advisor: GPU mixes on the throughput–cost plane"
     commands: tuple[str, ...] = ()  # shell commands that reproduce the inputs
     options: tuple[RentOption, ...] = ()  # alternatives to the plan's pool (same-size homogeneous, advisor)
+    baseline_plans: tuple[Plan, ...] = ()  # the other strategies' plans on the plan's pool (memory comparison)
 
     def __post_init__(self) -> None:
         if self.graphs and self.plan is None:

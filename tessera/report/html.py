@@ -16,6 +16,7 @@ from tessera.report.data import CompareCell, FrontierPoint, ReportData, SimResul
 from tessera.report.tables import (
     PLAN_HEADER,
     SIM_HEADER,
+    fmt_gb,
     fmt_rate,
     gain_text,
     plan_rows,
@@ -409,7 +410,23 @@ def _duplication_html(data: ReportData) -> str:
     return (f"<p><b>Weights: {wc.unique_bytes / 1e9:.1f} GB in the model, {sum(wc.held_bytes) / 1e9:.1f} GB held "
             f"over the devices</b> ({per_dev}; the plan's memory table says {held_gb:.1f} GB). {rule}: {copies}. "
             "Prefill/decode holds every layer on both sides (the whole model twice); a layer pipeline holds each "
-            "layer once.</p>")
+            "layer once.</p>" + _weights_by_strategy(data, wc.unique_bytes))
+
+
+def _weights_by_strategy(data: ReportData, model_bytes: int) -> str:
+    """Weights each strategy's plan holds on the same GPUs, against the model's own: the copies made visible."""
+    assert data.plan is not None
+    plans = [data.plan, *data.baseline_plans]
+    rows = []
+    for p in plans:
+        cells = p.members or (p,)  # independent replicas each hold their own copy
+        held = sum(m.get("weight", 0) for c in cells for m in c.memory_bytes)
+        rows.append([p.strategy, fmt_gb(held), f"{held / model_bytes:.2f}×" if model_bytes else "—",
+                     fmt_gb(max(0, held - model_bytes))])
+    if len(rows) < 2:
+        return ""
+    return ("<p>Weights held by each strategy on these GPUs (GB; × the model's own weights):</p>"
+            + _table(["plan", "weights held GB", "of the model", "copies GB"], rows))
 
 
 def _gantt_html(data: ReportData, fig_dir: Path) -> str:

@@ -189,3 +189,17 @@ def test_cli_reads_the_demo_files_with_rates_and_a_sweep(tmp_path) -> None:
     page = (tmp_path / "out" / "report.html").read_text()
     assert "1,250 tok/s in each of 3 seeds" in page and 'alt="goodput vs rate"' in page
     assert "up to 50% of capacity and 40% at 120%" in page
+
+
+def test_weights_held_per_strategy_against_the_model(tmp_path) -> None:
+    plan = toy_plan()
+    plan = replace(plan, phases={"decode": replace(plan.phases["decode"], assignment=(0, 1, 0))})
+    pd = replace(plan, strategy="prefill_decode", memory_bytes=({"weight": 4 * 10**9}, {"weight": 4 * 10**9}))
+    homog = replace(plan, strategy="homogeneous", memory_bytes=({"weight": 4 * 10**9},),
+                    members=(replace(pd, memory_bytes=({"weight": 4 * 10**9},)),) * 2)
+    data = ReportData(plan=plan, graphs=(two_weight_graph(10**9, 3 * 10**9),), baseline_plans=(pd, homog))
+    page = build_report(data, tmp_path).read_text()
+    # model 4 GB; tessera's table 30 + 12 = 42 GB; prefill/decode 8 GB (2×); two replicas of 4 GB each (2×)
+    assert "<td>tessera</td><td class=num>42.0</td><td class=num>10.50×</td><td class=num>38.0</td>" in page
+    assert "<td>prefill_decode</td><td class=num>8.0</td><td class=num>2.00×</td><td class=num>4.0</td>" in page
+    assert "<td>homogeneous</td><td class=num>8.0</td><td class=num>2.00×</td><td class=num>4.0</td>" in page
