@@ -188,7 +188,26 @@ def main() -> None:
     )
     with Steps("report", stream=sys.stdout) as step:
         path = build_report(data, OUT, on_section=step)
+    console.print(answer_text(data), highlight=False, soft_wrap=True)
     console.print(f"\n[bold green]report:[/] {path}  ({time.perf_counter() - t_start:.0f} s in all)")
+
+
+def answer_text(data: Any) -> str:
+    """The report's first screen in a few plain lines for the terminal."""
+    from tessera.report.answer import answer_of
+
+    a = answer_of(data)
+    if a is None or a.goodput is None or a.usd_per_million_tokens is None:
+        return ""
+    g, c = a.goodput, a.usd_per_million_tokens
+    lines = [f"\nRent {' + '.join(a.gpus)} (${a.usd_per_hour:.2f}/h) and serve {a.model} with the {a.strategy} plan:",
+             f"  goodput {g.mid:,.0f} tok/s ({g.lo:,.0f}-{g.hi:,.0f} over {g.n} seeds), ${c.mid:.3f}/M tokens, "
+             f"at {a.rate_per_s or 0:.2f} req/s = {100 * (a.load or 0):.0f}% of the predicted capacity "
+             f"(SLO TTFT {a.slo_ttft_s or 0:g} s, TPOT {1e3 * (a.slo_tpot_s or 0):g} ms)"]
+    if a.cheaper is not None:
+        lines.append(f"  cheaper per token if you can choose the GPUs: {a.cheaper.label}, "
+                     f"${a.cheaper.usd_per_million_tokens:.3f}/M tokens ({a.cheaper.source})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
