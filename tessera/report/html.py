@@ -291,7 +291,10 @@ def _frontier_html(data: ReportData, fig_dir: Path) -> str:
     if data.frontier:
         png = plots.plot_frontier(data.frontier, fig_dir / "frontier_advisor.png",
                                   title=data.frontier_title)
-        return _img(png, "advisor frontier") + frontier_key(data.frontier)
+        return ("<p>For each budget, the advisor's GPU mix (Tessera's answer) beside the best homogeneous and the "
+                "best prefill/decode mix for the same money, goodput at the SLO predicted by the planner. Options on "
+                "the dashed staircase are not beaten on both cost and goodput; the numbers point into the table.</p>"
+                + _img(png, "advisor frontier") + frontier_key(data.frontier))
     if not data.compare:
         return _omitted("Throughput–cost frontier", "no advisor mixes and no compare results given.")
     out, skipped = [], []
