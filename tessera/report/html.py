@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import functools
 from collections import Counter
 from collections.abc import Callable
 from html import escape
 from pathlib import Path
+from typing import Any
 
 from tessera.errors import UserError
 from tessera.hardware import catalog
@@ -118,14 +120,21 @@ def _rent_text(gpus: tuple[str, ...]) -> str:
     return " + ".join(f"{n}× {g}" for g, n in Counter(gpus).items())
 
 
+@functools.cache
 def cost_source(gpu_name: str) -> str:
-    """Where a GPU's kernel costs come from: its own measured tables, or a transfer from measured GPUs."""
-    from tessera.cost.aic import AicCosts  # read only when an option names GPUs
-
+    """Where a GPU's kernel costs come from: its own measured tables, or a transfer from measured GPUs
+    (cached: reading the measured tables takes seconds)."""
     try:
-        return AicCosts().source(catalog.gpu(gpu_name)) or "measured on this machine"
+        return _aic_costs().source(catalog.gpu(gpu_name)) or "measured on this machine"
     except (ValueError, UserError):
         return "not in the catalog"
+
+
+@functools.cache
+def _aic_costs() -> Any:
+    from tessera.cost.aic import AicCosts  # read only when a report names GPUs
+
+    return AicCosts()
 
 
 def _sure_text(a: Answer) -> str:
@@ -153,6 +162,37 @@ def _sure_text(a: Answer) -> str:
     return "<ul class=sure>" + "".join(f"<li>{x[0].upper() + x[1:]}.</li>" for x in out) + "</ul>"
 
 
+def _traffic_text(a: Answer) -> str:
+    """Prompt and output tokens, the offered rate and that rate as a share of the predicted capacity."""
+    traffic = (f"prompt {a.prompt_tokens:,} and output {a.output_tokens:,} tokens per request, "
+               if a.prompt_tokens and a.output_tokens else "")
+    if a.rate_per_s is None:
+        return traffic + ("not simulated" if a.goodput is None else "offered rate not recorded in the simulator files")
+    rate = f"{a.rate_per_s:.2f} requests/s offered, Poisson arrivals"
+    if a.load is not None and a.capacity_tokens_per_s:
+        rate += (f" ({_tok(a.rate_per_s * (a.output_tokens or 0))} of output = {100 * a.load:.0f}% "
+                 f"of the predicted capacity, {_tok(a.capacity_tokens_per_s)})")
+    return traffic + rate
+
+
+def _alternative_rows(data: ReportData, a: Answer) -> list[tuple[str, str]]:
+    """The best baseline on the same GPUs (from the matrix) and a cheaper option to rent, if any."""
+    rows = []
+    cell = _headline_cell(data)
+    if cell is not None and cell.model == a.model and sorted(cell.gpus) == sorted(a.gpus):
+        b, s = cell.best_baseline(), cell.speedup()
+        if b is not None and s is not None:
+            rows.append(("Against the alternatives on these GPUs", f"{s:.2f}× the predicted goodput of the best "
+                         f"baseline ({b.name}, {_tok(b.throughput_per_s or 0.0)})"))
+    if a.cheaper is not None:
+        o = a.cheaper
+        sources = "; ".join(f"{g} kernel costs: {cost_source(g)}" for g in sorted(set(o.gpus)))
+        rows.append(("Cheaper per token if you can choose the GPUs",
+                     f"{o.label}: {_usd_mtok(o.usd_per_million_tokens)} at {_tok(o.goodput_tokens_per_s)} for "
+                     f"${o.usd_per_hour:.2f}/h ({o.source}; {sources})"))
+    return rows
+
+
 def _answer_html(data: ReportData) -> str:
     """The first screen: what to rent, expected goodput and $/M tokens at the stated SLO and rate, how sure."""
     a = answer_of(data)
@@ -161,34 +201,17 @@ def _answer_html(data: ReportData) -> str:
     how = "Tessera's kernel placement" if a.strategy == "tessera" else f"the {a.strategy} plan"
     verdict = (f"Rent <b>{escape(_rent_text(a.gpus))}</b> (${a.usd_per_hour:.2f}/h) and serve "
                f"<b>{escape(a.model)}</b> with {escape(how)}.")
-    traffic = (f"prompt {a.prompt_tokens:,} and output {a.output_tokens:,} tokens per request, "
-               if a.prompt_tokens and a.output_tokens else "")
-    rate = "not simulated" if a.goodput is None else "offered rate not recorded in the simulator files"
-    if a.rate_per_s is not None:
-        rate = f"{a.rate_per_s:.2f} requests/s offered, Poisson arrivals"
-        if a.load is not None and a.capacity_tokens_per_s:
-            rate += (f" ({_tok(a.rate_per_s * (a.output_tokens or 0))} of output = {100 * a.load:.0f}% "
-                     f"of the predicted capacity, {_tok(a.capacity_tokens_per_s)})")
+    if a.cheaper is not None and a.usd_per_million_tokens is not None:
+        ratio = a.usd_per_million_tokens.mid / a.cheaper.usd_per_million_tokens
+        verdict += (f"<br>If you can rent other GPUs: <b>{escape(_rent_text(a.cheaper.gpus))}</b> serves a token "
+                    f"<b>{ratio:.1f}× cheaper</b> (predicted; see below).")
     rows = [("Expected goodput", _fmt_spread(a.goodput, _tok, lambda v: f"{v:,.0f}")),
             ("Cost per token", _fmt_spread(a.usd_per_million_tokens, _usd_mtok, lambda v: f"${v:.3f}")),
             ("SLO", f"{slo_text(a.slo_ttft_s, a.slo_tpot_s)}; requests meeting it: " + _fmt_spread(a.attainment, _pct)),
-            ("Traffic", traffic + rate), ("How sure", _sure_text(a))]
-    cell = _headline_cell(data)
-    if cell is not None and cell.model == a.model and sorted(cell.gpus) == sorted(a.gpus):
-        b, s = cell.best_baseline(), cell.speedup()
-        if b is not None and s is not None:
-            rows.append(("Against the alternatives on these GPUs", f"{s:.2f}× the predicted goodput of the best "
-                         f"baseline ({b.name}, {_tok(b.throughput_per_s or 0.0)})"))
-    if a.cheaper is not None and a.usd_per_million_tokens is not None:
-        o = a.cheaper
-        ratio = a.usd_per_million_tokens.mid / o.usd_per_million_tokens
-        verdict += (f"<br>If you can rent other GPUs: <b>{escape(_rent_text(o.gpus))}</b> serves a token "
-                    f"<b>{ratio:.1f}× cheaper</b> (predicted; see below).")
-        sources = "; ".join(f"{g} kernel costs: {cost_source(g)}" for g in sorted(set(o.gpus)))
-        rows.append(("Cheaper per token if you can choose the GPUs",
-                     f"{o.label}: {_usd_mtok(o.usd_per_million_tokens)} at {_tok(o.goodput_tokens_per_s)} for "
-                     f"${o.usd_per_hour:.2f}/h ({o.source}; {sources})"))
-    body = "".join(f"<tr><th>{escape(k)}</th><td>{v if k == 'How sure' else escape(v)}</td></tr>" for k, v in rows)
+            ("Traffic", _traffic_text(a)), *_alternative_rows(data, a)]
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows[:4])
+    body += f"<tr><th>How sure</th><td>{_sure_text(a)}</td></tr>"
+    body += "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows[4:])
     return (f'<div class="lead"><p class="verdict">{verdict}</p><table class="facts">{body}</table>'
             f"{_gains_html(data)}</div>")
 
