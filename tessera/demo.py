@@ -140,7 +140,6 @@ def main() -> None:
     from tessera.plan.planner import capture_source
     from tessera.plan.report import result_table
     from tessera.plan.serve import PlannerConfig, Shapes, plan_serving
-    from tessera.report.data import ReportData, load_compare, parse_sim
     from tessera.report.html import build_report
 
     OUT.mkdir(parents=True, exist_ok=True)
@@ -167,17 +166,29 @@ def main() -> None:
     graphs = ()
     if "mixed" in plan.phases:  # the iteration graph at the plan's operating point (its assignment's kernels)
         graphs = (Shapes(MODEL, capture_source(MODEL), cfg, images=False).graph(plan.batch, plan.microbatches),)
+    baselines = tuple(o.plan for n, o in result.strategies.items() if n != "tessera" and o.feasible and o.plan is not None)
+    data = report_data(plan, baselines, graphs, sims, sweep, advice)
+    with Steps("report", stream=sys.stdout) as step:
+        path = build_report(data, OUT, on_section=step)
+    console.print(answer_text(data), highlight=False, soft_wrap=True)
+    console.print(f"\n[bold green]report:[/] {path}  ({time.perf_counter() - t_start:.0f} s in all)")
+
+
+def report_data(plan: Any, baselines: tuple[Any, ...], graphs: tuple[Any, ...], sims: list[dict[str, Any]],
+                sweep: list[dict[str, Any]], advice: list[Any]) -> Any:
+    """What the report is built from: the demo's plan, its baselines' plans, the runs and the advisor's choices,
+    with the compare matrix bench/results/compare.json holds."""
+    from tessera.report.data import ReportData, load_compare, parse_sim
+
     compare = load_compare(COMPARE) if COMPARE.exists() else None
     budgets = ", ".join(f"${b:.0f}" for b in BUDGETS_USD_PER_HOUR)
-    data = ReportData(
+    return ReportData(
         title=f"Tessera: {MODEL} on {' + '.join(GPUS)}", compare=compare, plan=plan, graphs=graphs or None,
         sims=tuple(parse_sim(s, s["label"], "demo") for s in sims),
         sweep=tuple(parse_sim(s, s["label"], "demo sweep") for s in sweep),
         frontier=tuple(p for a in advice for p in a.frontier_points()),
         frontier_title=f"Advisor: GPU mixes for {ADVISE_MODEL} at {budgets} per hour",
-        options=rent_options(advice, compare),
-        baseline_plans=tuple(o.plan for n, o in result.strategies.items()
-                             if n != "tessera" and o.feasible and o.plan is not None),
+        options=rent_options(advice, compare), baseline_plans=baselines,
         commands=(f"tessera plan {MODEL} --gpus {','.join(GPUS)} --link {LINK} -o plan.json",
                   "tessera simulate plan.json --workload poisson --rate R --requests 20000 --prompt 1024 "
                   "--output 256 --slo-ttft-ms 2000 --slo-tpot-ms 100 --seed S",
@@ -186,10 +197,6 @@ def main() -> None:
                   "tessera report --plan out/plan.json --sim out/sims.json --sweep out/sweep.json "
                   "--compare bench/results/compare.json -o out", "make demo"),
     )
-    with Steps("report", stream=sys.stdout) as step:
-        path = build_report(data, OUT, on_section=step)
-    console.print(answer_text(data), highlight=False, soft_wrap=True)
-    console.print(f"\n[bold green]report:[/] {path}  ({time.perf_counter() - t_start:.0f} s in all)")
 
 
 def answer_text(data: Any) -> str:

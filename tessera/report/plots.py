@@ -87,9 +87,11 @@ def frontier_figure(points: list[FrontierPoint] | tuple[FrontierPoint, ...], *, 
     at: dict[tuple[float, float], list[int]] = {}
     for i, p in enumerate(frontier_order(points), start=1):
         at.setdefault((p.usd_per_hour, p.throughput_per_s), []).append(i)
-    for (x, y), nums in at.items():
-        ax.annotate(",".join(map(str, nums)), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8,
-                    fontweight="bold")
+    on_front = {(p.usd_per_hour, p.throughput_per_s) for p in front}
+    for (x, y), nums in at.items():  # frontier labels above their point, the others below: a dominated option
+        up = (x, y) in on_front          # sits under a frontier one of similar cost, so the two labels separate
+        ax.annotate(",".join(map(str, nums)), (x, y), textcoords="offset points", xytext=(6, 4 if up else -6),
+                    va="bottom" if up else "top", fontsize=8, fontweight="bold")
     if _wide([p.usd_per_hour for p in points]):
         ax.set_xscale("log")
     if _wide([p.throughput_per_s for p in points]):
