@@ -66,7 +66,12 @@ class Answer:
     slo_tpot_s: float | None
     prompt_tokens: int | None
     output_tokens: int | None
-    cheaper: RentOption | None  # an alternative with a lower $/M tokens than the pool asked about
+    cheaper: RentOption | None  # an alternative with a lower predicted $/M tokens than the pool asked about
+
+    @property
+    def predicted_usd_per_million_tokens(self) -> float | None:
+        """$/M tokens at the predicted capacity: what the options' figures are compared with."""
+        return _usd_per_mtok(self.usd_per_hour, self.capacity_tokens_per_s) if self.capacity_tokens_per_s else None
     worst_ttft_p99_s: float | None  # the highest p99 over seeds
     worst_tpot_p99_s: float | None
     sweep: tuple[tuple[float, float], ...] = ()  # (load, SLO attainment) of the plan's rate sweep, by load
@@ -99,8 +104,8 @@ def answer_of(data: ReportData) -> Answer | None:
     loads = [s.load for s in runs if s.load is not None]
     first = runs[0] if runs else None
     slo = plan.slo or {}
-    own_usd_per_mtok = _usd_per_mtok(plan.usd_per_hour, statistics.median(goodputs) if goodputs
-                                     else capacity or 0.0)
+    # like with like: the options' figures are the planner's predicted capacities, so is this one
+    own_usd_per_mtok = _usd_per_mtok(plan.usd_per_hour, capacity or 0.0)
     cheaper = min((o for o in data.options if o.usd_per_million_tokens < own_usd_per_mtok),
                   key=lambda o: o.usd_per_million_tokens, default=None)
     return Answer(

@@ -187,9 +187,11 @@ def _alternative_rows(data: ReportData, a: Answer) -> list[tuple[str, str]]:
     if a.cheaper is not None:
         o = a.cheaper
         sources = "; ".join(f"{g} kernel costs: {cost_source(g)}" for g in sorted(set(o.gpus)))
+        own = a.predicted_usd_per_million_tokens or 0.0
         rows.append(("Cheaper per token if you can choose the GPUs",
                      f"{o.label}: {_usd_mtok(o.usd_per_million_tokens)} at {_tok(o.goodput_tokens_per_s)} for "
-                     f"${o.usd_per_hour:.2f}/h ({o.source}; {sources})"))
+                     f"${o.usd_per_hour:.2f}/h, against {_usd_mtok(own)} for these GPUs at their predicted "
+                     f"capacity ({o.source}; {sources})"))
     return rows
 
 
@@ -201,10 +203,11 @@ def _answer_html(data: ReportData) -> str:
     how = "Tessera's kernel placement" if a.strategy == "tessera" else f"the {a.strategy} plan"
     verdict = (f"Rent <b>{escape(_rent_text(a.gpus))}</b> (${a.usd_per_hour:.2f}/h) and serve "
                f"<b>{escape(a.model)}</b> with {escape(how)}.")
-    if a.cheaper is not None and a.usd_per_million_tokens is not None:
-        ratio = a.usd_per_million_tokens.mid / a.cheaper.usd_per_million_tokens
+    own = a.predicted_usd_per_million_tokens
+    if a.cheaper is not None and own is not None:
+        ratio = own / a.cheaper.usd_per_million_tokens
         verdict += (f"<br>If you can rent other GPUs: <b>{escape(_rent_text(a.cheaper.gpus))}</b> serves a token "
-                    f"<b>{ratio:.1f}× cheaper</b> (predicted; see below).")
+                    f"<b>{ratio:.1f}× cheaper</b> (at predicted capacity; see below).")
     rows = [("Expected goodput", _fmt_spread(a.goodput, _tok, lambda v: f"{v:,.0f}")),
             ("Cost per token", _fmt_spread(a.usd_per_million_tokens, _usd_mtok, lambda v: f"${v:.3f}")),
             ("SLO", f"{slo_text(a.slo_ttft_s, a.slo_tpot_s)}; requests meeting it: " + _fmt_spread(a.attainment, _pct)),

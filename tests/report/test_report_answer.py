@@ -60,9 +60,11 @@ def test_answer_numbers_derived_from_the_inputs() -> None:
     assert (a.slo_ttft_s, a.slo_tpot_s) == (2.0, 0.1)
     # sim_result's p99s are 4 × 0.1 s and 4 × 0.01 s, equal over seeds
     assert a.worst_ttft_p99_s == pytest.approx(0.4) and a.worst_tpot_p99_s == pytest.approx(0.04)
-    # 2×H100 at $5.98/h for 3000 tok/s: $0.5537/M < $0.9036/M; the L40S ($1.528/M) is dearer per token
+    # at predicted capacity the pair costs 4.09e6 / (1600 × 3600) = $0.7101/M; 2×H100 at $5.98/h for 3000 tok/s:
+    # $0.5537/M, cheaper; the L40S ($1.528/M) is dearer per token
     assert a.cheaper is not None and a.cheaper.label == "2×H100-SXM"
     assert a.cheaper.usd_per_million_tokens == pytest.approx(5.98 / (3000 * 3600) * 1e6)
+    assert a.predicted_usd_per_million_tokens == pytest.approx(4.09 / (1600 * 3600) * 1e6)
     # the sweep meets the SLO for ≥ 99% up to 100% of capacity, 40% at 120%
     assert a.saturation() == (pytest.approx(1.0), pytest.approx(1.2))
 
@@ -82,8 +84,9 @@ def test_first_screen_states_rent_goodput_cost_slo_rate_and_spread(tmp_path) -> 
     assert "Worst seed: p99 TTFT 0.40 s of 2 s, p99 TPOT 40 ms of 100 ms" in lead
     assert "20% headroom below saturation" in lead
     assert "up to 100% of capacity and 40% at 120%" in lead
-    # 0.9036 / 0.5537 = 1.63
-    assert "If you can rent other GPUs: 2× H100-SXM serves a token 1.6× cheaper" in lead
+    # 0.7101 / 0.5537 = 1.28: both at predicted capacity
+    assert "If you can rent other GPUs: 2× H100-SXM serves a token 1.3× cheaper (at predicted capacity" in lead
+    assert "$0.554/M tokens at 3,000 tok/s for $5.98/h, against $0.710/M tokens for these GPUs" in lead
 
 
 def test_first_screen_says_so_when_one_seed_and_above_saturation(tmp_path) -> None:
