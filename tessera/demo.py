@@ -3,8 +3,9 @@
 1. capture one model of each family (kernel counts, FLOPs, resident bytes);
 2. plan Llama-3-8B on an H100 + L40S pair under the serving model: Tessera against every baseline, each at
    its best batch and micro-batch count at the default SLO (TTFT 2 s, TPOT 100 ms);
-3. simulate every feasible plan with Poisson arrivals at 90% of its own predicted goodput;
-4. advise a GPU mix for llama-3-8b at three budgets (throughput–cost frontier);
+3. simulate every feasible plan with Poisson arrivals at 90% of its own predicted goodput, three seeds, and
+   at 50–125% of it (one seed) for goodput-vs-rate curves;
+4. advise a GPU mix for llama-3-8b at three budgets (throughput–cost frontier, alternatives to rent);
 5. build the self-contained HTML report, with the compare matrix `tessera compare` wrote to
    bench/results/compare.json (that matrix takes ~50 min here, so the demo reads it rather than redo it).
 """
@@ -13,20 +14,28 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from tessera.progress import Steps
 
 OUT = Path(os.environ.get("TESSERA_DEMO_OUT", "out"))
 COMPARE = Path(__file__).resolve().parent.parent / "bench" / "results" / "compare.json"
 MODEL, GPUS, LINK = "llama-3-8b", ("H100", "L40S"), "pcie5"
-SIM_LOAD, SIM_REQUESTS = 0.9, 2000  # each plan simulated at this fraction of its own predicted goodput
-ADVISE_MODEL = "llama-3-8b"  # the advisor plans many cells: a dense 8B keeps the demo within minutes
+# Each plan is simulated at SIM_LOAD of its own predicted goodput (its capacity at the SLO), once per seed:
+# the spread over seeds is the report's "how sure". The sweep runs each plan at SWEEP_LOADS of its capacity
+# (one seed, fewer requests) for the goodput-vs-rate curves: where each saturates.
+# Runs are long enough (arrivals over minutes of simulated time) that start-up and drain move goodput by ~1%.
+SIM_LOAD, SIM_REQUESTS, SEEDS = 0.9, 20_000, (0, 1, 2)
+SWEEP_LOADS, SWEEP_REQUESTS = (0.5, 0.8, 0.9, 1.0, 1.1, 1.25), 10_000
+BUDGETS_USD_PER_HOUR = (10.0, 20.0, 40.0)
+ADVISE_MODEL = MODEL  # the advisor answers for the same model the report is about
 # One model per family at a modest step shape: (model, phase, shape kwargs).
 FAMILIES: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("llama-3-8b", "decode", {"batch": 32, "context": 2048}),
@@ -39,15 +48,13 @@ FAMILIES: tuple[tuple[str, str, dict[str, int]], ...] = (
 console = Console(width=None if Console().is_terminal else 150)
 
 
-def _step(progress: Progress, title: str, fn: Callable[[], Any]) -> Any:
-    task = progress.add_task(title, total=None)
-    t0 = time.perf_counter()
-    out = fn()
-    progress.update(task, total=1, completed=1, description=f"{title} [dim]({time.perf_counter() - t0:.1f} s)")
-    return out
+def _step(step: Steps, title: str, fn: Callable[[], Any]) -> Any:
+    """One progress step: a spinner on a terminal, one line on stdout otherwise (so `make demo > log` shows it)."""
+    step(title)
+    return fn()
 
 
-def capture_families(progress: Progress) -> Table:
+def capture_families(progress: Steps) -> Table:
     from tessera.capture import capture_model, summarize
 
     t = Table(title="1. Capture: one model of each family (fake tensors, bf16, no weights allocated)")
@@ -62,61 +69,89 @@ def capture_families(progress: Progress) -> Table:
     return t
 
 
-def simulate_all(result: Any, progress: Progress) -> list[dict[str, Any]]:
-    """Every feasible single-cell plan at SIM_LOAD of its own predicted goodput (Poisson), the plan's SLO."""
+def operating_rates(result: Any, load: float) -> dict[str, float]:
+    """Requests/s at which each feasible plan runs at ``load`` of its own predicted goodput:
+    rate = load × goodput (output tokens/s) / output tokens per request."""
+    out = result.config.traffic.output
+    return {name: load * o.goodput / out for name, o in result.strategies.items()
+            if o.feasible and o.plan is not None and o.goodput > 0}
+
+
+def simulate_at(result: Any, progress: Steps, load: float, seeds: tuple[int, ...], requests: int) -> list[dict[str, Any]]:
+    """Every feasible plan at ``load`` of its own capacity (Poisson, the plan's SLO), per seed (a plan of
+    independent replicas, the homogeneous baseline on a mixed pair, is served behind the simulator's router);
+    each entry records its operating point beside the simulator's contract."""
     from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
 
     t, slo = result.config.traffic, result.config.slo
     sims = []
-    for name, o in result.strategies.items():
-        if not (o.feasible and o.plan is not None) or o.plan.members:
-            continue
-        wl = WorkloadSpec(kind="poisson", requests=SIM_REQUESTS, rate_per_s=SIM_LOAD * o.goodput / t.output,
+    for name, rate in operating_rates(result, load).items():
+        o = result.strategies[name]
+        wl = WorkloadSpec(kind="poisson", requests=requests, rate_per_s=rate,
                           prompt=LengthSpec(lo=t.prompt, hi=t.prompt), output=LengthSpec(lo=t.output, hi=t.output))
-        r = _step(progress, f"simulate {name} at {wl.rate_per_s:.1f} req/s",
-                  lambda p=o.plan, w=wl: simulate(p, w, seed=0, slo=SLO(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)))
-        sims.append({"label": name, "rate_per_s": wl.rate_per_s, **r.to_json()})
+        for seed in seeds:
+            r = _step(progress, f"simulate {name} at {rate:.1f} req/s ({load:.0%} of its capacity), seed {seed}",
+                      lambda p=o.plan, w=wl, s=seed: simulate(p, w, seed=s, slo=SLO(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)))
+            sims.append({"label": name, "rate_per_s": rate, "seed": seed, "capacity_tokens_per_s": o.goodput,
+                         "output_tokens": t.output, "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s, **r.to_json()})
     return sims
 
 
 def sim_table(sims: list[dict[str, Any]]) -> Table:
     t = Table(title=f"3. Simulated serving: Poisson at {SIM_LOAD:.0%} of each plan's predicted goodput, "
-                    f"{SIM_REQUESTS} requests (SLO: TTFT 2 s, TPOT 100 ms)")
-    for c in ("strategy", "req/s", "tokens/s", "TTFT p99 s", "TPOT p50 ms", "TPOT p99 ms", "SLO met", "$/1M tok"):
+                    f"{SIM_REQUESTS} requests, seeds {', '.join(map(str, SEEDS))} (SLO: TTFT 2 s, TPOT 100 ms)")
+    for c in ("strategy", "seed", "req/s", "tokens/s", "TTFT p99 s", "TPOT p50 ms", "TPOT p99 ms", "SLO met", "$/1M tok"):
         t.add_column(c, justify="left" if c == "strategy" else "right")
     for s in sims:
         usd = s["usd_per_million_tokens"]
-        t.add_row(s["label"], f"{s['rate_per_s']:.1f}", f"{s['throughput_tokens_per_s']:,.0f}", f"{s['ttft_s']['p99']:.2f}",
-                  f"{s['tpot_s']['p50'] * 1e3:.1f}", f"{s['tpot_s']['p99'] * 1e3:.1f}",
+        t.add_row(s["label"], str(s["seed"]), f"{s['rate_per_s']:.1f}", f"{s['throughput_tokens_per_s']:,.0f}",
+                  f"{s['ttft_s']['p99']:.2f}", f"{s['tpot_s']['p50'] * 1e3:.1f}", f"{s['tpot_s']['p99'] * 1e3:.1f}",
                   f"{(s['slo_attainment'] or 0) * 100:.0f}%", f"{usd:.3f}" if usd else "")
     return t
 
 
-def advise_frontier(progress: Progress) -> tuple[Any, ...]:
-    """Throughput–cost frontier: the advisor's mix, the best homogeneous and prefill/decode mixes per budget."""
-    from tessera.fleet.advise import frontier
+def advise_options(progress: Steps) -> list[Any]:
+    """The advisor's choices (its mix, the best homogeneous and prefill/decode mixes) at each budget."""
+    from tessera.fleet.advise import advise
 
-    return _step(progress, f"advise GPU mixes for {ADVISE_MODEL} at $10, $20, $40 per hour",
-                 lambda: tuple(frontier(ADVISE_MODEL, None, [10.0, 20.0, 40.0])))  # plan_serving's default SLO
+    return [_step(progress, f"advise GPU mixes for {ADVISE_MODEL} at ${b:.0f}/h",
+                  lambda b=b: advise(ADVISE_MODEL, None, b, simulate=False)) for b in BUDGETS_USD_PER_HOUR]
+
+
+def rent_options(advice: list[Any], compare: Any) -> tuple[Any, ...]:
+    """Alternatives to the demo's pair for the report's first screen: the best same-size homogeneous pool
+    of the compare matrix's cell for this model and pair, and every advisor choice."""
+    from tessera.plan.pool import resolve_gpu
+    from tessera.report.data import RentOption
+
+    pair = sorted(resolve_gpu(g).name for g in GPUS)
+    out = [c.reference for c in compare or () if c.model == MODEL and sorted(c.gpus) == pair and c.reference]
+    for a in advice:
+        for ch in (a.mix, a.homogeneous, a.prefill_decode):
+            if ch is not None and ch.usd_per_hour > 0 and ch.throughput_per_s > 0:
+                out.append(RentOption(label=f"{ch.group}: {ch.label}", gpus=tuple(g for c, n in ch.counts
+                                                                                 for g in c * n),
+                                      usd_per_hour=ch.usd_per_hour, goodput_tokens_per_s=ch.throughput_per_s,
+                                      source=f"planner prediction, advisor at ${a.budget_usd_per_hour:.0f}/h"))
+    return tuple(out)
 
 
 def main() -> None:
     from tessera.plan.planner import capture_source
     from tessera.plan.report import result_table
     from tessera.plan.serve import PlannerConfig, Shapes, plan_serving
-    from tessera.report.data import ReportData, load_compare, parse_sim
     from tessera.report.html import build_report
 
     OUT.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    cols = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-    with Progress(*cols, console=console, transient=False) as progress:
+    with Steps("make demo", stream=sys.stdout) as progress:
         families = capture_families(progress)
         cfg = PlannerConfig(link=LINK)
         result = _step(progress, f"plan {MODEL} on {' + '.join(GPUS)} (Tessera MILP + 4 baselines)",
                        lambda: plan_serving(MODEL, list(GPUS), cfg))
-        sims = simulate_all(result, progress)
-        frontier = advise_frontier(progress)
+        sims = simulate_at(result, progress, SIM_LOAD, SEEDS, SIM_REQUESTS)
+        sweep = [s for load in SWEEP_LOADS for s in simulate_at(result, progress, load, (0,), SWEEP_REQUESTS)]
+        advice = advise_options(progress)
     console.print(families)
     console.print(result_table(result))
     console.print(sim_table(sims))
@@ -127,22 +162,59 @@ def main() -> None:
     plan.save(OUT / "plan.json")
     (OUT / "plan_result.json").write_text(json.dumps(result.to_json(), indent=1))
     (OUT / "sims.json").write_text(json.dumps(sims, indent=1))
+    (OUT / "sweep.json").write_text(json.dumps(sweep, indent=1))
     graphs = ()
     if "mixed" in plan.phases:  # the iteration graph at the plan's operating point (its assignment's kernels)
         graphs = (Shapes(MODEL, capture_source(MODEL), cfg, images=False).graph(plan.batch, plan.microbatches),)
-    compare = load_compare(COMPARE) if COMPARE.exists() else None
-    data = ReportData(
-        title=f"Tessera: {MODEL} on {' + '.join(GPUS)}", compare=compare, plan=plan, graphs=graphs or None,
-        sims=tuple(parse_sim(s, s["label"], "demo") for s in sims), frontier=frontier,
-        frontier_title=f"Advisor: GPU mixes for {ADVISE_MODEL} at $10, $20, $40 per hour",
-        commands=(f"tessera plan {MODEL} --gpus {','.join(GPUS)} --link {LINK} -o plan.json",
-                  "tessera simulate plan.json --workload poisson --rate R --requests 2000 --prompt 1024 "
-                  "--output 256 --slo-ttft-ms 2000 --slo-tpot-ms 100",
-                  f"tessera advise {ADVISE_MODEL} --budget-usd-per-hour 20",
-                  "tessera compare   # the whole matrix: writes bench/results/compare.json", "make demo"),
-    )
-    path = build_report(data, OUT)
+    baselines = tuple(o.plan for n, o in result.strategies.items() if n != "tessera" and o.feasible and o.plan is not None)
+    data = report_data(plan, baselines, graphs, sims, sweep, advice)
+    with Steps("report", stream=sys.stdout) as step:
+        path = build_report(data, OUT, on_section=step)
+    console.print(answer_text(data), highlight=False, soft_wrap=True)
     console.print(f"\n[bold green]report:[/] {path}  ({time.perf_counter() - t_start:.0f} s in all)")
+
+
+def report_data(plan: Any, baselines: tuple[Any, ...], graphs: tuple[Any, ...], sims: list[dict[str, Any]],
+                sweep: list[dict[str, Any]], advice: list[Any]) -> Any:
+    """What the report is built from: the demo's plan, its baselines' plans, the runs and the advisor's choices,
+    with the compare matrix bench/results/compare.json holds."""
+    from tessera.report.data import ReportData, load_compare, parse_sim
+
+    compare = load_compare(COMPARE) if COMPARE.exists() else None
+    budgets = ", ".join(f"${b:.0f}" for b in BUDGETS_USD_PER_HOUR)
+    return ReportData(
+        title=f"Tessera: {MODEL} on {' + '.join(GPUS)}", compare=compare, plan=plan, graphs=graphs or None,
+        sims=tuple(parse_sim(s, s["label"], "demo") for s in sims),
+        sweep=tuple(parse_sim(s, s["label"], "demo sweep") for s in sweep),
+        frontier=tuple(p for a in advice for p in a.frontier_points()),
+        frontier_title=f"Advisor: GPU mixes for {ADVISE_MODEL} at {budgets} per hour",
+        options=rent_options(advice, compare), baseline_plans=baselines,
+        commands=(f"tessera plan {MODEL} --gpus {','.join(GPUS)} --link {LINK} -o plan.json",
+                  "tessera simulate plan.json --workload poisson --rate R --requests 20000 --prompt 1024 "
+                  "--output 256 --slo-ttft-ms 2000 --slo-tpot-ms 100 --seed S",
+                  f"tessera advise {ADVISE_MODEL} --budget-usd-per-hour 20",
+                  "tessera compare   # the whole matrix: writes bench/results/compare.json",
+                  "tessera report --plan out/plan.json --sim out/sims.json --sweep out/sweep.json "
+                  "--compare bench/results/compare.json -o out", "make demo"),
+    )
+
+
+def answer_text(data: Any) -> str:
+    """The report's first screen in a few plain lines for the terminal."""
+    from tessera.report.answer import answer_of
+
+    a = answer_of(data)
+    if a is None or a.goodput is None or a.usd_per_million_tokens is None:
+        return ""
+    g, c = a.goodput, a.usd_per_million_tokens
+    lines = [f"\nRent {' + '.join(a.gpus)} (${a.usd_per_hour:.2f}/h) and serve {a.model} with the {a.strategy} plan:",
+             f"  goodput {g.mid:,.0f} tok/s ({g.lo:,.0f}-{g.hi:,.0f} over {g.n} seeds), ${c.mid:.3f}/M tokens, "
+             f"at {a.rate_per_s or 0:.2f} req/s = {100 * (a.load or 0):.0f}% of the predicted capacity "
+             f"(SLO TTFT {a.slo_ttft_s or 0:g} s, TPOT {1e3 * (a.slo_tpot_s or 0):g} ms)"]
+    if a.cheaper is not None:
+        lines.append(f"  cheaper per token if you can choose the GPUs: {a.cheaper.label}, "
+                     f"${a.cheaper.usd_per_million_tokens:.3f}/M tokens ({a.cheaper.source})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -20,12 +20,19 @@ def _cost_sources(specs: list[catalog.GpuSpec]) -> dict[str, str]:
     return {g.name: costs.source(g) or ("measured on this machine" if g.measured else "roofline") for g in specs}
 
 
+def _bf16(g: catalog.GpuSpec) -> float | None:
+    """Datasheet bf16 TFLOP/s; None for a GPU without bf16 (V100, T4: the cost model runs bf16 at fp16's rate)."""
+    v = g.peak_flops_per_s.get("bf16")
+    return None if v is None else v / 1e12
+
+
 def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
     """List the GPU catalog: peak bf16 FLOP/s, memory, bandwidth, price, and where kernel costs come from."""
     specs = [catalog.gpu(n) for n in catalog.gpu_names()]
     sources = _cost_sources(specs)
     if as_json:
-        print(json.dumps([{"name": g.name, "bf16_tflops": g.peak("bf16") / 1e12, "mem_gb": g.mem_bytes / 1e9,
+        print(json.dumps([{"name": g.name, "bf16_tflops": _bf16(g), "dtypes": sorted(g.peak_flops_per_s),
+                           "mem_gb": g.mem_bytes / 1e9,
                            "mem_bw_gb_per_s": g.mem_bw_bytes_per_s / 1e9, "usd_per_hour": g.usd_per_hour,
                            "costs": sources[g.name]} for g in specs]))
         return
@@ -33,7 +40,10 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead 
     for c in ("GPU", "bf16 TFLOP/s", "memory GB", "mem GB/s", "USD/h", "kernel costs from"):
         t.add_column(c, justify="left" if c in ("GPU", "kernel costs from") else "right")
     for g in specs:
-        t.add_row(g.name, f"{g.peak('bf16') / 1e12:.0f}", f"{g.mem_bytes / 1e9:.0f}",
+        bf16 = _bf16(g)
+        fp16 = g.peak_flops_per_s.get("fp16")
+        t.add_row(g.name, f"{bf16:.0f}" if bf16 is not None else f"none (fp16 {fp16 / 1e12:.0f})" if fp16 else "none",
+                  f"{g.mem_bytes / 1e9:.0f}",
                   f"{g.mem_bw_bytes_per_s / 1e9:.0f}", f"{g.usd_per_hour:.2f}", sources[g.name])
     stdout_console().print(t)
 

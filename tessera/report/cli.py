@@ -40,6 +40,8 @@ def report(
     graph: list[Path] = typer.Option([], "--graph", help="Kernel graph of a plan phase; repeat per phase."),
     sim: list[str] = typer.Option([], "--sim", help="Simulator JSON (one result, or a list of results each with "
                                   "a label, as make demo writes), as LABEL=path or path (label: file stem)."),
+    sweep: list[str] = typer.Option([], "--sweep", help="Simulator JSON of each plan at several offered rates "
+                                    "(as make demo writes to out/sweep.json): goodput-vs-rate curves."),
     gantt: Path | None = typer.Option(None, "--gantt", help="Pipeline Gantt PNG written by the simulator."),
     title: str = typer.Option("Tessera placement report", "--title", help="Report title."),
     out: Path = typer.Option(Path("out"), "-o", "--out", help="Output folder for report.html and figures/."),
@@ -71,13 +73,14 @@ def report(
     cmds += [f"tessera simulate {sim_plan} --workload … --json > {shlex.quote(s.rpartition('=')[2])}" for s in sim]
     args = [*(["--compare", str(compare)] if compare else []), *(["--plan", str(plan)] if plan else []),
             *(x for g in graph for x in ("--graph", str(g))), *(x for s in sim for x in ("--sim", s)),
-            *(["--gantt", str(gantt)] if gantt else []), "-o", str(out)]
+            *(x for s in sweep for x in ("--sweep", s)), *(["--gantt", str(gantt)] if gantt else []), "-o", str(out)]
     cmds.append(shlex.join(["tessera", "report", *args]))
     data = ReportData(
         title=title,
         compare=load_compare(compare) if compare is not None else None,
         plan=the_plan, graphs=graphs or None,
         sims=tuple(r for s in sim for r in load_sims(s)) or None,
+        sweep=tuple(r for s in sweep for r in load_sims(s)) or None,
         gantt_png=gantt, commands=tuple(cmds),
     )
     titles: list[str] = []

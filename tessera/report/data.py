@@ -49,6 +49,28 @@ class StrategyResult:
 
 
 @dataclass(frozen=True, kw_only=True)
+class RentOption:
+    """One thing a user could rent, with its goodput at the SLO: the asked-for pool under a strategy, a
+    same-size homogeneous pool from the compare matrix, or an advisor's GPU mix for a budget."""
+
+    label: str
+    gpus: tuple[str, ...]  # catalog names, one entry per GPU rented
+    usd_per_hour: float
+    goodput_tokens_per_s: float  # predicted by the planner at the SLO
+    source: str  # where the figure comes from, shown beside it
+
+    def __post_init__(self) -> None:
+        if not (self.usd_per_hour > 0 and self.goodput_tokens_per_s > 0 and self.gpus):
+            raise ValueError(f"rent option {self.label!r}: usd_per_hour={self.usd_per_hour}, "
+                             f"goodput_tokens_per_s={self.goodput_tokens_per_s} and gpus={self.gpus} must be "
+                             "positive and non-empty")
+
+    @property
+    def usd_per_million_tokens(self) -> float:
+        return self.usd_per_hour / (self.goodput_tokens_per_s * 3600) * 1e6
+
+
+@dataclass(frozen=True, kw_only=True)
 class CompareCell:
     """One model on one GPU set: every strategy's predicted throughput and cost."""
 
@@ -59,6 +81,7 @@ class CompareCell:
     bound_ratio: float | None
     unit: str  # "tokens/s" | "images/s"
     strategies: dict[str, StrategyResult] = field(hash=False)
+    reference: RentOption | None = None  # `tessera compare`: the best same-size homogeneous deployment
 
     @property
     def pool(self) -> str:
@@ -85,6 +108,13 @@ class CompareCell:
             return None
         return t.throughput_per_usd_hour / best
 
+    def per_dollar_gain(self) -> float | None:
+        """Tessera's goodput per dollar over the best same-size homogeneous deployment's (compare only)."""
+        t, ref = self.strategies.get("tessera"), self.reference
+        if t is None or ref is None or t.throughput_per_usd_hour is None:
+            return None
+        return t.throughput_per_usd_hour / (ref.goodput_tokens_per_s / ref.usd_per_hour)
+
 
 @dataclass(frozen=True, kw_only=True)
 class LatencyPercentiles:
@@ -106,6 +136,42 @@ class SimResult:
     e2e_s: LatencyPercentiles
     slo_attainment: float | None
     usd_per_million_tokens: float | None
+    # The run's operating point, when the file records it (`make demo` does; `tessera simulate --json`
+    # does not): offered request rate, the seed, the plan's predicted goodput (its capacity at the SLO,
+    # output tokens/s), output tokens per request, and the SLO the attainment was measured against.
+    rate_per_s: float | None = None
+    seed: int | None = None
+    capacity_tokens_per_s: float | None = None
+    output_tokens: int | None = None
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.completed > self.requests or min(self.requests, self.completed, self.lost) < 0:
+            raise UserError(f"simulator result {self.label!r}: completed={self.completed}, lost={self.lost} "
+                            f"and requests={self.requests} must be counts with completed <= requests")
+
+    @property
+    def goodput_tokens_per_s(self) -> float | None:
+        """Output tokens/s of the requests that met the SLO: every request has the same output length in
+        these runs, so it is the throughput times the share of *completed* requests meeting it."""
+        if self.slo_attainment is None or self.completed == 0:
+            return None
+        return self.throughput_tokens_per_s * self.slo_attainment * self.requests / self.completed
+
+    @property
+    def offered_tokens_per_s(self) -> float | None:
+        if self.rate_per_s is None or self.output_tokens is None:
+            return None
+        return self.rate_per_s * self.output_tokens
+
+    @property
+    def load(self) -> float | None:
+        """Offered output tokens/s over the plan's predicted capacity: 1.0 is saturation."""
+        offered = self.offered_tokens_per_s
+        if offered is None or not self.capacity_tokens_per_s:
+            return None
+        return offered / self.capacity_tokens_per_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,11 +197,14 @@ class ReportData:
     compare: tuple[CompareCell, ...] | None = None
     plan: Plan | None = None
     graphs: tuple[KernelGraph, ...] | None = None  # phases of `plan`, for the placement map
-    sims: tuple[SimResult, ...] | None = None
+    sims: tuple[SimResult, ...] | None = None  # each plan at its operating point, one entry per seed
+    sweep: tuple[SimResult, ...] | None = None  # each plan at several offered rates: goodput-vs-rate curves
     gantt_png: Path | None = None  # `tessera simulate --gantt` output; None: drawn from `plan` if given
     frontier: tuple[FrontierPoint, ...] | None = None  # advisor mixes; else derived from `compare`
     frontier_title: str = "Advisor: GPU mixes on the throughput–cost plane"
     commands: tuple[str, ...] = ()  # shell commands that reproduce the inputs
+    options: tuple[RentOption, ...] = ()  # alternatives to the plan's pool (same-size homogeneous, advisor)
+    baseline_plans: tuple[Plan, ...] = ()  # the other strategies' plans on the plan's pool (memory comparison)
 
     def __post_init__(self) -> None:
         if self.graphs and self.plan is None:
@@ -188,7 +257,19 @@ def parse_cell(d: dict[str, Any], where: str) -> CompareCell:
         solve_s=_num(d, "solve_s", where, optional=True), bound_ratio=_num(d, "bound_ratio", where, optional=True),
         unit="images/s" if images else "tokens/s",
         strategies={n: strategies[n] for n in strategy_order(list(strategies))},
+        reference=_reference(d.get("best_homogeneous_same_budget"), where),
     )
+
+
+def _reference(d: Any, where: str) -> RentOption | None:
+    """`tessera compare`'s best same-size homogeneous deployment: {gpus, goodput, usd_per_hour}."""
+    if not isinstance(d, dict) or not d.get("goodput") or not d.get("usd_per_hour"):
+        return None
+    gpus = tuple(str(g) for g in d.get("gpus", ()))
+    return RentOption(label=f"{len(gpus)}×{gpus[0]}" if len(set(gpus)) == 1 else "+".join(gpus), gpus=gpus,
+                      usd_per_hour=_num(d, "usd_per_hour", where) or 0.0,
+                      goodput_tokens_per_s=_num(d, "goodput", where) or 0.0,
+                      source="planner prediction, same-size homogeneous (tessera compare)")
 
 
 def _percentiles(d: dict[str, Any], key: str, where: str) -> LatencyPercentiles:
@@ -209,7 +290,18 @@ def parse_sim(d: dict[str, Any], label: str, where: str) -> SimResult:
         e2e_s=_percentiles(d, "e2e_s", where),
         slo_attainment=_num(d, "slo_attainment", where, optional=True),
         usd_per_million_tokens=_num(d, "usd_per_million_tokens", where, optional=True),
+        **_operating_point(d, where),
     )
+
+
+def _operating_point(d: dict[str, Any], where: str) -> dict[str, Any]:
+    """The optional run context a demo's sims.json records beside the simulator's contract."""
+    out: dict[str, Any] = {k: _num(d, k, where, optional=True)
+                           for k in ("rate_per_s", "capacity_tokens_per_s", "slo_ttft_s", "slo_tpot_s")}
+    for k in ("seed", "output_tokens"):
+        v = _num(d, k, where, optional=True)
+        out[k] = None if v is None else int(v)
+    return out
 
 
 def read_json(path: Path, what: str) -> Any:

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import base64
-import statistics
+import functools
+from collections import Counter
 from collections.abc import Callable
 from html import escape
 from pathlib import Path
+from typing import Any
 
 from tessera.errors import UserError
 from tessera.hardware import catalog
 from tessera.report import plots
-from tessera.report.data import CompareCell, ReportData, strategy_order
+from tessera.report.answer import Answer, Spread, answer_of, matrix_gains, weight_copies
+from tessera.report.data import CompareCell, FrontierPoint, ReportData, SimResult, strategy_order
 from tessera.report.tables import (
     PLAN_HEADER,
     SIM_HEADER,
+    fmt_gb,
     fmt_rate,
     gain_text,
     plan_rows,
@@ -29,10 +33,12 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1200px;margin:2em auto;
 padding:0 1.2em;color:#222;line-height:1.45}
 h1{font-size:1.7em;margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}
-.lead{font-size:1.08em;background:#f6f8fa;border-left:4px solid #d62728;padding:.8em 1em}
+.lead{font-size:1.02em;background:#f6f8fa;border-left:4px solid #d62728;padding:.6em 1em}
+.verdict{font-size:1.25em;margin:.2em 0 .5em}table.facts th{text-align:left;white-space:nowrap;width:15em}
+table.facts{font-size:.95em;width:100%}ul.sure{margin:0;padding-left:1.1em}table.facts td,table.facts th{background:#fff}
 table{border-collapse:collapse;font-size:.86em;margin:.8em 0}th,td{border:1px solid #ccc;padding:.3em .55em;
 vertical-align:top}th{background:#f0f0f0}td.num{text-align:right;white-space:nowrap}td.na{color:#888;
-font-style:italic;max-width:14em}td.best{background:#fdecea;font-weight:600}
+font-style:italic;max-width:14em}td.best{background:#fdecea;font-weight:600;white-space:nowrap}
 img{max-width:100%;height:auto;border:1px solid #eee;margin:.5em 0}.note{color:#777;font-style:italic}
 code,pre{background:#f4f4f4;border-radius:3px}pre{padding:.6em;overflow-x:auto}
 """
@@ -81,8 +87,153 @@ def _placement_sentence(data: ReportData) -> str:
     return f"The {escape(plan.strategy)} plan places " + "; ".join(per_phase) + "."
 
 
+def _fmt_spread(sp: Spread | None, fmt: Callable[[float], str], short: Callable[[float], str] | None = None) -> str:
+    """'6,595 tok/s (6,567 to 6,607 over 3 seeds)'; the range in ``short`` form when given."""
+    if sp is None:
+        return "not simulated"
+    if sp.n == 1:
+        return f"{fmt(sp.mid)} (one seed: no spread)"
+    if sp.lo == sp.hi:
+        return f"{fmt(sp.mid)} in each of {sp.n} seeds"
+    rng = short or fmt
+    return f"{fmt(sp.mid)} (median; {rng(sp.lo)} to {rng(sp.hi)} over {sp.n} seeds)"
+
+
+def _tok(v: float) -> str:
+    return fmt_rate(v, "tokens/s")
+
+
+def _usd_mtok(v: float) -> str:
+    return f"${v:.3f}/M tokens" if v < 10 else f"${v:,.1f}/M tokens"
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}%"
+
+
+def slo_text(ttft_s: float | None, tpot_s: float | None) -> str:
+    parts = ([f"TTFT ≤ {ttft_s * 1e3:,.0f} ms"] if ttft_s else []) + ([f"TPOT ≤ {tpot_s * 1e3:,.0f} ms"] if tpot_s else [])
+    return ", ".join(parts) or "no SLO stated"
+
+
+def _rent_text(gpus: tuple[str, ...]) -> str:
+    return " + ".join(f"{n}× {g}" for g, n in Counter(gpus).items())
+
+
+@functools.cache
+def cost_source(gpu_name: str) -> str:
+    """Where a GPU's kernel costs come from: its own measured tables, or a transfer from measured GPUs
+    (cached: reading the measured tables takes seconds)."""
+    try:
+        return _aic_costs().source(catalog.gpu(gpu_name)) or "measured on this machine"
+    except (ValueError, UserError):
+        return "not in the catalog"
+
+
+@functools.cache
+def _aic_costs() -> Any:
+    from tessera.cost.aic import AicCosts  # read only when a report names GPUs
+
+    return AicCosts()
+
+
+def _sure_text(a: Answer) -> str:
+    """How sure: the spread over seeds, the latency margins, the headroom below saturation and where the rate
+    sweep saw the plan saturate."""
+    out = []
+    if a.goodput is not None and a.goodput.n > 1:
+        out.append(f"goodput varies ±{100 * a.goodput.rel_half_width:.1f}% over {a.goodput.n} seeds")
+    if a.worst_tpot_p99_s is not None and a.worst_ttft_p99_s is not None:
+        margin = [f"p99 TTFT {a.worst_ttft_p99_s:.2f} s" + (f" of {a.slo_ttft_s:g} s" if a.slo_ttft_s else ""),
+                  f"p99 TPOT {a.worst_tpot_p99_s * 1e3:.0f} ms" + (f" of {a.slo_tpot_s * 1e3:.0f} ms" if a.slo_tpot_s else "")]
+        out.append("worst seed: " + ", ".join(margin))
+    if a.load is not None:
+        head = (f"{100 * (1 - a.load):.0f}% headroom below saturation" if a.load < 1
+                else f"{100 * (a.load - 1):.0f}% <b>above</b> saturation: queues grow without bound")
+        out.append(f"the offered rate is {100 * a.load:.0f}% of the predicted capacity ({head})")
+    ok, bad = a.saturation()
+    if bad is not None:
+        att = dict(a.sweep)[bad]
+        out.append(f"in the rate sweep ≥ 99% of requests meet the SLO up to {100 * (ok or 0):.0f}% of capacity and "
+                   f"{100 * att:.0f}% at {100 * bad:.0f}%: past capacity queues build and goodput collapses, so "
+                   "keep the headroom")
+    out.append("capacity and the alternatives are the planner's predictions from the cost model; the goodput "
+               "range is the simulator's")
+    return "<ul class=sure>" + "".join(f"<li>{x[0].upper() + x[1:]}.</li>" for x in out) + "</ul>"
+
+
+def _traffic_text(a: Answer) -> str:
+    """Prompt and output tokens, the offered rate and that rate as a share of the predicted capacity."""
+    traffic = (f"prompt {a.prompt_tokens:,} and output {a.output_tokens:,} tokens per request, "
+               if a.prompt_tokens and a.output_tokens else "")
+    if a.rate_per_s is None:
+        return traffic + ("not simulated" if a.goodput is None else "offered rate not recorded in the simulator files")
+    rate = f"{a.rate_per_s:.2f} requests/s offered, Poisson arrivals"
+    if a.load is not None and a.capacity_tokens_per_s:
+        rate += (f" ({_tok(a.rate_per_s * (a.output_tokens or 0))} of output = {100 * a.load:.0f}% "
+                 f"of the predicted capacity, {_tok(a.capacity_tokens_per_s)})")
+    return traffic + rate
+
+
+def _alternative_rows(data: ReportData, a: Answer) -> list[tuple[str, str]]:
+    """The best baseline on the same GPUs (from the matrix) and a cheaper option to rent, if any."""
+    rows = []
+    cell = _headline_cell(data)
+    if cell is not None and cell.model == a.model and sorted(cell.gpus) == sorted(a.gpus):
+        b, s = cell.best_baseline(), cell.speedup()
+        if b is not None and s is not None:
+            rows.append(("Against the alternatives on these GPUs", f"{s:.2f}× the predicted goodput of the best "
+                         f"baseline ({b.name}, {_tok(b.throughput_per_s or 0.0)})"))
+    if a.cheaper is not None:
+        o = a.cheaper
+        sources = "; ".join(f"{g} kernel costs: {cost_source(g)}" for g in sorted(set(o.gpus)))
+        own = a.predicted_usd_per_million_tokens or 0.0
+        rows.append(("Cheaper per token if you can choose the GPUs",
+                     f"{o.label}: {_usd_mtok(o.usd_per_million_tokens)} at {_tok(o.goodput_tokens_per_s)} for "
+                     f"${o.usd_per_hour:.2f}/h, against {_usd_mtok(own)} for these GPUs at their predicted "
+                     f"capacity ({o.source}; {sources})"))
+    return rows
+
+
+def _answer_html(data: ReportData) -> str:
+    """The first screen: what to rent, expected goodput and $/M tokens at the stated SLO and rate, how sure."""
+    a = answer_of(data)
+    if a is None:
+        return headline(data)
+    how = "Tessera's kernel placement" if a.strategy == "tessera" else f"the {a.strategy} plan"
+    verdict = (f"Rent <b>{escape(_rent_text(a.gpus))}</b> (${a.usd_per_hour:.2f}/h) and serve "
+               f"<b>{escape(a.model)}</b> with {escape(how)}.")
+    own = a.predicted_usd_per_million_tokens
+    if a.cheaper is not None and own is not None:
+        ratio = own / a.cheaper.usd_per_million_tokens
+        verdict += (f"<br>If you can rent other GPUs: <b>{escape(_rent_text(a.cheaper.gpus))}</b> serves a token "
+                    f"<b>{ratio:.1f}× cheaper</b> (at predicted capacity; see below).")
+    rows = [("Expected goodput", _fmt_spread(a.goodput, _tok, lambda v: f"{v:,.0f}")),
+            ("Cost per token", _fmt_spread(a.usd_per_million_tokens, _usd_mtok, lambda v: f"${v:.3f}")),
+            ("SLO", f"{slo_text(a.slo_ttft_s, a.slo_tpot_s)}; requests meeting it: " + _fmt_spread(a.attainment, _pct)),
+            ("Traffic", _traffic_text(a)), *_alternative_rows(data, a)]
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows[:4])
+    body += f"<tr><th>How sure</th><td>{_sure_text(a)}</td></tr>"
+    body += "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows[4:])
+    return (f'<div class="lead"><p class="verdict">{verdict}</p><table class="facts">{body}</table>'
+            f"{_gains_html(data)}</div>")
+
+
+def _gains_html(data: ReportData) -> str:
+    """Gains over the whole compare matrix as best / median / worst, never the best cell alone."""
+    gains = matrix_gains(data.compare)
+    if not gains:
+        return ""
+    rows = "".join(f"<tr><td>{escape(name)}</td><td class=num>{g.best:.2f}× ({escape(g.best_cell)})</td>"
+                   f"<td class=num>{g.median:.2f}×</td><td class=num>{g.worst:.2f}× ({escape(g.worst_cell)})</td>"
+                   f"<td class=num>{g.cells}</td></tr>" for name, g in gains.items())
+    return ("<p>Tessera's gains over the compare matrix (planner predictions at the matrix's SLO; the reference "
+            f"paper reports {REFERENCE_CLAIM}):</p><table><tr><th>ratio</th><th>best</th><th>median</th>"
+            f"<th>worst</th><th>cells</th></tr>{rows}</table>")
+
+
 def headline(data: ReportData) -> str:
-    """The question and its answer in one paragraph, with the numbers."""
+    """Without a plan: the question and the compare matrix's answer in one paragraph, with the numbers."""
     parts = ["The question: <em>for this model, these GPUs and this traffic, which placement of the model's "
              "kernels, and how much faster and cheaper is it than the alternatives?</em>"]
     cell = _headline_cell(data)
@@ -102,18 +253,11 @@ def headline(data: ReportData) -> str:
         elif t is not None:
             parts.append(f"Tessera found no placement of <b>{escape(cell.model)}</b> on <b>{escape(cell.pool)}</b>: "
                          f"{escape(t.reason or 'infeasible')}.")
-        gains = [g for g in (c.speedup() for c in data.compare or ()) if g is not None]
-        if len(gains) > 1:
-            parts.append(f"Across {len(gains)} model × GPU cells, Tessera's throughput over the best baseline "
-                         f"ranges from {min(gains):.2f}× to {max(gains):.2f}× (median "
-                         f"{statistics.median(gains):.2f}×); the reference system reports {REFERENCE_CLAIM}.")
-    if data.plan is not None:
-        parts.append(_placement_sentence(data))
     if data.sims:
         best = min(data.sims, key=lambda s: s.tpot_s.p99)
-        parts.append(f"Simulated under one workload, the lowest p99 time per output token is "
+        parts.append(f"Simulated, the lowest p99 time per output token is "
                      f"{best.tpot_s.p99 * 1e3:.2f} ms ({escape(best.label)}).")
-    return '<p class="lead">' + " ".join(parts) + "</p>"
+    return '<div class="lead"><p>' + " ".join(parts) + "</p>" + _gains_html(data) + "</div>"
 
 
 def _compare_html(data: ReportData, fig_dir: Path) -> str:
@@ -140,8 +284,11 @@ def _compare_html(data: ReportData, fig_dir: Path) -> str:
 
 
 def _placement_html(data: ReportData, fig_dir: Path) -> str:
-    if data.plan is None or not data.graphs:
+    if data.plan is None:
         return _omitted("Placement map", "needs a plan and the kernel graphs it was made from (--plan, --graph).")
+    if not data.graphs:
+        return f"<p>{_placement_sentence(data)}</p>" + _omitted(
+            "Placement map", "needs the kernel graphs the plan was made from (--graph).")
     out = []
     names = [d.gpu for d in data.plan.devices]
     for g in data.graphs:
@@ -151,15 +298,29 @@ def _placement_html(data: ReportData, fig_dir: Path) -> str:
                             f"{', '.join(sorted(data.plan.phases))}")
         png = plots.plot_placement_map(g, ph.assignment, names, fig_dir / f"placement_{g.phase}.png")
         out.append(_img(png, f"placement map, {g.phase}"))
-    return ("<p>Rows are kernel kinds, columns layers; each cell is split top to bottom in program order by "
+    return (f"<p>{_placement_sentence(data)}</p>"
+            "<p>Rows are kernel kinds, columns layers; each cell is split top to bottom in program order by "
             "the device its kernels run on. Outlined cells mix devices.</p>" + "".join(out))
+
+
+def frontier_key(points: tuple[FrontierPoint, ...] | list[FrontierPoint], unit: str = "tokens/s") -> str:
+    """The table the frontier figure's numbers point into."""
+    front = {id(p) for p in plots.pareto_frontier(points)}
+    rows = [[str(i), p.label, p.group, f"{p.usd_per_hour:.2f}", fmt_rate(p.throughput_per_s, unit),
+             f"{p.throughput_per_s / p.usd_per_hour:,.0f}", "yes" if id(p) in front else ""]
+            for i, p in enumerate(plots.frontier_order(points), start=1)]
+    return _table(["#", "option", "kind", "$/h", "goodput", f"{unit.split('/')[0]}/s per $/h", "on the frontier"],
+                  rows, num_cols={0, 3, 4, 5})
 
 
 def _frontier_html(data: ReportData, fig_dir: Path) -> str:
     if data.frontier:
         png = plots.plot_frontier(data.frontier, fig_dir / "frontier_advisor.png",
                                   title=data.frontier_title)
-        return _img(png, "advisor frontier")
+        return ("<p>For each budget, the advisor's GPU mix (Tessera's answer) beside the best homogeneous and the "
+                "best prefill/decode mix for the same money, goodput at the SLO predicted by the planner. Options on "
+                "the dashed staircase are not beaten on both cost and goodput; the numbers point into the table.</p>"
+                + _img(png, "advisor frontier") + frontier_key(data.frontier))
     if not data.compare:
         return _omitted("Throughput–cost frontier", "no advisor mixes and no compare results given.")
     out, skipped = [], []
@@ -171,18 +332,73 @@ def _frontier_html(data: ReportData, fig_dir: Path) -> str:
             unit = next(c.unit for c in data.compare if c.model == model)
             png = plots.plot_frontier(pts, fig_dir / f"frontier_{i}.png", unit=unit,
                                       title=f"{model}: every strategy on every GPU set, cost vs throughput")
-            out.append(_img(png, f"frontier {model}"))
+            out.append(_img(png, f"frontier {model}") + frontier_key(pts, unit))
     note = (f'<p class="note">Not drawn for {escape(", ".join(skipped))}: every option there costs the same '
             "per hour (one GPU set), so the compare matrix shows the whole trade-off.</p>" if skipped else "")
     return ("<p>Options on the dashed staircase are not beaten on both cost and throughput by any other; "
             "the advisor's GPU mixes replace these points when given.</p>" + "".join(out) + note)
 
 
+def _spread_cell(values: list[float], fmt: Callable[[float], str]) -> str:
+    sp = Spread.of(values)
+    if sp is None:
+        return "—"
+    return fmt(sp.mid) if sp.n == 1 or sp.lo == sp.hi else f"{fmt(sp.mid)} ({fmt(sp.lo)}–{fmt(sp.hi)})"
+
+
+OPERATING_HEADER = ["plan", "offered req/s", "of its capacity", "seeds", "goodput tok/s", "SLO met",
+                    "TTFT p99 ms", "TPOT p99 ms", "lost", "$/M tokens"]
+
+
+def operating_rows(sims: tuple[SimResult, ...]) -> list[list[str]]:
+    """One row per plan: median over seeds, the lowest and highest seed in brackets."""
+    rows = []
+    for label, runs in plots.by_label(sims).items():
+        rates = sorted({r.rate_per_s for r in runs if r.rate_per_s is not None})
+        rows.append([
+            label, " / ".join(f"{r:.3g}" for r in rates) or "—",
+            _spread_cell([r.load for r in runs if r.load is not None], lambda v: f"{100 * v:.0f}%"),
+            str(len(runs)),
+            _spread_cell([g for g in (r.goodput_tokens_per_s for r in runs) if g is not None], lambda v: f"{v:,.0f}"),
+            _spread_cell([r.slo_attainment for r in runs if r.slo_attainment is not None], lambda v: f"{100 * v:.1f}%"),
+            _spread_cell([r.ttft_s.p99 * 1e3 for r in runs], lambda v: f"{v:,.0f}"),
+            _spread_cell([r.tpot_s.p99 * 1e3 for r in runs], lambda v: f"{v:,.1f}"),
+            str(sum(r.lost for r in runs)),
+            _spread_cell([r.usd_per_million_tokens for r in runs if r.usd_per_million_tokens], lambda v: f"{v:.3g}"),
+        ])
+    return rows
+
+
 def _latency_html(data: ReportData, fig_dir: Path) -> str:
     if not data.sims:
         return _omitted("Latency percentiles", "no simulator results given (tessera simulate --json).")
-    png = plots.plot_latency_percentiles(data.sims, fig_dir / "latency.png")
-    return _table(SIM_HEADER, sim_rows(data.sims)) + _img(png, "latency percentiles")
+    sims = data.sims
+    ttft = next((r.slo_ttft_s for r in sims if r.slo_ttft_s), None) or (data.plan.slo.get("ttft_s") if data.plan else None)
+    tpot = next((r.slo_tpot_s for r in sims if r.slo_tpot_s), None) or (data.plan.slo.get("tpot_s") if data.plan else None)
+    rates = {r.rate_per_s for r in sims}
+    loads = [r.load for r in sims if r.load is not None]
+    if None in rates:
+        how = "The runs do not record their offered rate (plain <code>tessera simulate --json</code> files)."
+    elif len(rates) == 1 and len(plots.by_label(sims)) > 1:
+        how = (f"<b>Every plan was run at one rate, {next(iter(rates)):.3g} requests/s</b>: a plan with less "
+               "capacity is overloaded there, so compare them on the goodput curves instead.")
+    else:
+        how = "Each plan is run at its own rate"
+        if loads:
+            how += (f", {100 * min(loads):.0f}–{100 * max(loads):.0f}% of its own predicted capacity"
+                    if max(loads) - min(loads) > 0.005 else f", {100 * loads[0]:.0f}% of its own predicted capacity")
+        how += ", so none is overloaded and each shows the latency it gives when busy."
+    png = plots.plot_latency_percentiles(sims, fig_dir / "latency.png", slo_ttft_s=ttft, slo_tpot_s=tpot)
+    out = (f"<p>{how} SLO: {escape(slo_text(ttft, tpot))} (red dashed lines). Goodput counts the output tokens "
+           "of requests that met it.</p>" + _table(OPERATING_HEADER, operating_rows(sims))
+           + _img(png, "latency percentiles")
+           + "<details><summary>every run</summary>" + _table(SIM_HEADER, sim_rows(sims)) + "</details>")
+    if data.sweep:
+        png = plots.plot_goodput_curves(data.sweep, fig_dir / "goodput_curves.png")
+        out += ("<h3>Goodput vs offered rate</h3><p>Each plan at several offered rates (one seed each): a curve on "
+                "the diagonal serves every request within the SLO; where it bends away the plan is saturated. The "
+                "dotted lines are the planner's predicted capacities.</p>" + _img(png, "goodput vs rate"))
+    return out
 
 
 def _memory_html(data: ReportData, fig_dir: Path) -> str:
@@ -192,13 +408,54 @@ def _memory_html(data: ReportData, fig_dir: Path) -> str:
     tp = (fmt_rate(p.throughput_images_per_s, "images/s") if p.throughput_images_per_s is not None
           else fmt_rate(p.throughput_tokens_per_s, "tokens/s"))
     facts = [f"{p.model}: {p.strategy} plan, {p.mode} mode", f"{plural(len(p.devices), 'device')} over {p.link}",
-             plural(len(p.members) or p.replicas, "replica"), f"{tp} at ${p.usd_per_hour:.2f}/h", f"solved in {p.solve_s:.2f} s"]
+             plural(len(p.members) or p.replicas, "replica"), f"{tp} at ${p.usd_per_hour:.2f}/h"]
+    if p.solve_s > 0:
+        facts.append(f"solved in {p.solve_s:.2f} s")
     if p.bound_ratio is not None:
         facts.append(f"plan/bound {p.bound_ratio:.3f}")
     if p.kv_capacity_tokens:
         facts.append(f"KV capacity {p.kv_capacity_tokens:,} tokens")
     png = plots.plot_memory(p, fig_dir / "memory.png")
-    return f"<p>{escape('; '.join(facts))}.</p>" + _table(PLAN_HEADER, plan_rows(data.plan), num_cols=set(range(2, len(PLAN_HEADER) - 1))) + _img(png, "memory per device")
+    return f"<p>{escape('; '.join(facts))}.</p>" + _duplication_html(data) + _table(PLAN_HEADER, plan_rows(data.plan), num_cols=set(range(2, len(PLAN_HEADER) - 1))) + _img(png, "memory per device")
+
+
+def _duplication_html(data: ReportData) -> str:
+    """Why the weights summed over devices can exceed the model's: a weight is held by every device that runs
+    a kernel touching it."""
+    assert data.plan is not None
+    p = data.plan
+    held_gb = sum(m.get("weight", 0) for m in p.memory_bytes) / 1e9
+    rule = ("A weight is resident on every device that runs a kernel reading it, so weights summed over the "
+            "devices count a shared weight once per device holding it")
+    graph = next((g for g in data.graphs or () if g.phase in p.phases), None)
+    if graph is None:
+        return f"<p>Weights over all devices: {held_gb:.1f} GB. {rule}.</p>"
+    wc = weight_copies(graph, p.phases[graph.phase].assignment, len(p.devices))
+    per_dev = ", ".join(f"d{d.index} {escape(d.gpu)} {b / 1e9:.1f} GB" for d, b in zip(p.devices, wc.held_bytes,
+                                                                                        strict=True))
+    copies = (f"{wc.shared_bytes / 1e9:.1f} GB of weights are used by kernels on more than one device, so "
+              f"{wc.duplicated_bytes / 1e9:.1f} GB are copies" if wc.duplicated_bytes > 0 else
+              "here no weight is used on two devices, so none is held twice")
+    return (f"<p><b>Weights: {wc.unique_bytes / 1e9:.1f} GB in the model, {sum(wc.held_bytes) / 1e9:.1f} GB held "
+            f"over the devices</b> ({per_dev}; the plan's memory table says {held_gb:.1f} GB). {rule}: {copies}. "
+            "Prefill/decode holds every layer on both sides (the whole model twice); a layer pipeline holds each "
+            "layer once.</p>" + _weights_by_strategy(data, wc.unique_bytes))
+
+
+def _weights_by_strategy(data: ReportData, model_bytes: int) -> str:
+    """Weights each strategy's plan holds on the same GPUs, against the model's own: the copies made visible."""
+    assert data.plan is not None
+    plans = [data.plan, *data.baseline_plans]
+    rows = []
+    for p in plans:
+        cells = p.members or (p,)  # independent replicas each hold their own copy
+        held = sum(m.get("weight", 0) for c in cells for m in c.memory_bytes)
+        rows.append([p.strategy, fmt_gb(held), f"{held / model_bytes:.2f}×" if model_bytes else "—",
+                     fmt_gb(max(0, held - model_bytes))])
+    if len(rows) < 2:
+        return ""
+    return ("<p>Weights held by each strategy on these GPUs (GB; × the model's own weights):</p>"
+            + _table(["plan", "weights held GB", "of the model", "copies GB"], rows))
 
 
 def _gantt_html(data: ReportData, fig_dir: Path) -> str:
@@ -208,29 +465,37 @@ def _gantt_html(data: ReportData, fig_dir: Path) -> str:
     if png is None:
         return _omitted("Pipeline Gantt", "no plan and no Gantt image given (--plan, or --gantt from "
                                           "tessera simulate --gantt).")
-    return ("<p>A few pipelined iterations of the plan: each device's kernels (colour = micro-batch) and "
-            "each link's transfers (hatched); gaps are pipeline bubbles.</p>" + _img(png, "pipeline gantt"))
+    return ("<p>Three pipelined iterations of the plan at its operating point: one row per device and per "
+            "link, colour = micro-batch (legend under the chart), hatched = a transfer between devices; gaps "
+            "are pipeline bubbles.</p>" + _img(png, "pipeline gantt"))
 
 
 def _provenance_html(data: ReportData) -> str:
     gpus = sorted({g for c in data.compare or () for g in c.gpus} | {d.gpu for d in (data.plan.devices
-                                                                                      if data.plan else ())})
+                                                                                      if data.plan else ())}
+                  | {g for o in data.options for g in o.gpus}
+                  | {g for c in data.compare or () if c.reference for g in c.reference.gpus})
     rows = []
     for name in gpus:
         try:
             s = catalog.gpu(name)
-            rows.append([name, f"{s.usd_per_hour:.2f}", f"{s.price_date}: {s.price_source}", s.source])
+            dtypes = ", ".join(k for k in ("fp32", "tf32", "bf16", "fp16", "fp8") if k in s.peak_flops_per_s)
+            rows.append([name, f"{s.usd_per_hour:.2f}", f"{s.price_date}: {s.price_source}", dtypes,
+                         cost_source(name), s.source])
         except ValueError:
-            rows.append([name, "—", "not in the catalog", "—"])
+            rows.append([name, "—", "not in the catalog", "—", "—", "—"])
     cmds = "".join(escape(c) + "\n" for c in data.commands)
-    return ("<ul><li><b>Kernel times</b>: tessera/cost, a roofline per kernel kind (dense peak FLOP/s and memory "
-            "bandwidth from the GPU datasheets, efficiencies per kind, launch overhead), overridden by measured "
-            "profile tables where present.</li><li><b>Throughput and cost</b>: tessera/plan, the steady-state "
+    return ("<ul><li><b>Kernel times</b>: tessera/cost, measured GPU tables (NVIDIA AIConfigurator's database) "
+            "where the GPU has them, else a model fitted on the measured GPUs carried over by datasheet figures "
+            "(peak FLOP/s per dtype, memory bandwidth); a dtype without a datasheet rate (bf16 on V100) runs at "
+            "the nearest supported one.</li><li><b>Throughput and cost</b>: tessera/plan, the steady-state "
             "pipeline of the placement with micro-batches in flight; every baseline is built as a plan and "
             "scored by the same cost model. Cost per hour is the sum of the catalog's per-GPU prices.</li>"
             "<li><b>Latency percentiles</b>: tessera/sim, a discrete-event serving simulator (continuous "
-            "batching, KV capacity from the plan's memory placement) running each plan on the same workload."
-            "</li></ul>" + (_table(["GPU", "USD/h", "price source", "spec source"], rows, num_cols={1}) if rows else "")
+            "batching, KV capacity from the plan's memory placement) running each plan on Poisson arrivals at "
+            "its own offered rate, one run per seed."
+            "</li></ul>" + (_table(["GPU", "USD/h", "price (dated) and its source", "dtypes with a datasheet rate",
+                     "kernel costs from", "spec source"], rows, num_cols={1}) if rows else "")
             + (f"<p>Reproduce with:</p><pre>{cmds}</pre>" if cmds else ""))
 
 
@@ -255,7 +520,7 @@ def build_report(data: ReportData, out_dir: Path, *, on_section: Callable[[str],
             on_section(title)
         body.append(f'<section id="{sid}"><h2>{escape(title)}</h2>{build()}</section>')
     page = (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{escape(data.title)}</title>'
-            f"<style>{CSS}</style></head><body><h1>{escape(data.title)}</h1>{headline(data)}{''.join(body)}"
+            f"<style>{CSS}</style></head><body><h1>{escape(data.title)}</h1>{_answer_html(data)}{''.join(body)}"
             "</body></html>")
     path = out_dir / "report.html"
     path.write_text(page, encoding="utf-8")

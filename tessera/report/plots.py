@@ -17,7 +17,8 @@ from tessera.report.data import CompareCell, FrontierPoint, SimResult, strategy_
 from tessera.report.placement import DPI, device_colours, plot_placement_map  # noqa: E402
 
 __all__ = ["DPI", "plot_placement_map", "pareto_frontier", "plot_frontier", "plot_compare_matrix",
-           "plot_latency_percentiles", "plot_memory", "plot_gantt", "strategy_colour"]
+           "plot_latency_percentiles", "latency_figure", "plot_goodput_curves", "plot_memory", "plot_gantt",
+           "gantt_figure", "frontier_order", "strategy_colour"]
 
 _STRATEGY_COLOURS = {"tessera": "#d62728", "homogeneous": "#7f7f7f", "prefill_decode": "#1f77b4",
                      "attention_ffn": "#2ca02c", "layer_pipeline": "#9467bd", "mix": "#ff7f0e"}
@@ -50,11 +51,22 @@ def pareto_frontier(points: list[FrontierPoint] | tuple[FrontierPoint, ...]) -> 
     return best
 
 
+def frontier_order(points: list[FrontierPoint] | tuple[FrontierPoint, ...]) -> list[FrontierPoint]:
+    """The order in which a frontier figure numbers its points: by cost, then by falling throughput."""
+    return sorted(points, key=lambda p: (p.usd_per_hour, -p.throughput_per_s, p.label))
+
+
 def plot_frontier(points: list[FrontierPoint] | tuple[FrontierPoint, ...], path: Path, *,
                   title: str = "Throughput vs cost", unit: str = "tokens/s") -> Path:
     """Scatter by group (strategy or mix) with the Pareto staircase: for a budget on the x axis, the
-    best throughput any option within it reaches."""
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=DPI)
+    best throughput any option within it reaches. Points are numbered in frontier_order."""
+    return _save(frontier_figure(points, title=title, unit=unit), path)
+
+
+def frontier_figure(points: list[FrontierPoint] | tuple[FrontierPoint, ...], *, title: str = "Throughput vs cost",
+                    unit: str = "tokens/s") -> plt.Figure:
+    """The figure plot_frontier saves."""
+    fig, ax = plt.subplots(figsize=(9.5, 5), dpi=DPI)
     groups = strategy_order({p.group for p in points})
     markers = "o^sDvP*X"
     for i, g in enumerate(groups):
@@ -70,11 +82,16 @@ def plot_frontier(points: list[FrontierPoint] | tuple[FrontierPoint, ...], path:
         ax.step([*xs, xmax], [*ys, ys[-1]], where="post", color="black", lw=1.2, ls="--", zorder=2,
                 label="Pareto frontier")
         ax.margins(x=0.08)
-        xlo, xhi = min(p.usd_per_hour for p in points), max(p.usd_per_hour for p in points)
-        for p in front:  # labels of points in the right part of the plot extend leftwards to stay inside
-            right = xhi > xlo and (p.usd_per_hour - xlo) / (xhi - xlo) > 0.6
-            ax.annotate(p.label, (p.usd_per_hour, p.throughput_per_s), textcoords="offset points",
-                        xytext=(-5 if right else 5, -11), ha="right" if right else "left", fontsize=7)
+    # Numbers, not names, beside the points (names overprint where options cost alike); points at one
+    # position share one annotation. The numbering is frontier_order's, listed in a table by the caller.
+    at: dict[tuple[float, float], list[int]] = {}
+    for i, p in enumerate(frontier_order(points), start=1):
+        at.setdefault((p.usd_per_hour, p.throughput_per_s), []).append(i)
+    on_front = {(p.usd_per_hour, p.throughput_per_s) for p in front}
+    for (x, y), nums in at.items():  # frontier labels above their point, the others below: a dominated option
+        up = (x, y) in on_front          # sits under a frontier one of similar cost, so the two labels separate
+        ax.annotate(",".join(map(str, nums)), (x, y), textcoords="offset points", xytext=(6, 4 if up else -6),
+                    va="bottom" if up else "top", fontsize=8, fontweight="bold")
     if _wide([p.usd_per_hour for p in points]):
         ax.set_xscale("log")
     if _wide([p.throughput_per_s for p in points]):
@@ -85,8 +102,8 @@ def plot_frontier(points: list[FrontierPoint] | tuple[FrontierPoint, ...], path:
     ax.set_ylabel(f"throughput ({unit})")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, loc="lower right")
-    return _save(fig, path)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
 
 
 def compare_figsize(cells: tuple[CompareCell, ...] | list[CompareCell]) -> tuple[float, float]:
@@ -135,28 +152,99 @@ def plot_compare_matrix(cells: tuple[CompareCell, ...] | list[CompareCell], path
     return Path(path)
 
 
-def plot_latency_percentiles(sims: tuple[SimResult, ...] | list[SimResult], path: Path) -> Path:
-    """Three panels (TTFT, TPOT, end-to-end), per simulated plan bars for p50 / p90 / p99 in ms."""
-    fig, axes = plt.subplots(1, 3, figsize=(12, 4.5), dpi=DPI)
+def by_label(sims: tuple[SimResult, ...] | list[SimResult]) -> dict[str, list[SimResult]]:
+    """Runs grouped by plan label, in strategy order (one entry per seed)."""
+    groups: dict[str, list[SimResult]] = {}
+    for r in sims:
+        groups.setdefault(r.label, []).append(r)
+    return {k: groups[k] for k in strategy_order(list(groups))}
+
+
+def operating_label(label: str, runs: list[SimResult]) -> str:
+    """'tessera\n27.8 req/s, 90% of capacity': the rate each plan was run at, under its name."""
+    rates = sorted({r.rate_per_s for r in runs if r.rate_per_s is not None})
+    loads = [r.load for r in runs if r.load is not None]
+    text = label
+    if len(rates) == 1:
+        text += f"\n{rates[0]:.3g} req/s"
+        if loads:
+            text += f", {100 * float(np.median(loads)):.0f}% of cap."
+    return text
+
+
+def plot_latency_percentiles(sims: tuple[SimResult, ...] | list[SimResult], path: Path, *,
+                             slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> Path:
+    """Three panels (TTFT, TPOT, end-to-end): per plan, bars of p50 / p90 / p99 in ms, the median over seeds
+    with whiskers from the lowest to the highest seed; the SLO as a red line on the TTFT and TPOT panels
+    (taken from the runs when not given)."""
+    return _save(latency_figure(sims, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s), path)
+
+
+def latency_figure(sims: tuple[SimResult, ...] | list[SimResult], *, slo_ttft_s: float | None = None,
+                   slo_tpot_s: float | None = None) -> plt.Figure:
+    """The figure plot_latency_percentiles saves."""
+    groups = by_label(sims)
+    slo = {"ttft_s": slo_ttft_s or next((r.slo_ttft_s for r in sims if r.slo_ttft_s), None),
+           "tpot_s": slo_tpot_s or next((r.slo_tpot_s for r in sims if r.slo_tpot_s), None)}
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.8), dpi=DPI)
     shades = {"p50": 0.35, "p90": 0.65, "p99": 1.0}
-    labels = [s.label for s in sims]
+    labels = list(groups)
     for ax, (metric, title) in zip(axes, (("ttft_s", "time to first token"), ("tpot_s", "time per output token"),
                                           ("e2e_s", "end-to-end latency")), strict=True):
-        vals_ms = {q: [getattr(getattr(s, metric), q) * 1e3 for s in sims] for q in shades}
+        allv = []
         for j, (q, alpha) in enumerate(shades.items()):
-            xs = np.arange(len(sims)) + (j - 1) * 0.27
-            ax.bar(xs, vals_ms[q], 0.27, color=[strategy_colour(lbl) for lbl in labels], alpha=alpha,
-                   edgecolor="black", lw=0.3, label=q)
-        if _wide([v for vs in vals_ms.values() for v in vs]):
+            vals = [np.array([getattr(getattr(r, metric), q) * 1e3 for r in groups[k]]) for k in labels]
+            mid = np.array([np.median(v) for v in vals])
+            err = np.array([mid - [v.min() for v in vals], [v.max() for v in vals] - mid])
+            xs = np.arange(len(labels)) + (j - 1) * 0.27
+            ax.bar(xs, mid, 0.27, color=[strategy_colour(k) for k in labels], alpha=alpha, edgecolor="black",
+                   lw=0.3, yerr=err if max(len(v) for v in vals) > 1 else None, ecolor="black", capsize=2)
+            allv += [x for v in vals for x in v]
+        limit = slo.get(metric)
+        if limit:
+            ax.axhline(limit * 1e3, color="#d62728", ls="--", lw=1.3, zorder=4)
+            ax.text(0.99, limit * 1e3, f"SLO {limit * 1e3:,.0f} ms", color="#d62728", ha="right", va="bottom",
+                    fontsize=8, transform=ax.get_yaxis_transform())
+            allv.append(limit * 1e3)
+        if _wide(allv):
             ax.set_yscale("log")
-        ax.set_xticks(range(len(sims)), labels, rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(range(len(labels)), [operating_label(k, groups[k]) for k in labels], rotation=30,
+                      ha="right", fontsize=7.5)
         ax.set_ylabel(f"{metric.removesuffix('_s').upper()} (ms)")
         ax.set_title(title, fontsize=10)
         ax.grid(axis="y", alpha=0.3, which="both")
+    seeds = max(len(v) for v in groups.values())
     handles = [plt.Rectangle((0, 0), 1, 1, color="#444444", alpha=a) for a in shades.values()]
-    fig.legend(handles, [f"{q} (bar shade)" for q in shades], loc="upper right", ncol=3, fontsize=8,
+    handles.append(plt.Line2D([], [], color="#d62728", ls="--"))
+    fig.legend(handles, [*(f"{q} (bar shade)" for q in shades), "SLO"], loc="upper right", ncol=4, fontsize=8,
                frameon=False)
-    fig.suptitle("Simulated serving latency per plan", fontsize=11, x=0.02, ha="left")
+    fig.suptitle("Simulated latency, each plan at its own rate" + (f" (median of {seeds} seeds; whiskers: lowest "
+                 "to highest seed)" if seeds > 1 else ""), fontsize=10, x=0.01, ha="left")
+    return fig
+
+
+def plot_goodput_curves(sweep: tuple[SimResult, ...] | list[SimResult], path: Path) -> Path:
+    """Goodput against offered rate per plan: where a curve leaves the 'all served in SLO' diagonal the plan
+    saturates; each plan's predicted capacity is a dotted vertical line in its colour."""
+    groups = by_label(sweep)
+    fig, ax = plt.subplots(figsize=(9, 4.8), dpi=DPI)
+    top = 0.0
+    for label, runs in groups.items():
+        pts = sorted((r.offered_tokens_per_s or 0.0, r.goodput_tokens_per_s or 0.0) for r in runs)
+        xs, ys = [x for x, _ in pts], [y for _, y in pts]
+        ax.plot(xs, ys, marker="o", ms=4, color=strategy_colour(label), label=label, lw=1.6)
+        cap = next((r.capacity_tokens_per_s for r in runs if r.capacity_tokens_per_s), None)
+        if cap:
+            ax.axvline(cap, color=strategy_colour(label), ls=":", lw=1.1)
+        top = max(top, *xs, *ys)
+    ax.plot([0, top], [0, top], color="#999999", lw=0.8, ls="--", label="every request served within SLO")
+    ax.set_xlim(0, top * 1.03)
+    ax.set_ylim(0, top * 1.03)
+    ax.set_xlabel("offered load (output tokens/s = requests/s × output tokens)")
+    ax.set_ylabel("goodput (output tokens/s meeting the SLO)")
+    ax.set_title("Goodput vs offered rate per plan (dotted: the plan's predicted capacity)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
     return _save(fig, path)
 
 
@@ -203,12 +291,48 @@ def frontier_from_cells(cells: tuple[CompareCell, ...] | list[CompareCell], mode
 
 
 def plot_gantt(plan: Plan, path: Path) -> Path:
-    """The simulator's Gantt of three pipelined iterations (tessera.sim.gantt, reused, not redrawn) of the
-    plan's decode phase, or its first phase when it has none (denoise, encode)."""
-    from tessera.sim.gantt import plot_plan  # the sim stage owns the drawing
+    """Three pipelined iterations of the plan's decode phase ("mixed" for serving-model plans; the first phase
+    when it has neither: denoise, encode). The spans come from the simulator's Gantt (tessera.sim.gantt, laid
+    out there, not here); this drawing adds the legend: one colour per micro-batch, transfers hatched."""
+    from tessera.sim.gantt import plot_plan  # the sim stage lays the iterations out
 
     if plan.members:  # independent replicas of different GPUs: each runs alone, draw the fastest (members[0])
         plan = plan.members[0]
     phase = "decode" if "decode" in plan.phases else "mixed" if "mixed" in plan.phases else next(iter(plan.phases))
-    plot_plan(plan, path, phase=phase)
-    return Path(path)
+    spans = plot_plan(plan, path, phase=phase)
+    return draw_gantt(spans, path, title=f"{plan.model}, {plan.strategy} plan, phase {phase}: 3 iterations, "
+                                         f"{plan.phases[phase].microbatches} micro-batches in flight")
+
+
+GANTT_COLOURS = plt.get_cmap("tab10")
+
+
+def draw_gantt(spans: list, path: Path, *, title: str) -> Path:
+    """One row per device, then one per link; bar colour = micro-batch (legend), hatched = transfer."""
+    return _save(gantt_figure(spans, title=title), path)
+
+
+def gantt_figure(spans: list, *, title: str) -> plt.Figure:
+    """The figure draw_gantt saves; ``spans``: tessera.sim.trace.Span values."""
+    rows = list(dict.fromkeys(s.row for s in sorted(spans, key=lambda s: (s.kind != "compute", s.row))))
+    mbs = sorted({s.microbatch for s in spans})
+    fig, ax = plt.subplots(figsize=(11, 1.9 + 0.55 * len(rows)), dpi=DPI)
+    for s in spans:
+        ax.barh(rows.index(s.row), s.dur_s * 1e3, left=s.start_s * 1e3, height=0.6,
+                color=GANTT_COLOURS(s.microbatch % 10), edgecolor="black", linewidth=0.3,
+                hatch="////" if s.kind == "link" else None)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (ms)")
+    ax.set_title(title, fontsize=9.5)
+    ax.grid(axis="x", alpha=0.3)
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=GANTT_COLOURS(m % 10), edgecolor="black", lw=0.3) for m in mbs]
+    names = [f"micro-batch {m}" for m in mbs]
+    if any(s.kind == "link" for s in spans):
+        handles.append(plt.Rectangle((0, 0), 1, 1, facecolor="white", edgecolor="black", hatch="////", lw=0.3))
+        names.append("transfer on a link (hatched)")
+    else:
+        names[-1] += " (no transfers between devices)"
+    ax.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, -0.22 - 0.1 / max(1, len(rows))),
+              ncol=min(len(handles), 5), fontsize=8, frameon=False)
+    return fig

@@ -55,13 +55,22 @@ def test_full_report_is_self_contained_with_every_section(full_page: str) -> Non
     assert "homo&lt;geneous&gt;" in page and "mamba-2&lt;x&gt;" in page and "mamba-2<x>" not in page
 
 
-def test_headline_numbers_by_hand(full_page: str) -> None:
+def test_first_screen_and_placement_numbers_by_hand(full_page: str) -> None:
     page = full_page
-    # the plan's model is not in the matrix, so the cell with the largest gain leads: llama on H100+L40S
-    assert "<b>llama-3-70b</b> on <b>H100-SXM+L40S</b>" in page and "<b>1.20×</b> the throughput" in page
-    # gains 1.2, 3600/3300, 9000/8500, 1.5/1.3: median (1.0909 + 1.1538) / 2 = 1.12
-    assert "ranges from 1.06× to 1.20× (median 1.12×)" in page
+    # a plan is given: the first screen is about its pool (H100-SXM + L40S), whatever the matrix holds
+    assert "Rent <b>1× H100-SXM + 1× L40S</b> ($4.09/h) and serve <b>toy&lt;2L&gt;</b>" in page
+    # these sims record no rate: the first screen says the rate is unknown rather than invent one
+    assert "<th>Traffic</th><td>offered rate not recorded in the simulator files</td>" in page
+    # toy assignment: 6 of 15 kernels on d0
     assert "decode: 40% on d0 H100-SXM, 60% on d1 L40S (of 15 kernels, 2 micro-batches" in page
+
+
+def test_headline_without_a_plan_leads_with_the_largest_gain(tmp_path) -> None:
+    cells = tuple(parse_cell(c, "t") for c in compare_cells())
+    sims = (parse_sim(sim_result(1.0), "tessera", "t"),)
+    page = build_report(ReportData(compare=cells, sims=sims), tmp_path).read_text()
+    assert "<b>llama-3-70b</b> on <b>H100-SXM+L40S</b>" in page and "<b>1.20×</b> the throughput" in page
+    # sim_result(1.0): p99 TPOT 4 × 0.01 s
     assert "lowest p99 time per output token is 40.00 ms (tessera)" in page
 
 
