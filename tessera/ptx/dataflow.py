@@ -1,6 +1,6 @@
-"""A lowered function (transfer functions + access sites) and its fixpoint evaluation.
+"""Dataflow stage: a lowered function (transfer functions + access sites) and its fixpoint evaluation.
 
-Values are bit sets (Python ints, layout in compile.py) keyed by register / symbol *name*: keying by
+Values are bit sets (Python ints, layout in lower.py) keyed by register / symbol *name*: keying by
 the names the scanner already holds saves mapping every token to an integer id, which cost more than
 the whole fixpoint. Slots that are not names: "<mem>" (the shared/local memory summary), "=p" (the
 content of parameter p), "<local>" / "<wild>" (constant sources).
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tessera.ptx.body import PtxSyntaxError
-from tessera.ptx.native import load as load_native
 
 
 class EntryContext(Protocol):
@@ -26,6 +25,8 @@ class EntryContext(Protocol):
     p0: int
     sites: dict[str, list[int]]
     unknown: list[str]
+    # an accelerated first pass (fast.py), run before the fixpoint loop; None: the loop alone
+    first_pass: Callable[..., bool] | None
 
     def run(self, fn: Any, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]: ...
 
@@ -90,8 +91,8 @@ class CompiledFunction:
             vals[slot] |= v
         if mem:  # absent when 0: the first pass's proof below treats a present name as possibly read
             vals[MEM] |= mem
-        if first_pass(ctx, self.transfers, vals, amask, a0, p0):
-            _fixpoint(ctx, self.transfers, vals, amask, a0, p0)
+        if ctx.first_pass is None or ctx.first_pass(ctx, self.transfers, vals, amask, a0, p0):
+            fixpoint(ctx, self.transfers, vals, amask, a0, p0)
         # one list per function (site index -> OR of address bit sets) rather than a dict keyed by
         # (function, site): no key tuple per site per evaluation; the dict keeps first-evaluation order
         got = []
@@ -105,100 +106,14 @@ class CompiledFunction:
         return tuple(vals[r] for r in self.returns), vals[MEM]
 
 
-# Why one pass usually suffices. A pass re-run with the same input values at every transfer changes
-# nothing (each transfer is a function of its inputs, calls are memoised). Reading a name through the
-# defaultdict inserts it, so during the first pass "the name is absent" means "nothing has read it yet
-# and nothing has assigned it". If every change of the first pass assigns an absent name, each changed
-# name changed once, before any transfer read it, so every transfer of a second pass would see exactly
-# its first-pass inputs: the second pass would change nothing and is skipped. Any other change (a name
-# read before it was assigned: loops, uses before definitions; a second assignment; an initialised
-# name) makes first_pass return True and the classic pass-until-no-change loop runs as before, so the
-# result is bit for bit the one of always iterating: the skipped pass is exactly one that changes nothing.
+# An accelerated first pass (fast.py, in C) may stand before the loop: one pass over the transfers in
+# order that reports whether a second could change anything. It can tell because reading a name through
+# the defaultdict inserts it: "the name is absent" means nothing has read or assigned it yet, so if every
+# change of the pass assigns an absent name, a second pass would see exactly the first pass's inputs and
+# change nothing. The loop then adds nothing either, so the result is the loop's alone.
 
 
-def python_first_pass(ctx: EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
-                amask: int, a0: int, p0: int) -> bool:
-    """One pass over ``transfers``; True when another pass may change something."""
-    again = False
-    for t in transfers:
-        if type(t) is list:  # COPY1 [dst, src...]: the result includes the destination's own value
-            d = t[0]
-            if d in vals:
-                old = vals[d]
-                v = 0
-                for s in t:
-                    v |= vals[s]
-                if v != old:  # v includes old: it grew
-                    vals[d] = v
-                    again = True
-            else:  # absent: assigning any v is a first assignment
-                vals[d] = 0  # what reading d below would insert, without defaultdict's __missing__ call
-                v = 0
-                for s in t:
-                    v |= vals[s]
-                if v:
-                    vals[d] = v
-            continue
-        code = t[0]
-        if code == SCALE1:
-            ops = t[1]
-            d = ops[0]
-            fresh = d not in vals
-            v = 0
-            for s in ops:
-                v |= vals[s]
-            v &= DATA
-            if v:
-                old = vals[d]
-                if old | v != old:
-                    vals[d] = old | v
-                    if not fresh:
-                        again = True
-            continue
-        if code == COPY:
-            v = 0
-            for s in t[2]:
-                v |= vals[s]
-        elif code == LOAD:
-            if t[3] == S_GLOBAL:  # the address does not matter: loaded data
-                v = DATA | t[4]
-            else:  # _transfer's LOAD case without its call
-                v = 0
-                for s in t[2]:
-                    v |= vals[s]
-                v = _load(t, v, vals, amask, a0, p0)
-        elif code == CALL:
-            if _call(ctx, t, vals, True):
-                again = True
-            continue
-        else:
-            v = _transfer(t, code, vals, amask, a0, p0)
-        if v:
-            for d in t[1]:
-                old = vals.get(d)
-                if old is None:
-                    vals[d] = v
-                elif old | v != old:
-                    vals[d] = old | v
-                    again = True
-    return again
-
-
-def native_first_pass() -> Callable[..., bool] | None:
-    """first_pass in C (native.py), or None."""
-    mod = load_native("EVAL_LAYOUT", (DATA, COPY, LOAD, CALL, SCALE1, S_GLOBAL))
-    if mod is None:
-        return None
-    native = mod.first_pass
-
-    def native_pass(ctx: EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
-                   amask: int, a0: int, p0: int) -> bool:
-        return native(ctx, transfers, vals, amask, a0, p0, _load, _call, _transfer)  # type: ignore[no-any-return]
-
-    return native_pass
-
-
-def _fixpoint(ctx: EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
+def fixpoint(ctx: EntryContext, transfers: list[tuple], vals: defaultdict[str, int],  # type: ignore[type-arg]
               amask: int, a0: int, p0: int) -> None:
     changed = True
     while changed:
@@ -225,10 +140,10 @@ def _fixpoint(ctx: EntryContext, transfers: list[tuple], vals: defaultdict[str, 
                         changed = True
                 continue
             if code == CALL:
-                if _call(ctx, t, vals, False):
+                if call_join(ctx, t, vals, False):
                     changed = True
                 continue
-            v = _transfer(t, code, vals, amask, a0, p0)
+            v = transfer_value(t, code, vals, amask, a0, p0)
             if v:
                 for d in t[1]:
                     old = vals[d]
@@ -237,7 +152,7 @@ def _fixpoint(ctx: EntryContext, transfers: list[tuple], vals: defaultdict[str, 
                         changed = True
 
 
-def _transfer(t: tuple, code: int, vals: defaultdict[str, int], amask: int, a0: int, p0: int  # type: ignore[type-arg]
+def transfer_value(t: tuple, code: int, vals: defaultdict[str, int], amask: int, a0: int, p0: int  # type: ignore[type-arg]
               ) -> int:
     """The value a non-COPY1/SCALE1/CALL transfer joins into its destinations (0: nothing)."""
     v = 0
@@ -248,7 +163,7 @@ def _transfer(t: tuple, code: int, vals: defaultdict[str, int], amask: int, a0: 
     if code == SCALE:
         return v & DATA
     if code == LOAD:
-        return _load(t, v, vals, amask, a0, p0)
+        return load_value(t, v, vals, amask, a0, p0)
     if code == MAD:  # a * b + c: the product is an offset, c may be a pointer
         v &= DATA
         for s in t[3]:
@@ -265,7 +180,7 @@ def _transfer(t: tuple, code: int, vals: defaultdict[str, int], amask: int, a0: 
     return v
 
 
-def _load(t: tuple, v: int, vals: dict[str, int], amask: int, a0: int, p0: int) -> int:  # type: ignore[type-arg]
+def load_value(t: tuple, v: int, vals: dict[str, int], amask: int, a0: int, p0: int) -> int:  # type: ignore[type-arg]
     space, wide = t[3], t[4]
     if space == S_GLOBAL:
         return DATA | wide
@@ -281,7 +196,7 @@ def _load(t: tuple, v: int, vals: dict[str, int], amask: int, a0: int, p0: int) 
     return r
 
 
-def _call(ctx: EntryContext, t: tuple, vals: dict[str, int], first: bool) -> bool:  # type: ignore[type-arg]
+def call_join(ctx: EntryContext, t: tuple, vals: dict[str, int], first: bool) -> bool:  # type: ignore[type-arg]
     """Joins the callee's results into ``vals``; True when a value changed (in the first pass: changed
     a name that was already present, see first_pass)."""
     _, rets, args, callee, line = t
@@ -308,7 +223,3 @@ def _call(ctx: EntryContext, t: tuple, vals: dict[str, int], first: bool) -> boo
             vals[r] = old | v
             changed = True
     return changed
-
-
-# the pass evaluate() runs: the C one when built (and TESSERA_PTX_NATIVE is not 0), else the Python one
-first_pass = native_first_pass() or python_first_pass
