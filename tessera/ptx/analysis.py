@@ -24,8 +24,21 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from tessera.ptx import fast
-from tessera.ptx.dataflow import CONST, DATA, GSYM0, LOCAL, UNMOD, WILD, CompiledFunction
-from tessera.ptx.lower import ACC_A, ACC_R, ACC_W, TENSOR, lower_function
+from tessera.ptx.dataflow import evaluate, prepare
+from tessera.ptx.lower import (
+    ACC_A,
+    ACC_R,
+    ACC_W,
+    CONST,
+    DATA,
+    GSYM0,
+    LOCAL,
+    TENSOR,
+    UNMOD,
+    WILD,
+    LoweredFunction,
+    lower_function,
+)
 from tessera.ptx.parser import Function, Module, Param, make, parse_ptx
 
 # whether analyse_module uses the accelerated path (fast.py) where it is built; reference_path() clears it
@@ -90,7 +103,7 @@ def _classify(flags: int) -> Access:
 class _EntryContext:
     """Evaluates one entry and the functions it calls, memoising callees by their argument bit sets."""
 
-    def __init__(self, module: Module, compiled: dict[str, CompiledFunction], entry: Function,
+    def __init__(self, module: Module, compiled: dict[str, LoweredFunction], entry: Function,
                  accelerated: bool) -> None:
         self.module = module
         self.first_pass = fast.first_pass if accelerated else None
@@ -99,11 +112,11 @@ class _EntryContext:
         self.p0 = GSYM0 + len(module.globals)
         self.memo: dict[tuple[str, tuple[int, ...], int], tuple[tuple[int, ...], int]] = {}
         self.active: dict[str, list[object]] = {}  # recursion: name -> [args, mem, ret estimate, mem est, used]
-        # results: function -> per access site (index in its CompiledFunction.sites), OR of address bit sets
+        # results: function -> per access site (index in its LoweredFunction.sites), OR of address bit sets
         self.sites: dict[str, list[int]] = {}
         self.unknown: list[str] = []  # reasons that make everything wild
 
-    def run(self, fn: CompiledFunction, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]:
+    def run(self, fn: LoweredFunction, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]:
         key = (fn.name, args, mem)
         hit = self.memo.get(key)
         if hit is not None:
@@ -122,7 +135,7 @@ class _EntryContext:
         try:
             while True:
                 state[4] = False
-                ret, mem_out = fn.evaluate(self, args, mem)
+                ret, mem_out = evaluate(fn, self, args, mem)
                 if not state[4] or (ret == state[2] and mem_out == state[3]):
                     break
                 state[2] = tuple(a | b for a, b in zip(ret, state[2], strict=True))  # type: ignore[arg-type]
@@ -141,7 +154,7 @@ def analyze_module(module: Module) -> dict[str, EntryAccess]:
     gindex = {name: i for i, name in enumerate(module.globals)}
     out: dict[str, EntryAccess] = {}
     p0 = GSYM0 + len(gindex)
-    compiled: dict[str, CompiledFunction] = {}
+    compiled: dict[str, LoweredFunction] = {}
     accelerated = fast.ENABLED and _use_fast[0]
     for fn in module.functions.values():
         if not fn.defined:
@@ -149,7 +162,7 @@ def analyze_module(module: Module) -> dict[str, EntryAccess]:
         cf = fast.lower_function(module, fn) if accelerated else None
         if cf is None:
             cf = lower_function(module, fn)
-        cf.prepare(module.globals)
+        prepare(cf, module.globals)
         compiled[fn.name] = cf
     holds = _HOLDS
     for entry in module.entries:

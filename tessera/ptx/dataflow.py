@@ -1,4 +1,4 @@
-"""Dataflow stage: a lowered function (transfer functions + access sites) and its fixpoint evaluation.
+"""Dataflow stage: the fixpoint evaluation of a lowered function (transfer functions + access sites).
 
 Values are bit sets (Python ints, layout in lower.py) keyed by register / symbol *name*: keying by
 the names the scanner already holds saves mapping every token to an integer id, which cost more than
@@ -10,10 +10,32 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tessera.ptx.body import PtxSyntaxError
+from tessera.ptx.lower import (
+    ATOM_DST,
+    CALL,
+    CONST,
+    COPY,
+    DATA,
+    GSYM0,
+    LOAD,
+    LOCAL,
+    MAD,
+    MEM,
+    PACK,
+    S_GLOBAL,
+    S_LOCAL,
+    S_PARAM,
+    SCALE,
+    SCALE1,
+    SHL_HI,
+    UNK,
+    UNMOD,
+    WILD,
+    LoweredFunction,
+)
 
 
 class EntryContext(Protocol):
@@ -30,80 +52,60 @@ class EntryContext(Protocol):
 
     def run(self, fn: Any, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]: ...
 
-WILD, DATA, UNMOD, LOCAL, CONST = 1, 2, 4, 8, 16
-GSYM0 = 5
-MEM = "<mem>"
-
-# transfer codes; a transfer is (code, destination names, source names, *extra), except SCALE1:
-# (SCALE1, [destination, sources...]) for register arithmetic with one destination, the form the fast
-# lowering gets from one split, and COPY1, the most common transfer, which is that list itself
-# ([destination, sources...], told apart by being a list: no tuple allocated per line). Reading the
-# destination's own value as a source changes nothing there.
-COPY, SCALE, MAD, PACK, SHL_HI, UNK, LOAD, ATOM_DST, CALL, COPY1, SCALE1 = range(11)
-S_GLOBAL, S_LOCAL, S_PARAM, S_GENERIC = range(4)
 _SAFE_EXTERNS = frozenset({"vprintf", "__assertfail", "free"})
 _INIT_FLAGS = {"local": LOCAL, "const": CONST, "wild": WILD | DATA}
 
 
-@dataclass(kw_only=True)
-class CompiledFunction:
-    name: str
-    transfers: list[tuple]  # type: ignore[type-arg]
-    sites: list[tuple[int, int, str]]  # (access kind, line, opcode)
-    site_addrs: list[tuple[int, tuple[str, ...]]]  # (site index, address names)
-    params: tuple[str, ...]  # content slots of the parameters, in order
-    returns: tuple[str, ...]
-    locals: dict[str, str]  # body declarations: name -> state space
-    entry_params: dict[str, int]  # the function's own parameters by index when it is an entry, else {}
-    init: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> ("local"|"const"|"gsym"|"paddr", i)
-    _init_vals: dict[int, dict[str, int]] = field(default_factory=dict, repr=False)
+def prepare(fn: LoweredFunction, globals_: dict[str, tuple[str, int]]) -> None:
+    """Initial values of names that are addresses: own parameters (entry), module globals, locals.
+    Precedence as in a lookup: entry parameter, then module variable, then body declaration."""
+    init: dict[str, tuple[str, int]] = {}
+    for name, space in fn.locals.items():
+        if space in (".shared", ".local"):
+            init[name] = ("local", 0)
+    for j, (name, (space, _)) in enumerate(globals_.items()):
+        init[name] = ("gsym", j) if space == ".global" else ("const" if space == ".const" else "local", 0)
+    for name, i in fn.entry_params.items():
+        init[name] = ("paddr", i)
+    init["<local>"] = ("local", 0)
+    init["<wild>"] = ("wild", 0)
+    fn.init = init
+    fn.init_vals = {}
 
-    def prepare(self, globals_: dict[str, tuple[str, int]]) -> None:
-        """Initial values of names that are addresses: own parameters (entry), module globals, locals.
-        Precedence as in a lookup: entry parameter, then module variable, then body declaration."""
-        init: dict[str, tuple[str, int]] = {}
-        for name, space in self.locals.items():
-            if space in (".shared", ".local"):
-                init[name] = ("local", 0)
-        for j, (name, (space, _)) in enumerate(globals_.items()):
-            init[name] = ("gsym", j) if space == ".global" else ("const" if space == ".const" else "local", 0)
-        for name, i in self.entry_params.items():
-            init[name] = ("paddr", i)
-        init["<local>"] = ("local", 0)
-        init["<wild>"] = ("wild", 0)
-        self.init = init
-        self._init_vals = {}
 
-    def _initial(self, a0: int) -> dict[str, int]:
-        hit = self._init_vals.get(a0)
-        if hit is None:
-            hit = self._init_vals[a0] = {
-                name: _INIT_FLAGS[kind] if kind in _INIT_FLAGS else 1 << ((GSYM0 if kind == "gsym" else a0) + i)
-                for name, (kind, i) in self.init.items()}
-        return hit
+def initial_values(fn: LoweredFunction, a0: int) -> dict[str, int]:
+    hit = fn.init_vals.get(a0)
+    if hit is None:
+        hit = fn.init_vals[a0] = {
+            name: _INIT_FLAGS[kind] if kind in _INIT_FLAGS else 1 << ((GSYM0 if kind == "gsym" else a0) + i)
+            for name, (kind, i) in fn.init.items()}
+    return hit
 
-    def evaluate(self, ctx: EntryContext, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]:
-        n, p0 = ctx.n, ctx.p0
-        a0 = p0 + n
-        amask = ((1 << n) - 1) << a0
-        vals: defaultdict[str, int] = defaultdict(int, self._initial(a0))
-        for slot, v in zip(self.params, args, strict=False):
-            vals[slot] |= v
-        if mem:  # absent when 0: the first pass's proof below treats a present name as possibly read
-            vals[MEM] |= mem
-        if ctx.first_pass is None or ctx.first_pass(ctx, self.transfers, vals, amask, a0, p0):
-            fixpoint(ctx, self.transfers, vals, amask, a0, p0)
-        # one list per function (site index -> OR of address bit sets) rather than a dict keyed by
-        # (function, site): no key tuple per site per evaluation; the dict keeps first-evaluation order
-        got = []
-        for _, addr in self.site_addrs:
-            v = 0
-            for s in addr:
-                v |= vals[s]
-            got.append(v)
-        old = ctx.sites.get(self.name)
-        ctx.sites[self.name] = got if old is None else [a | b for a, b in zip(old, got, strict=True)]
-        return tuple(vals[r] for r in self.returns), vals[MEM]
+
+def evaluate(fn: LoweredFunction, ctx: EntryContext, args: tuple[int, ...], mem: int
+             ) -> tuple[tuple[int, ...], int]:
+    """``fn``'s results and memory summary for these argument values; ORs its sites' addresses into ctx."""
+    n, p0 = ctx.n, ctx.p0
+    a0 = p0 + n
+    amask = ((1 << n) - 1) << a0
+    vals: defaultdict[str, int] = defaultdict(int, initial_values(fn, a0))
+    for slot, v in zip(fn.params, args, strict=False):
+        vals[slot] |= v
+    if mem:  # absent when 0: the accelerated first pass treats a present name as possibly read
+        vals[MEM] |= mem
+    if ctx.first_pass is None or ctx.first_pass(ctx, fn.transfers, vals, amask, a0, p0):
+        fixpoint(ctx, fn.transfers, vals, amask, a0, p0)
+    # one list per function (site index -> OR of address bit sets) rather than a dict keyed by
+    # (function, site): no key tuple per site per evaluation; the dict keeps first-evaluation order
+    got = []
+    for _, addr in fn.site_addrs:
+        v = 0
+        for s in addr:
+            v |= vals[s]
+        got.append(v)
+    old = ctx.sites.get(fn.name)
+    ctx.sites[fn.name] = got if old is None else [a | b for a, b in zip(old, got, strict=True)]
+    return tuple(vals[r] for r in fn.returns), vals[MEM]
 
 
 # An accelerated first pass (fast.py, in C) may stand before the loop: one pass over the transfers in

@@ -22,26 +22,7 @@ from collections import defaultdict
 from types import ModuleType
 
 from tessera.ptx.body import GUARD, IGNORED_DIRECTIVES, BodyReader
-from tessera.ptx.dataflow import CALL as T_CALL
-from tessera.ptx.dataflow import (
-    COPY,
-    DATA,
-    LOAD,
-    MAD,
-    MEM,
-    S_GENERIC,
-    S_GLOBAL,
-    S_LOCAL,
-    S_PARAM,
-    SCALE1,
-    SHL_HI,
-    WILD,
-    CompiledFunction,
-    EntryContext,
-    call_join,
-    load_value,
-    transfer_value,
-)
+from tessera.ptx.dataflow import EntryContext, call_join, load_value, transfer_value
 from tessera.ptx.lower import (
     ACC_R,
     ACC_W,
@@ -54,12 +35,26 @@ from tessera.ptx.lower import (
     C_MAD,
     C_SCALE,
     C_ST,
+    COPY,
+    DATA,
+    LOAD,
+    MAD,
+    MEM,
+    S_GENERIC,
+    S_GLOBAL,
+    S_LOCAL,
+    S_PARAM,
+    SCALE1,
+    SHL_HI,
     WIDE,
+    WILD,
     Builder,
+    LoweredFunction,
     category_of,
     lower_instruction,
     space_of,
 )
+from tessera.ptx.lower import CALL as T_CALL
 from tessera.ptx.parser import Function, Module
 
 # The C scanner's kinds of an opcode; KINDS: opcode -> (kind, detail, category, opcode parts).
@@ -123,7 +118,7 @@ def _kind(op: str) -> tuple[int, object, int, list[str]]:
     return hit
 
 
-def lower_function(module: Module, fn: Function) -> CompiledFunction | None:
+def lower_function(module: Module, fn: Function) -> LoweredFunction | None:
     """``fn``'s transfers and sites read from the module text, or None (the reference path decides)."""
     if _C is None or fn.span is None:
         return None

@@ -14,27 +14,40 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from tessera.ptx.body import parse_body
-from tessera.ptx.dataflow import (
-    ATOM_DST,
-    CALL,
-    COPY,
-    LOAD,
-    MAD,
-    MEM,
-    PACK,
-    S_GENERIC,
-    S_GLOBAL,
-    S_LOCAL,
-    S_PARAM,
-    SCALE,
-    SHL_HI,
-    UNK,
-    WILD,
-    CompiledFunction,
-)
 from tessera.ptx.parser import Function, Module, make, split_operands
+
+WILD, DATA, UNMOD, LOCAL, CONST = 1, 2, 4, 8, 16
+GSYM0 = 5
+MEM = "<mem>"
+
+# transfer codes; a transfer is (code, destination names, source names, *extra), except SCALE1:
+# (SCALE1, [destination, sources...]) for register arithmetic with one destination, the form the fast
+# lowering gets from one split, and COPY1, the most common transfer, which is that list itself
+# ([destination, sources...], told apart by being a list: no tuple allocated per line). Reading the
+# destination's own value as a source changes nothing there.
+COPY, SCALE, MAD, PACK, SHL_HI, UNK, LOAD, ATOM_DST, CALL, COPY1, SCALE1 = range(11)
+S_GLOBAL, S_LOCAL, S_PARAM, S_GENERIC = range(4)
+
+
+@dataclass(kw_only=True)
+class LoweredFunction:
+    """One function lowered: its transfers and access sites, and (dataflow.prepare) its initial values."""
+
+    name: str
+    transfers: list[tuple]  # type: ignore[type-arg]
+    sites: list[tuple[int, int, str]]  # (access kind, line, opcode)
+    site_addrs: list[tuple[int, tuple[str, ...]]]  # (site index, address names)
+    params: tuple[str, ...]  # content slots of the parameters, in order
+    returns: tuple[str, ...]
+    locals: dict[str, str]  # body declarations: name -> state space
+    entry_params: dict[str, int]  # the function's own parameters by index when it is an entry, else {}
+    init: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> ("local"|"const"|"gsym"|"paddr", i)
+    # initial values by a0 (where the parameter-address bits start), cached by dataflow.initial_values
+    init_vals: dict[int, dict[str, int]] = field(default_factory=dict, repr=False)
+
 
 ACC_R, ACC_W, ACC_A, TENSOR = 1, 2, 4, 8
 
@@ -165,11 +178,11 @@ class Builder:
         self.site_addrs.append((len(self.sites), addr))
         self.sites.append((kind, line, op))
 
-    def finish(self, name: str) -> CompiledFunction:
-        return make(CompiledFunction, {
+    def finish(self, name: str) -> LoweredFunction:
+        return make(LoweredFunction, {
             "name": name, "transfers": self.transfers, "sites": self.sites, "site_addrs": self.site_addrs,
             "params": tuple("=" + p for p in self.params), "returns": tuple("=" + p for p in self.returns),
-            "locals": self.locals, "entry_params": self.entry_params, "init": {}, "_init_vals": {}})
+            "locals": self.locals, "entry_params": self.entry_params, "init": {}, "init_vals": {}})
 
 
 def lower_instruction(b: Builder, op: str, args: str, line: int, cat: int, parts: list[str]) -> None:
@@ -237,7 +250,7 @@ def _shift_ge_32(amount: str) -> bool:
     return amount.isdecimal() and int(amount) >= 32
 
 
-def lower_function(module: Module, fn: Function) -> CompiledFunction:
+def lower_function(module: Module, fn: Function) -> LoweredFunction:
     """Transfer functions and access sites of the defined function ``fn``, from its statements (read
     here from its span when parse_ptx did not read bodies); raises PtxSyntaxError on malformed input."""
     body, decls = fn.body, fn.locals
