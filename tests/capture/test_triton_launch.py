@@ -174,3 +174,13 @@ def test_triton_kernels_are_costed_like_any_kernel() -> None:
     for k in (k for k in g.kernels if k.deps_from == "ptx"):
         h100, l40s = (model.kernel_time_s(k, gpu(n)) for n in ("H100-SXM", "L40S"))
         assert h100 > model.launch_s and l40s > model.launch_s  # launch plus its bytes
+
+
+def test_mixtral_liger_takes_norm_and_rope_from_ptx() -> None:
+    # Liger's Mixtral patch here: RMSNorm (2 per layer + the final norm) and rotary (1 per layer); its
+    # fused-MoE SwiGLU is left out (tessera.capture.liger), so the experts stay ATen GEMMs
+    g = capture_model("mixtral-tiny-liger", "decode", batch=1, context=8, eager=True)
+    names = [k.name.rsplit(".", 1)[-1] for k in g.kernels if k.deps_from == "ptx"]
+    assert sorted(set(names)) == ["_rms_norm_forward_kernel", "_triton_rope"]
+    assert names.count("_rms_norm_forward_kernel") == 5 and names.count("_triton_rope") == 2
+    g.check_invariants()
