@@ -57,7 +57,7 @@ _raw_setattr = object.__setattr__
 def make(cls: type[_T], fields: dict[str, Any]) -> _T:
     """An instance of the frozen dataclass ``cls`` given *every* field: the generated __init__ sets each
     field through object.__setattr__, which cost ~1 us per object, a visible share of the analysis for
-    parameters and results. tests/ptx/test_ptx_lower.py checks the result equals normal construction."""
+    parameters and results. tests/ptx/test_ptx_parser.py checks the result equals normal construction."""
     obj = _raw_new(cls)
     _raw_setattr(obj, "__dict__", fields)
     return obj
