@@ -41,7 +41,7 @@ from tessera.ptx.lower import (
 )
 from tessera.ptx.parser import Function, Module, Param, make, parse_ptx
 
-# whether analyse_module uses the accelerated path (fast.py) where it is built; reference_path() clears it
+# whether analyze_module uses the accelerated path (fast.py) where it is built; reference_path() clears it
 _use_fast = [True]
 
 

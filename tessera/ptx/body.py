@@ -17,7 +17,7 @@ class PtxSyntaxError(UserError):
     """Malformed PTX: one line naming the source, the line number and the offending text."""
 
 
-# A body statement the fast path does not cover (several on one line, a brace scope opened on the
+# A line that is not one plain statement (several on one line, a brace scope opened on the
 # line of a statement): split by this pattern, a call's operand lists may span lines.
 STMT = re.compile(
     r"""\s*(?:(?P<open>\{)|(?P<close>\})|(?P<label>[A-Za-z_$%][\w$]*):(?!:)

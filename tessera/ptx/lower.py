@@ -24,8 +24,8 @@ GSYM0 = 5
 MEM = "<mem>"
 
 # transfer codes; a transfer is (code, destination names, source names, *extra), except SCALE1:
-# (SCALE1, [destination, sources...]) for register arithmetic with one destination, the form the fast
-# lowering gets from one split, and COPY1, the most common transfer, which is that list itself
+# (SCALE1, [destination, sources...]) for register arithmetic with one destination, the form the C
+# scanner (fast.py) builds from one split, and COPY1, the most common transfer, which is that list itself
 # ([destination, sources...], told apart by being a list: no tuple allocated per line). Reading the
 # destination's own value as a source changes nothing there.
 COPY, SCALE, MAD, PACK, SHL_HI, UNK, LOAD, ATOM_DST, CALL, COPY1, SCALE1 = range(11)
