@@ -1,6 +1,6 @@
 """PTX stage benchmark: parse + analyse throughput over the corpus, and a >= 10,000-case fuzz run.
 
-    .venv/bin/python bench/bench_ptx.py [--repeat 20] [--fuzz 10000]
+    .venv/bin/python bench/bench_ptx.py [--repeat 20] [--fuzz 10000] [--rounds 7]
 
 Both paths are timed in one run: the default, accelerated path (tessera/ptx/fast.py over the C module
 _fastscan.c, built by `make install`) and the pure-Python reference path, which give the same results
@@ -106,8 +106,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--fuzz", type=int, default=10_000)
+    ap.add_argument("--rounds", type=int, default=7, help="timed rounds per path; the best one counts")
     a = ap.parse_args()
-    tp = throughput(a.repeat)
+    tp = throughput(a.repeat, a.rounds)
     acc = {mode: corpus_accuracy(mode == "native") for mode in tp["paths"]}  # type: ignore[union-attr]
     fz = fuzz(a.fuzz)
     out = {"machine": platform.processor() or platform.machine(), "python": platform.python_version(),
