@@ -1,6 +1,6 @@
-"""The one compiled part: the optional C scanner behind tessera.ptx's fast path (the PyYAML CLoader
-pattern). Metadata lives in pyproject.toml; without a C compiler the build skips it (optional=True) and
-tessera/ptx/lower.py runs in pure Python with the same results."""
+"""The one compiled part: the optional C module behind tessera.ptx's accelerated path (tessera/ptx/fast.py;
+the PyYAML CLoader pattern). Metadata lives in pyproject.toml; without a C compiler the build skips it
+(optional=True) and the pure-Python reference path gives the same results."""
 
 from setuptools import Extension, setup
 

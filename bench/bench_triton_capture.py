@@ -4,7 +4,8 @@
 
 Each run is a fresh `tessera trace ... --json` process (imports, model build, capture, PTX compile or cache
 look-up, analysis, fusion). Cold: empty tessera and Triton caches (every specialisation compiled); warm:
-the same caches again (nothing compiled). Writes bench/results/triton_capture.json and .md.
+the same caches again (nothing compiled). Writes bench/results/triton_capture.json and .md (another
+model: triton_capture_<model>.json and .md).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def main() -> None:
               "specialisations_compiled": specialisations, "loadavg": load, "machine": platform.machine(),
               "cpus": os.cpu_count()}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "triton_capture.json").write_text(json.dumps(result, indent=1) + "\n")
+    stem = "triton_capture" if a.model == "llama-3-8b-liger" else f"triton_capture_{a.model}"
+    (RESULTS / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
     md = [f"# `tessera trace {a.model} --phase {a.phase}`: Triton launches with PTX dependencies", "",
           "| cache | wall s (process) | capture s | kernels | deps from PTX / schema |", "|---|---|---|---|---|"]
     for name, r in (("cold", cold), ("warm", warm)):
@@ -58,7 +60,7 @@ def main() -> None:
     md += ["", f"{specialisations} PTX specialisations compiled on the cold run (one per distinct kernel "
            f"launch signature; every layer reuses them). Load average before: {load[0]:.2f} "
            f"({os.cpu_count()} CPUs)."]
-    (RESULTS / "triton_capture.md").write_text("\n".join(md) + "\n")
+    (RESULTS / f"{stem}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 
 

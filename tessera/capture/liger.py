@@ -19,9 +19,16 @@ from typing import Any
 LIGER_VARIANTS = {
     "llama-tiny-liger": "llama-tiny", "llama-3-8b-liger": "llama-3-8b",
     "qwen-tiny-liger": "qwen-tiny", "qwen2.5-7b-liger": "qwen2.5-7b",
+    "mixtral-tiny-liger": "moe-tiny", "mixtral-8x7b-liger": "mixtral-8x7b",
 }
+# Liger's Mixtral "swiglu" (transformers 5) swaps the whole experts module for one fused-MoE Triton kernel
+# whose work depends on the router's choice; the capture models routing as balanced and splits the
+# experts into per-expert GEMMs (tessera.capture.anymodel), which that module does not support (it has
+# no act_fn). Mixtral's variant therefore takes Liger's RMSNorm and rotary kernels only.
+_NO_SWIGLU = frozenset({"mixtral"})
 KERNELS_KEY = "_kernels"  # config key marking a variant ("liger"); build() drops "_" keys
-_APPLY = {"llama": "apply_liger_kernel_to_llama", "qwen2": "apply_liger_kernel_to_qwen2"}
+_APPLY = {"llama": "apply_liger_kernel_to_llama", "qwen2": "apply_liger_kernel_to_qwen2",
+          "mixtral": "apply_liger_kernel_to_mixtral"}
 
 
 def variant_config(base: dict[str, Any]) -> dict[str, Any]:
@@ -43,8 +50,8 @@ def kernels_applied(config: dict[str, Any]) -> Iterator[None]:
     logging.getLogger("liger_kernel").setLevel(logging.ERROR)
     import liger_kernel.transformers as lt
 
-    getattr(lt, _APPLY[model_type])(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
-                                    fused_linear_cross_entropy=False)
+    getattr(lt, _APPLY[model_type])(rope=True, rms_norm=True, swiglu=model_type not in _NO_SWIGLU,
+                                    cross_entropy=False, fused_linear_cross_entropy=False)
     try:
         yield
     finally:

@@ -89,6 +89,9 @@ class Recorder(TorchDispatchMode):
     # launch Triton kernels (tessera.capture.triton_launch checks its schema against their PTX)
     enclosing: tuple[str, list[tuple[str, bool, list[torch.Tensor]]]] | None = None
     findings: list[str] = field(default_factory=list)  # schema/PTX disagreements found while recording
+    # runs an operator as run_op(func, args, kwargs) while recording; None: func(*args, **kwargs)
+    # (tessera.capture.triton_launch sets it so a custom op under fake tensors makes its Triton launches)
+    run_op: Any = None
     _ids: dict[StorageWeakRef, int] = field(default_factory=dict)
     _alive: list[torch.Tensor] = field(default_factory=list)  # storage identities must not be reused
 
@@ -180,7 +183,7 @@ class Recorder(TorchDispatchMode):
         before = len(self.kernels)
         self.enclosing = (str(func), declared)
         try:
-            out = func(*args, **kwargs)
+            out = func(*args, **kwargs) if self.run_op is None else self.run_op(func, args, kwargs)
         finally:
             self.enclosing = None
         launched = len(self.kernels) > before

@@ -31,6 +31,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._pytree import tree_flatten
 
 from tessera.capture.recorder import Access, OpRecord, Recorder
 from tessera.capture.triton_refs import REFERENCES
@@ -211,14 +212,44 @@ def capturing(rec: Recorder) -> Iterator[None]:
     except ImportError:  # no Triton: no Triton kernels to capture
         yield
         return
-    original = JITFunction.run
+    original, original_run_op = JITFunction.run, rec.run_op
     _ACTIVE.append(rec)
     JITFunction.run = _captured_run
+    rec.run_op = run_custom_op
     try:
         yield
     finally:
         _ACTIVE.pop()
+        rec.run_op = original_run_op
         JITFunction.run = original if not _ACTIVE else _captured_run
+
+
+def run_custom_op(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Runs an operator for the recorder. Under fake tensors a custom op would run its fake (shape-only)
+    implementation, which launches nothing; where its CPU implementation is Python (``torch.library``),
+    that implementation runs instead, on the fake tensors, so its Triton launches are recorded with their
+    PTX (and its schema checked against them) at any model size. An implementation that needs real data
+    fails on fake tensors before launching anything, and the fake implementation runs as before."""
+    if not _python_cpu_impl_on_fake(func, args, kwargs):
+        return func(*args, **kwargs)
+    rec = _ACTIVE[-1]
+    before = len(rec.kernels)
+    try:
+        return func._op_dk(torch._C.DispatchKey.CPU, *args, **kwargs)
+    except Exception:
+        if len(rec.kernels) > before:
+            raise
+        return func(*args, **kwargs)
+
+
+def _python_cpu_impl_on_fake(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    ns = getattr(func, "namespace", "aten")
+    if ns in ("aten", "prims") or not any(isinstance(t, FakeTensor) for t in tree_flatten((args, kwargs))[0]):
+        return False
+    name = func._schema.name.split("::")[-1]
+    # torch.library's registry of Python implementations, "ns/op/dispatch key": a C++ CPU kernel would
+    # read the fake tensors' (absent) data
+    return any(f"{ns}/{name}/{key}" in torch.library._impls for key in ("CPU", "CompositeExplicitAutograd"))
 
 
 @contextmanager

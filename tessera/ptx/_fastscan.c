@@ -1,16 +1,16 @@
-/* Optional native speed-up of lower.py's per-line loop (the PyYAML CLoader pattern: same results,
- * pure-Python fallback). `Scanner(lines, scopes, raw, kinds, transfers, sites, site_addrs,
- * entry_params, fparams, decls, first_line)` iterates an enumerate of a body's lines: every line that
- * lower.py's fast path settles by a learnt prefix plus one operand regex, it settles here the same way
- * (appending the same transfers and sites); the first line it does not, it yields as (k, raw) for the
- * Python loop to handle exactly as without it. It never learns prefixes, never reads lines while a
- * brace scope is open (`scopes` non-empty: renaming), and handles ASCII lines only. Each shape below
- * is the regex in lower.py it replaces, matched the same way (all of them are deterministic: no
- * backtracking changes a result); tests/ptx/test_ptx_native.py holds both to equal results. */
+/* The accelerated path of tessera/ptx (fast.py is its one Python interface; the PyYAML CLoader pattern:
+ * same results as the pure-Python reference path, which runs wherever this is not built).
+ * `Scanner(lines, scopes, prefix_table, kinds, transfers, sites, site_addrs, entry_params, fparams, decls,
+ * first_line)` iterates an enumerate of a body's lines: every line whose prefix (its text up to the first
+ * space) fast.py has learnt from an earlier line, and whose operands have one of the plain shapes below, it
+ * lowers here (appending transfers and sites equivalent to lower.py's); every other line it yields as
+ * (k, raw) for the reference reader (body.BodyReader) and lowering. It never learns prefixes, never reads
+ * lines while a brace scope is open (`scopes` non-empty: renaming), and handles ASCII lines only.
+ * tests/ptx/test_ptx_differential.py holds both paths to equal results. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* lower.py checks these against its own constants (LAYOUT) before using the scanner */
+/* fast.py checks these against its own constants (LAYOUT) before using the module */
 enum { K_COPY, K_SCALE, K_SHL, K_LD, K_ST, K_CVTA, K_MAD, K_CP_NOP, K_CALL, K_OTHER, K_IGNORE };
 enum { K_GUARD = 100, K_REG, K_SKIPDIR, K_BLANK };
 enum { T_COPY = 0, T_MAD = 2, T_SHL_HI = 4, T_LOAD = 6, T_SCALE1 = 10 };
@@ -494,7 +494,7 @@ static PyTypeObject ScannerType = {
     .tp_iternext = (iternextfunc)scanner_next,
 };
 
-/* ---- evaluate.py's _first_pass over bit sets (Python ints), the transfers it reads most ----------
+/* ---- the dataflow's first pass over bit sets (Python ints), the transfers it reads most ------------
  * first_pass(ctx, transfers, vals, amask, a0, p0, load, call, transfer) is _first_pass exactly: COPY1
  * lists, SCALE1, COPY and global LOADs here; other loads, calls and the rare codes through the Python
  * functions it is given (_load, _call, _transfer). `vals` is the defaultdict(int): a read of a missing
@@ -672,7 +672,7 @@ static PyObject *first_pass(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"first_pass", first_pass, METH_VARARGS, "evaluate._first_pass, natively."},
+    {"first_pass", first_pass, METH_VARARGS, "The dataflow's first pass (tessera.ptx.fast.first_pass)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -695,7 +695,7 @@ PyMODINIT_FUNC PyInit__fastscan(void) {
         return NULL;
     }
     /* (K_COPY..K_IGNORE, K_GUARD..K_BLANK, COPY, MAD, SHL_HI, LOAD, SCALE1, S_GLOBAL.., ACC_R, ACC_W,
-     * MEM, "<local>") as lower.py must see them */
+     * MEM, "<local>") as fast.py must see them */
     PyObject *layout = Py_BuildValue("(iiiiiiiiiii iiii iiiii iiii ii ss)", K_COPY, K_SCALE, K_SHL, K_LD, K_ST,
                                      K_CVTA, K_MAD, K_CP_NOP, K_CALL, K_OTHER, K_IGNORE, K_GUARD, K_REG,
                                      K_SKIPDIR, K_BLANK, T_COPY, T_MAD, T_SHL_HI, T_LOAD, T_SCALE1, S_GLOBAL,

@@ -1,4 +1,4 @@
-"""Per-parameter access analysis: which pointer parameters each entry reads, writes or updates atomically.
+"""Access stage: which pointer parameters each entry reads, writes or updates atomically.
 
 A may-analysis over bit sets (Python ints). Every register, symbol and parameter slot holds the set of
 things its value may derive from: bit ``P + i`` = the value of entry parameter i, ``A + i`` = the address
@@ -23,13 +23,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from tessera.ptx import evaluate, lower
-from tessera.ptx.compile import ACC_A, ACC_R, ACC_W, TENSOR, compile_function
-from tessera.ptx.evaluate import CONST, DATA, GSYM0, LOCAL, UNMOD, WILD, CompiledFunction
-from tessera.ptx.lower import lower_body
+from tessera.ptx import fast
+from tessera.ptx.dataflow import evaluate, prepare
+from tessera.ptx.lower import (
+    ACC_A,
+    ACC_R,
+    ACC_W,
+    CONST,
+    DATA,
+    GSYM0,
+    LOCAL,
+    TENSOR,
+    UNMOD,
+    WILD,
+    LoweredFunction,
+    lower_function,
+)
 from tessera.ptx.parser import Function, Module, Param, make, parse_ptx
-from tessera.ptx.parser import raw_new as parser_new
-from tessera.ptx.parser import raw_setattr as parser_set
+
+# whether analyze_module uses the accelerated path (fast.py) where it is built; reference_path() clears it
+_use_fast = [True]
 
 
 class Access(StrEnum):
@@ -90,18 +103,20 @@ def _classify(flags: int) -> Access:
 class _EntryContext:
     """Evaluates one entry and the functions it calls, memoising callees by their argument bit sets."""
 
-    def __init__(self, module: Module, compiled: dict[str, CompiledFunction], entry: Function) -> None:
+    def __init__(self, module: Module, compiled: dict[str, LoweredFunction], entry: Function,
+                 accelerated: bool) -> None:
         self.module = module
+        self.first_pass = fast.first_pass if accelerated else None
         self.compiled = compiled
         self.n = len(entry.params)
         self.p0 = GSYM0 + len(module.globals)
         self.memo: dict[tuple[str, tuple[int, ...], int], tuple[tuple[int, ...], int]] = {}
         self.active: dict[str, list[object]] = {}  # recursion: name -> [args, mem, ret estimate, mem est, used]
-        # results: function -> per access site (index in its CompiledFunction.sites), OR of address bit sets
+        # results: function -> per access site (index in its LoweredFunction.sites), OR of address bit sets
         self.sites: dict[str, list[int]] = {}
         self.unknown: list[str] = []  # reasons that make everything wild
 
-    def run(self, fn: CompiledFunction, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]:
+    def run(self, fn: LoweredFunction, args: tuple[int, ...], mem: int) -> tuple[tuple[int, ...], int]:
         key = (fn.name, args, mem)
         hit = self.memo.get(key)
         if hit is not None:
@@ -120,7 +135,7 @@ class _EntryContext:
         try:
             while True:
                 state[4] = False
-                ret, mem_out = fn.evaluate(self, args, mem)
+                ret, mem_out = evaluate(fn, self, args, mem)
                 if not state[4] or (ret == state[2] and mem_out == state[3]):
                     break
                 state[2] = tuple(a | b for a, b in zip(ret, state[2], strict=True))  # type: ignore[arg-type]
@@ -139,18 +154,21 @@ def analyze_module(module: Module) -> dict[str, EntryAccess]:
     gindex = {name: i for i, name in enumerate(module.globals)}
     out: dict[str, EntryAccess] = {}
     p0 = GSYM0 + len(gindex)
-    compiled: dict[str, CompiledFunction] = {}
+    compiled: dict[str, LoweredFunction] = {}
+    accelerated = fast.ENABLED and _use_fast[0]
     for fn in module.functions.values():
-        cf = fn.lowered if fn.lowered is not None else (
-            compile_function(module, fn) if fn.body is not None else None)
-        if cf is not None:
-            cf.prepare(module.globals)
-            compiled[fn.name] = cf
+        if not fn.defined:
+            continue
+        cf = fast.lower_function(module, fn) if accelerated else None
+        if cf is None:
+            cf = lower_function(module, fn)
+        prepare(cf, module.globals)
+        compiled[fn.name] = cf
     holds = _HOLDS
     for entry in module.entries:
         if entry.name not in compiled:
             continue
-        ctx = _EntryContext(module, compiled, entry)
+        ctx = _EntryContext(module, compiled, entry, accelerated)
         cf = compiled[entry.name]
         ptrs = []  # _holds_pointer per parameter, inlined: a call per parameter showed up
         init_l = []
@@ -234,14 +252,11 @@ def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict
             if ptr:
                 flags[i] |= ACC_R | ACC_W
                 conservative[i] += 1
-    cls, new, setattr_ = _CLASS, parser_new, parser_set
-    params = []
-    for i, p in enumerate(entry.params):
-        obj = new(ParamAccess)
-        setattr_(obj, "__dict__", {"name": p.name, "type": p.type, "access": cls[flags[i]], "reads": reads[i],
-                                   "writes": writes[i], "atomics": atomics[i], "conservative": conservative[i],
-                                   "data_dependent": datadep[i]})
-        params.append(obj)
+    cls = _CLASS
+    params = [make(ParamAccess, {"name": p.name, "type": p.type, "access": cls[flags[i]], "reads": reads[i],
+                                 "writes": writes[i], "atomics": atomics[i], "conservative": conservative[i],
+                                 "data_dependent": datadep[i]})
+              for i, p in enumerate(entry.params)]
     return make(EntryAccess, {"name": entry.name, "params": tuple(params), "indirect": bool(reasons),
                               "reasons": tuple(dict.fromkeys(reasons)),
                               "globals": {g: cls[f] for g, f in gflags.items()}})
@@ -249,22 +264,21 @@ def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict
 
 def analyze_ptx(text: str, source: str = "<string>") -> dict[str, EntryAccess]:
     """Parse and analyse PTX text; raises PtxSyntaxError (a ValueError) on malformed input."""
-    return analyze_module(parse_ptx(text, source, lower=lower_body))
+    return analyze_module(parse_ptx(text, source, read_bodies=False))
 
 
 @contextmanager
 def reference_path() -> Iterator[None]:
-    """Analyse through the pure-Python reference path for the duration: the accelerated path (the C
-    scanner and first pass of _fastscan.c) off. The one switch between the two; the differential tests
-    and the benchmark use it."""
-    saved = lower.NATIVE_SCANNER, evaluate.first_pass
-    lower.NATIVE_SCANNER, evaluate.first_pass = None, evaluate.python_first_pass
+    """Analyse through the pure-Python reference path for the duration (the accelerated path off): the
+    one switch between the two paths; the differential test and the benchmark use it."""
+    saved = _use_fast[0]
+    _use_fast[0] = False
     try:
         yield
     finally:
-        lower.NATIVE_SCANNER, evaluate.first_pass = saved
+        _use_fast[0] = saved
 
 
 def accelerated() -> bool:
-    """Whether the C path is in use (built, and TESSERA_PTX_NATIVE is not 0)."""
-    return lower.NATIVE_SCANNER is not None
+    """Whether analyze_ptx takes the accelerated path (the C module built, TESSERA_PTX_NATIVE not 0)."""
+    return fast.ENABLED and _use_fast[0]

@@ -1,8 +1,8 @@
-"""Function bodies, statement by statement: the reference scanner behind `parse_ptx`.
+"""Function bodies, statement by statement: the reading of a body behind `parse_ptx` (parse stage).
 
 nvcc and Triton write one statement per line, so the common line costs a strip, two character tests
 and a split; anything else (labels, braces, several statements on a line, calls spanning lines) goes
-through a general statement splitter. lower.py scans well-formed bodies faster and falls back here.
+through a general statement splitter.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ class PtxSyntaxError(UserError):
     """Malformed PTX: one line naming the source, the line number and the offending text."""
 
 
-# A body statement the fast path does not cover (several on one line, a brace scope opened on the
+# A line that is not one plain statement (several on one line, a brace scope opened on the
 # line of a statement): split by this pattern, a call's operand lists may span lines.
 STMT = re.compile(
     r"""\s*(?:(?P<open>\{)|(?P<close>\})|(?P<label>[A-Za-z_$%][\w$]*):(?!:)
@@ -46,7 +46,7 @@ class Instruction(NamedTuple):
 _new_instruction = tuple.__new__  # tuple.__new__(Instruction, (...)) skips NamedTuple's Python __new__
 
 
-def _error_line(source: str, line: int, snippet: str, what: str) -> PtxSyntaxError:
+def error_line(source: str, line: int, snippet: str, what: str) -> PtxSyntaxError:
     if len(snippet) > 80:
         snippet = snippet[:77] + "..."
     return PtxSyntaxError(f"{source}:{line}: {what}: {snippet!r}")
@@ -56,89 +56,114 @@ IGNORED_DIRECTIVES = (".loc", ".file", ".pragma", ".maxntid", ".reqntid", ".minn
 
 
 def parse_body(src: str, text: str, start: int, end: int, first_line: int
-                ) -> tuple[tuple[Instruction, ...], dict[str, str]]:
-    """Statements between the braces at ``start`` and ``end - 1``, one line at a time: nvcc and Triton
-    write one statement per line, so the common line costs a strip, two character tests and a split.
-    Names declared in nested scopes are renamed ``name@scope`` so the `.param` block nvcc opens for
-    each call, and inline-asm temporaries, stay apart from their namesakes elsewhere."""
-    body: list[Instruction] = []
-    decls: dict[str, str] = {}
-    scopes: list[dict[str, str]] = []
-    rename: dict[str, str] = {}
-    n_scopes = 0
-    new, cls = _new_instruction, Instruction
-    lines = text[start + 1 : end - 1].split("\n")
-    pending = ""  # a call whose operand lists continue on the next lines
-    pending_line = 0
-    for k, raw in enumerate(lines):
+               ) -> tuple[tuple[Instruction, ...], dict[str, str]]:
+    """Statements between the braces at ``start`` and ``end - 1``, read line by line (BodyReader)."""
+    reader = BodyReader(src, first_line)
+    for k, raw in enumerate(text[start + 1 : end - 1].split("\n")):
+        reader.line(raw, k)
+    reader.finish(text[start:start + 40])
+    return tuple(reader.body), reader.decls
+
+
+class BodyReader:
+    """Reads a body one line at a time into ``body`` (Instructions) and ``decls`` (name -> state space).
+
+    nvcc and Triton write one statement per line, so the common line costs a strip, two character tests
+    and a split. Names declared in nested scopes are renamed ``name@scope`` so the `.param` block nvcc
+    opens for each call, and inline-asm temporaries, stay apart from their namesakes elsewhere. A call
+    whose operand lists span lines is ``pending`` until its ";". The accelerated path (fast.py) hands
+    this reader every line its C scanner does not settle, so both paths read lines the same way."""
+
+    def __init__(self, src: str, first_line: int) -> None:
+        self.src, self.first_line = src, first_line
+        self.body: list[Instruction] = []
+        self.decls: dict[str, str] = {}
+        self.scopes: list[dict[str, str]] = []
+        self.rename: dict[str, str] = {}
+        self.n_scopes = 0
+        self.pending = ""  # a call whose operand lists continue on the next lines
+        self.pending_line = 0
+
+    def line(self, raw: str, k: int) -> None:
+        """Reads line ``k`` (0-based within the body); raises PtxSyntaxError on a malformed line."""
         s = raw.strip()
         if not s:
-            continue
-        if pending:
-            pending += "\n" + s
+            return
+        if self.pending:
+            self.pending += "\n" + s
             if s[-1] != ";":
-                continue
-            s, pending = pending, ""
-            lineno = pending_line
+                return
+            s, self.pending = self.pending, ""
+            lineno = self.pending_line
         else:
-            lineno = first_line + k
+            lineno = self.first_line + k
         c = s[0]
         if s[-1] == ";" and s.find(";") == len(s) - 1 and c != "{" and c != "}":
-            if c == ".":
-                if s.startswith(".reg") and not scopes:
-                    continue
-                space = s.split(None, 1)[0]
-                if space in SPACES:
-                    n_scopes = declare(s, space, scopes, decls, n_scopes)
-                    if scopes:
-                        rename = {a: b for sc in scopes for a, b in sc.items()}
-                elif space not in IGNORED_DIRECTIVES:
-                    raise _error_line(src, lineno, s, "unknown directive in function body")
-                continue
-            guard = ""
-            if c == "@":
-                parts = s.split(None, 1)
-                if len(parts) < 2 or GUARD.match(parts[0]) is None:
-                    raise _error_line(src, lineno, s, "malformed predicate guard")
-                guard, s = parts[0][1:], parts[1]
-            parts = s[:-1].split(None, 1)
-            op = parts[0] if parts else ""
-            if op not in _VALID_OPS:
-                if OPCODE.match(op) is None:
-                    raise _error_line(src, lineno, s, "cannot parse statement")
-                _VALID_OPS.add(op)
-            args = parts[1] if len(parts) > 1 else ""
-            if rename:
-                args = apply_renames(args, rename)
-            body.append(new(cls, (op, args, guard, lineno)))
+            self.statement(s, lineno)
         elif c == "." and ";" not in s and s.split(None, 1)[0] in IGNORED_DIRECTIVES:
-            continue  # .loc / .file / .maxntid lines carry no semicolon; one with a ";" inside is split
+            return  # .loc / .file / .maxntid lines carry no semicolon; one with a ";" inside is split
         elif s.startswith(("call", "@")) and "{" not in s and "}" not in s and ";" not in s:
-            pending, pending_line = s, lineno
+            self.pending, self.pending_line = s, lineno
         else:  # labels, braces, several statements on one line: the general statement splitter
-            for open_, close, _label, stmt, bad in STMT.findall(s):
-                if open_:
-                    n_scopes += 1
-                    scopes.append({})
-                elif close:
-                    if not scopes:
-                        raise _error_line(src, lineno, s, "unbalanced '}'")
-                    scopes.pop()
-                    rename = {a: b for sc in scopes for a, b in sc.items()}
-                elif stmt:
-                    if stmt == s:  # would split to itself forever (a ";" inside braces, "{%f1;, %f2}")
-                        raise _error_line(src, lineno, s, "cannot parse statement (';' inside braces?)")
-                    sub = parse_body(src, "{" + stmt + "}", 0, len(stmt) + 2, lineno)
-                    merge_sub(sub, body, decls, scopes, rename)
-                    if scopes and sub[1]:
-                        rename = {a: b for sc in scopes for a, b in sc.items()}
-                elif bad:
-                    raise _error_line(src, lineno, s, "cannot parse statement (missing ';'?)")
-    if pending:
-        raise _error_line(src, pending_line, pending.split("\n")[0], "call never ends with ';'")
-    if scopes:
-        raise _error_line(src, first_line, text[start:start + 40].strip(), "unclosed '{' in function body")
-    return tuple(body), decls
+            self.split(s, lineno)
+
+    def statement(self, s: str, lineno: int) -> None:
+        """One statement ``s`` ending in its only ";"."""
+        c = s[0]
+        if c == ".":
+            if s.startswith(".reg") and not self.scopes:
+                return
+            space = s.split(None, 1)[0]
+            if space in SPACES:
+                self.n_scopes = declare(s, space, self.scopes, self.decls, self.n_scopes)
+                if self.scopes:
+                    self.rename = {a: b for sc in self.scopes for a, b in sc.items()}
+            elif space not in IGNORED_DIRECTIVES:
+                raise error_line(self.src, lineno, s, "unknown directive in function body")
+            return
+        guard = ""
+        if c == "@":
+            parts = s.split(None, 1)
+            if len(parts) < 2 or GUARD.match(parts[0]) is None:
+                raise error_line(self.src, lineno, s, "malformed predicate guard")
+            guard, s = parts[0][1:], parts[1]
+        parts = s[:-1].split(None, 1)
+        op = parts[0] if parts else ""
+        if op not in _VALID_OPS:
+            if OPCODE.match(op) is None:
+                raise error_line(self.src, lineno, s, "cannot parse statement")
+            _VALID_OPS.add(op)
+        args = parts[1] if len(parts) > 1 else ""
+        if self.rename:
+            args = apply_renames(args, self.rename)
+        self.body.append(_new_instruction(Instruction, (op, args, guard, lineno)))
+
+    def split(self, s: str, lineno: int) -> None:
+        for open_, close, _label, stmt, bad in STMT.findall(s):
+            if open_:
+                self.n_scopes += 1
+                self.scopes.append({})
+            elif close:
+                if not self.scopes:
+                    raise error_line(self.src, lineno, s, "unbalanced '}'")
+                self.scopes.pop()
+                self.rename = {a: b for sc in self.scopes for a, b in sc.items()}
+            elif stmt:
+                if stmt == s:  # would split to itself forever (a ";" inside braces, "{%f1;, %f2}")
+                    raise error_line(self.src, lineno, s, "cannot parse statement (';' inside braces?)")
+                sub = parse_body(self.src, "{" + stmt + "}", 0, len(stmt) + 2, lineno)
+                merge_sub(sub, self.body, self.decls, self.scopes, self.rename)
+                if self.scopes and sub[1]:
+                    self.rename = {a: b for sc in self.scopes for a, b in sc.items()}
+            elif bad:
+                raise error_line(self.src, lineno, s, "cannot parse statement (missing ';'?)")
+
+    def finish(self, head: str) -> None:
+        """Checks the body ended cleanly; ``head`` is the body's first characters, for the message."""
+        if self.pending:
+            raise error_line(self.src, self.pending_line, self.pending.split("\n")[0], "call never ends with ';'")
+        if self.scopes:
+            raise error_line(self.src, self.first_line, head.strip(), "unclosed '{' in function body")
 
 
 _RENAME_SPLIT = re.compile("(" + RENAME_TOKEN.pattern + ")")

@@ -8,19 +8,15 @@ of MB/s; operands stay raw text until the analysis asks for them (``split_operan
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
-
-if TYPE_CHECKING:
-    from tessera.ptx.evaluate import CompiledFunction
+from typing import Any, TypeVar
 
 from tessera.ptx.body import (  # noqa: F401  (PtxSyntaxError, Instruction: public API)
     DECL_NAME,
     SPACES,
     Instruction,
     PtxSyntaxError,
-    _error_line,
+    error_line,
     parse_body,
 )
 
@@ -54,16 +50,16 @@ _PARAM = re.compile(
 )
 _SCALAR_BYTES = {"8": 1, "16": 2, "32": 4, "64": 8, "128": 16}
 _T = TypeVar("_T")
-raw_new = object.__new__
-raw_setattr = object.__setattr__
+_raw_new = object.__new__
+_raw_setattr = object.__setattr__
 
 
 def make(cls: type[_T], fields: dict[str, Any]) -> _T:
     """An instance of the frozen dataclass ``cls`` given *every* field: the generated __init__ sets each
     field through object.__setattr__, which cost ~1 us per object, a visible share of the analysis for
-    parameters and results. tests/ptx/test_ptx_lower.py checks the result equals normal construction."""
-    obj = raw_new(cls)
-    raw_setattr(obj, "__dict__", fields)
+    parameters and results. tests/ptx/test_ptx_parser.py checks the result equals normal construction."""
+    obj = _raw_new(cls)
+    _raw_setattr(obj, "__dict__", fields)
     return obj
 
 
@@ -96,18 +92,18 @@ class Function:
     is_entry: bool
     params: tuple[Param, ...]
     returns: tuple[Param, ...] = ()
-    body: tuple[Instruction, ...] | None = None  # None: declaration only (.extern .func)
+    # the body's statements; None for a declaration, or when parse_ptx was told not to read bodies
+    body: tuple[Instruction, ...] | None = None
     # declarations inside the body: name -> state space (".shared", ".local", ".param", ".reg")
     locals: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     line: int = 0  # line of the .entry/.func keyword
-    body_offset: int = 0  # character offset of the body's "{" in the comment-stripped text
-    # set instead of `body` when parse_ptx was given a `lower` that handled this body (analysis fast path)
-    lowered: CompiledFunction | None = field(default=None, repr=False, compare=False)
+    # the body in Module.text: (offset of its "{", offset past its "}", line of the "{"); None: declaration
+    span: tuple[int, int, int] | None = None
 
     @property
     def defined(self) -> bool:
-        """Has a body (parsed or lowered); False for a declaration (.extern .func)."""
-        return self.body is not None or self.lowered is not None
+        """Has a body; False for a declaration (.extern .func)."""
+        return self.span is not None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +124,7 @@ class Module:
         """An error at ``line`` (1-based) naming the offending text."""
         lines = self.text.split("\n")
         snippet = lines[line - 1].strip() if 0 < line <= len(lines) else ""
-        return _error_line(self.source, line, snippet, what)
+        return error_line(self.source, line, snippet, what)
 
 
 def _line_of(text: str, pos: int) -> tuple[int, str]:
@@ -140,7 +136,7 @@ def _line_of(text: str, pos: int) -> tuple[int, str]:
 
 def _error(source: str, text: str, pos: int, what: str) -> PtxSyntaxError:
     line, snippet = _line_of(text, pos)
-    return _error_line(source, line, snippet, what)
+    return error_line(source, line, snippet, what)
 
 
 def strip_comments(text: str, source: str = "<string>") -> str:
@@ -228,20 +224,12 @@ def _parse_params(src: str, text: str, pos: int, plist: str | None) -> tuple[Par
     return tuple(out)
 
 
-# (source, text, "{" offset, offset past "}", line of "{", name, params, returns, is_entry) ->
-#     (lowered function, body declarations, newlines in the body), or None to fall back to parse_body.
-#     The newline count (the lowering splits the body into lines anyway) lets the parser skip counting
-#     the body's newlines again for the next function's line number (~8 machine instructions a char).
-Lowering = Callable[[str, str, int, int, int, str, tuple[Param, ...], tuple[Param, ...], bool],
-                    "tuple[CompiledFunction, dict[str, str], int] | None"]
-
-
-def parse_ptx(text: str, source: str = "<string>", lower: Lowering | None = None) -> Module:
+def parse_ptx(text: str, source: str = "<string>", read_bodies: bool = True) -> Module:
     """Parse a PTX module; raises PtxSyntaxError (a ValueError) with line number and text.
 
-    With ``lower`` (the analysis passes lower.lower_body) each body is first offered to it; bodies it
-    handles get ``lowered`` instead of ``body``. It must return None for anything it does not fully
-    cover, so that errors are the scanner's, in module order."""
+    With ``read_bodies=False`` each function keeps only its body's ``span``, for the lowering stage to
+    read (the analysis does this: its accelerated path reads a body straight from the text), and errors
+    inside bodies are raised there."""
     text = strip_comments(text, source)
     version = target = ""
     address_size = 64
@@ -274,7 +262,7 @@ def parse_ptx(text: str, source: str = "<string>", lower: Lowering | None = None
                 raise _error(source, text, m.start(kind), "unclosed section")
             pos = close
         elif kind == "func":
-            fn, pos = _parse_function(source, text, m.start(kind), pos, m.group(kind), lower, lines_at)
+            fn, pos = _parse_function(source, text, m.start(kind), pos, m.group(kind), read_bodies, lines_at)
             old = functions.get(fn.name)
             if old is not None and old.defined and fn.defined:
                 raise _error(source, text, m.start(kind), f"function {fn.name} defined twice")
@@ -312,7 +300,7 @@ def _line_at(text: str, pos: int, lines_at: list[int]) -> int:
     return line
 
 
-def _parse_function(src: str, text: str, kw_pos: int, pos: int, keyword: str, lower: Lowering | None,
+def _parse_function(src: str, text: str, kw_pos: int, pos: int, keyword: str, read_bodies: bool,
                     lines_at: list[int]) -> tuple[Function, int]:
     is_entry = keyword.rstrip().endswith(".entry")
     h = _HEADER.match(text, pos)
@@ -322,26 +310,24 @@ def _parse_function(src: str, text: str, kw_pos: int, pos: int, keyword: str, lo
     rets = _parse_params(src, text, kw_pos, h["ret"])
     line = _line_at(text, kw_pos, lines_at)
     if h["end"] == ";":
-        return _function(h["name"], is_entry, params, rets, None, {}, line, 0, None), h.end()
+        return _function(h["name"], is_entry, params, rets, None, {}, line, None), h.end()
     open_pos = h.end() - 1
     close = _body_end(text, open_pos)
     if close < 0:
         raise _error(src, text, kw_pos, f"body of {h['name']} never closes (truncated file?)")
     body_line = _line_at(text, open_pos, lines_at)
-    done = (lower(src, text, open_pos, close, body_line, h["name"], params, rets, is_entry)
-            if lower is not None else None)
-    if done is not None:
-        lines_at[0], lines_at[1] = close, body_line + done[2]
-        return _function(h["name"], is_entry, params, rets, None, done[1], line, open_pos, done[0]), close
+    span = (open_pos, close, body_line)
+    if not read_bodies:
+        return _function(h["name"], is_entry, params, rets, None, {}, line, span), close
     body, decls = parse_body(src, text, open_pos, close, body_line)
-    return _function(h["name"], is_entry, params, rets, body, decls, line, open_pos, None), close
+    return _function(h["name"], is_entry, params, rets, body, decls, line, span), close
 
 
 def _function(name: str, is_entry: bool, params: tuple[Param, ...], returns: tuple[Param, ...],
-              body: tuple[Instruction, ...] | None, locals_: dict[str, str], line: int, body_offset: int,
-              lowered: CompiledFunction | None) -> Function:
+              body: tuple[Instruction, ...] | None, locals_: dict[str, str], line: int,
+              span: tuple[int, int, int] | None) -> Function:
     return make(Function, {"name": name, "is_entry": is_entry, "params": params, "returns": returns, "body": body,
-                           "locals": locals_, "line": line, "body_offset": body_offset, "lowered": lowered})
+                           "locals": locals_, "line": line, "span": span})
 
 
 _SPLIT_DEPTH = re.compile(r"[\[\]{}(),]")

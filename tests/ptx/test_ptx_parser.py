@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from tessera.ptx.analysis import analyze_ptx
-from tessera.ptx.parser import PtxSyntaxError, parse_ptx, split_operands
+from tessera.ptx.analysis import Access, EntryAccess, ParamAccess, analyze_ptx
+from tessera.ptx.body import parse_body
+from tessera.ptx.parser import Function, Param, PtxSyntaxError, make, parse_ptx, split_operands
 
 HEAD = ".version 8.0\n.target sm_90\n.address_size 64\n"
 
@@ -149,3 +152,32 @@ def test_errors_are_one_line_with_location(text: str, line: int, needle: str) ->
     msg = str(ei.value)
     assert isinstance(ei.value, ValueError) and "\n" not in msg
     assert msg.startswith(f"t.ptx:{line}:") and needle in msg
+
+
+@pytest.mark.parametrize(("cls", "fields"), [
+    (Param, {"name": "p", "type": ".u64", "count": None, "align": None, "ptr_space": None}),
+    (Function, {"name": "f", "is_entry": True, "params": (), "returns": (), "body": None, "locals": {}, "line": 3,
+                "span": (9, 20, 4)}),
+    (ParamAccess, {"name": "p", "type": ".u64", "access": Access.READ, "reads": 1, "writes": 0, "atomics": 0,
+                   "conservative": 0, "data_dependent": False}),
+    (EntryAccess, {"name": "k", "params": (), "indirect": False, "reasons": (), "globals": {}}),
+])
+def test_make_equals_construction(cls: type, fields: dict[str, object]) -> None:
+    assert set(fields) == {f.name for f in dataclasses.fields(cls)}  # make needs every field
+    made, built = make(cls, dict(fields)), cls(**fields)
+    assert made == built and repr(made) == repr(built)
+    if cls is not EntryAccess:  # its globals dict makes it unhashable either way
+        assert hash(made) == hash(built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.name = "x"  # type: ignore[misc]
+
+
+def test_bodies_read_later_give_the_same_statements() -> None:
+    # parse_ptx(read_bodies=False) keeps each body's span; the lowering stage reads it then
+    text = (".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k(.param .u64 a)\n{\n"
+            "\t.reg .b64 %rd<3>;\n\tld.param.u64 \t%rd1, [a];\n\tst.global.u32 \t[%rd1], 0;\n\tret;\n}\n")
+    eager, lazy = parse_ptx(text, "k.ptx"), parse_ptx(text, "k.ptx", read_bodies=False)
+    fe, fl = eager.functions["k"], lazy.functions["k"]
+    assert fl.body is None and fe.span == fl.span and fl.defined
+    body, _ = parse_body("k.ptx", lazy.text, *fl.span)  # type: ignore[misc]
+    assert body == fe.body and [i.line for i in body] == [7, 8, 9]
