@@ -241,7 +241,9 @@ def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units
             if m > b:
                 continue
             g = graph_at(b, m)
-            if floor is not None and _decided(floor(g, b, m), best_fit, g.phase != "mixed", traffic, slo):
+            # the floor only decides once a fitting point is known (the LP costs about as much as a rule)
+            if floor is not None and best_fit is not None and _decided(floor(g, b, m), best_fit,
+                                                                       g.phase != "mixed", traffic, slo):
                 continue
             a = placer(g, b, m)
             if a is None:
