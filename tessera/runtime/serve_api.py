@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from tessera.runtime.serving import (
     capture_serving,
     check,
     group_graphs,
+    key_order,
     latency_stats,
     make_requests,
     reference,
@@ -188,8 +189,7 @@ def serve_schedules(spec: ServeRunSpec, programs: dict[str, Program], assign: di
         start_s, link = time.monotonic() - t0, clusters[0].link
         serve_stream(clusters[0], programs, warmup_requests(requests), spec.serve)  # not measured
         for i, sched in enumerate(order):
-            cfg = ServeConfig(slots=spec.serve.slots, microbatches=spec.serve.microbatches, schedule=sched,
-                              prefills_per_iteration=spec.serve.prefills_per_iteration)
+            cfg = replace(spec.serve, schedule=sched)
             out[sched].append(serve_stream(clusters[-1], programs, requests, cfg, fault=spec.fault if i == 0 else None,
                                       recover=recover if spec.recover else None))
     finally:
@@ -228,7 +228,7 @@ def predictions(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[s
 
 
 def serve_run(spec: ServeRunSpec) -> ServeRunResult:
-    requests = make_requests(spec.model, generate(spec.workload, spec.seed), spec.seed)
+    requests = make_requests(spec.model, generate(spec.workload, spec.seed), spec.seed, spec.serve.chunk_tokens)
     programs = capture_serving(spec.model, serving_keys(requests), spec.seed)
     if spec.plan is not None:
         assign, placement = plan_assignments(spec.plan, programs), f"plan ({spec.plan.strategy})"
@@ -263,7 +263,7 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
              "slots": spec.serve.slots, "microbatches": spec.serve.microbatches,
              "workload": {"kind": spec.workload.kind, "rate_per_s": spec.workload.rate_per_s,
                           "prompt": str(spec.workload.prompt), "output": str(spec.workload.output)},
-             "programs": sorted(programs, key=lambda k: (phase_of(k), int(k.split("@")[1]))),
+             "programs": sorted(programs, key=key_order),
              "tokens": {s.request.rid: s.tokens for s in main.served},
              "mixed_iterations": sum(1 for h in main.history
                                      if len({phase_of(k) for k in h["keys"]}) > 1),
