@@ -240,6 +240,7 @@ class StreamResult:
     iterations: int
     history: tuple[dict[str, Any], ...]  # per iteration: keys, slots, submit/finish times, worker events
     recoveries: tuple[dict[str, Any], ...] = ()  # per lost worker: who, detection and recovery seconds
+    load_avg: tuple[float, ...] = ()  # os.getloadavg() as the stream ended (the machine may be shared)
 
 
 class Group:
@@ -360,13 +361,15 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
                 if s.done:
                     g.running.remove(s)
                     g.free.append(s.slot)
-            history.append(dict(step=sid, keys=keys, submit_s=g.submitted_s, done_s=done_s, workers=per_worker))
+            # *_abs_s: the same instants on the clock the workers stamp their events with (perf_counter)
+            history.append(dict(step=sid, keys=keys, submit_s=g.submitted_s, done_s=done_s, workers=per_worker,
+                                submit_abs_s=g.submitted_s + t0, done_abs_s=done_s + t0))
             g.step = None
     first = min((r.arrival_s for r in requests), default=0.0)
     last = max((t for s in served for t in s.token_s), default=first)
     return StreamResult(schedule=cfg.schedule, served=tuple(sorted(served, key=lambda s: s.request.rid)),
                         wall_s=last - first, iterations=len(history), history=tuple(history),
-                        recoveries=tuple(recoveries))
+                        recoveries=tuple(recoveries), load_avg=os.getloadavg())
 
 
 def reference(programs: dict[str, Program], requests: list[Request], threads: int = 1,
