@@ -68,7 +68,7 @@ def test_chunked_prefill_gives_the_whole_prompts_tokens(model: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["llama-tiny", "moe-tiny"])
+@pytest.mark.parametrize("model", ["llama-tiny", "moe-tiny", "mamba2-tiny"])
 def test_stream_with_chunks_interleaved_with_decodes_is_exact(model: str) -> None:
     reqs = requests(model, 4, 3)
     progs = capture_serving(model, serving_keys(reqs))
