@@ -3,10 +3,11 @@ asynchronous micro-batches, and the per-request single-process reference.
 
 Shapes: every program is captured at batch 1 (one sequence), so a request is one micro-batch of a step
 and owns one KV/state slot on the workers for its lifetime. ``prefill@P`` fills an empty cache of P
-slots with a P-token prompt; ``decode@c`` feeds one token against c cached tokens (the capture's static
-cache of c+1 slots; the workers carry a slot's KV into the next shape by name). An iteration of a group
-is one step whose micro-batches are its running requests, each running its own program: new requests'
-prompts (whole, one chunk: the capture has no prefill-at-an-offset program) beside the others' decodes.
+slots with a P-token prompt; ``chunk@a:n`` feeds prompt tokens [a, a+n) against a cache holding [0, a)
+(chunked prefill: a prompt longer than the chunk goes in over several iterations); ``decode@c`` feeds one
+token against c cached tokens (the capture's static cache of c+1 slots; the workers carry a slot's KV
+into the next shape by name). An iteration of a group is one step whose micro-batches are its running
+requests, each running its own program: prompt chunks beside the others' decodes.
 
 Schedules: ``async`` splits the slots into m groups; each group's next iteration waits only for its own
 previous one, and the workers run queued iterations in submission order, so one group computes while
