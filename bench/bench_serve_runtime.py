@@ -25,41 +25,58 @@ MODELS = ("llama-tiny", "mamba2-tiny", "moe-tiny")
 PLACEMENTS = ("plan", "layer_split")
 
 
+SLOTS, MICROBATCHES, CHUNK = 4, 2, 8
+
+
 def workload(n: int) -> WorkloadSpec:
-    # 200 requests/s saturates 8 slots on this machine (about 25 requests/s of capacity): the stream
-    # measures capacity, which is what the serving model and the simulator predict
+    # 200 requests/s saturates the slots on this machine (a few tens of requests/s of capacity): the stream
+    # measures capacity, which is what the serving model and the simulator predict. Prompts of 4-16 tokens
+    # in chunks of 8: the longer half is prefilled over two iterations.
     return WorkloadSpec(kind="poisson", requests=n, rate_per_s=200.0, prompt=LengthSpec(lo=4, hi=16),
                         output=LengthSpec(lo=4, hi=16))
 
 
 def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = None) -> dict[str, Any]:
+    # 4 slots in 2 groups: few requests per iteration, so the synchronous schedule's per-iteration bubble
+    # (pipeline fill and drain, the driver's round trip) is a visible share that async can overlap
     spec = ServeRunSpec(model=model, devices=("cpu", "cpu"), workload=workload(n),
-                        serve=ServeConfig(slots=8, microbatches=2, schedule="async"), placement=placement,
-                        compare_sync=fault is None, repeats=repeats if fault is None else 1,
+                        serve=ServeConfig(slots=SLOTS, microbatches=MICROBATCHES, schedule="async",
+                                          chunk_tokens=CHUNK),
+                        placement=placement, compare_sync=fault is None, repeats=repeats if fault is None else 1,
                         recover=fault is not None, fault=fault)
     t0 = time.monotonic()
     r = serve_run(spec)
-    e, pred = r.extra, r.extra["prediction"]
-    sim = pred["simulated"]
-    meas = r.measured_throughput_tokens_per_s
+    e = r.extra
+    pa, ps = e["prediction"]["async"], e["prediction"].get("sync")
+    meas, sync = r.measured_throughput_tokens_per_s, r.sync_throughput_tokens_per_s
+    err = lambda x, ref: None if x is None or not ref else x / ref - 1  # noqa: E731
+    sim = pa["in_run"]["simulated"]
     out = {
         "model": model, "placement": placement, "requests": r.requests, "completed": r.completed, "lost": r.lost,
         "verified": r.verified, "tokens_identical": r.tokens_identical, "max_abs_diff": r.max_abs_diff,
-        "measured_tokens_per_s": meas, "sync_tokens_per_s": r.sync_throughput_tokens_per_s,
-        "async_over_sync": meas / r.sync_throughput_tokens_per_s if r.sync_throughput_tokens_per_s else None,
+        "measured_tokens_per_s": meas, "sync_tokens_per_s": sync,
+        "async_over_sync": meas / sync if sync else None,
         "predicted_tokens_per_s": r.predicted_throughput_tokens_per_s,
         "simulated_tokens_per_s": r.simulated_throughput_tokens_per_s,
-        "predicted_error": r.predicted_throughput_tokens_per_s / meas - 1,
-        "simulated_error": r.simulated_throughput_tokens_per_s / meas - 1,
-        "tpot_p50_s": r.tpot_s["p50"], "predicted_tpot_s": pred["predicted_tpot_s"],
-        "simulated_tpot_p50_s": sim["tpot_s"]["p50"], "ttft_p50_s": r.ttft_s["p50"], "ttft_p99_s": r.ttft_s["p99"],
-        "runs_tokens_per_s": e["runs_throughput_tokens_per_s"], "mixed_iterations": e["mixed_iterations"],
-        "recoveries": e["recoveries"], "link": e["link"], "wall_s": time.monotonic() - t0,
-        "load_avg": os.getloadavg(),
+        "predicted_error": err(r.predicted_throughput_tokens_per_s, meas),
+        "simulated_error": err(r.simulated_throughput_tokens_per_s, meas),
+        "predicted_sync_tokens_per_s": ps["in_run"]["throughput_tokens_per_s"] if ps else None,
+        "predicted_sync_error": err(ps["in_run"]["throughput_tokens_per_s"], sync) if ps else None,
+        "profile_predicted_error": err(pa["profile"]["throughput_tokens_per_s"], meas),
+        "profile_simulated_error": err(pa["profile"]["simulated"]["throughput_tokens_per_s"], meas),
+        "tpot_p50_s": r.tpot_s["p50"], "predicted_tpot_s": pa["in_run"]["tpot_s"],
+        "simulated_tpot_p50_s": sim["tpot_s"]["p50"],
+        "predicted_tpot_error": err(pa["in_run"]["tpot_s"], r.tpot_s["p50"]),
+        "simulated_tpot_error": err(sim["tpot_s"]["p50"], r.tpot_s["p50"]),
+        "ttft_p50_s": r.ttft_s["p50"], "ttft_p99_s": r.ttft_s["p99"],
+        "runs_tokens_per_s": e["runs_throughput_tokens_per_s"], "runs_load_avg": e["runs_load_avg"],
+        "mixed_iterations": e["mixed_iterations"], "recoveries": e["recoveries"], "link": e["link"],
+        "prediction": e["prediction"], "wall_s": time.monotonic() - t0, "load_avg": os.getloadavg(),
     }
     print(json.dumps({k: out[k] for k in ("model", "placement", "verified", "measured_tokens_per_s",
                                           "sync_tokens_per_s", "predicted_tokens_per_s", "simulated_tokens_per_s",
-                                          "load_avg")}), flush=True)
+                                          "tpot_p50_s", "predicted_tpot_s", "runs_tokens_per_s", "load_avg")}),
+          flush=True)
     return out
 
 
@@ -72,44 +89,60 @@ def ms(x: float | None) -> str:
 
 
 def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
-    lines = ["| model | placement | requests | lost | tokens identical | max abs diff | async tok/s | sync tok/s | "
-             "async/sync | predicted | err | simulated | err | TPOT p50 ms | predicted | simulated | "
-             "TTFT p50 ms | load (1/5/15 min) |",
-             "|" + "---|" * 18]
+    lines = ["| model | placement | requests | lost | tokens identical | async tok/s | sync tok/s | async/sync | "
+             "predicted | err | simulated | err | sync predicted err | TPOT p50 ms | predicted | err | simulated | "
+             "err | profile-only err (pred/sim) | TTFT p50 ms | runs async / sync tok/s | load (1/5/15 min) |",
+             "|" + "---|" * 22]
     for r in rows:
+        runs = r["runs_tokens_per_s"]
         lines.append(
             f"| {r['model']} | {r['placement']} | {r['requests']} | {r['lost']} | {r['tokens_identical']} | "
-            f"{r['max_abs_diff']:.3g} | {r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | "
-            f"{r['async_over_sync']:.2f}x | {r['predicted_tokens_per_s']:.0f} | {pct(r['predicted_error'])} | "
-            f"{r['simulated_tokens_per_s']:.0f} | {pct(r['simulated_error'])} | {ms(r['tpot_p50_s'])} | "
-            f"{ms(r['predicted_tpot_s'])} | {ms(r['simulated_tpot_p50_s'])} | {ms(r['ttft_p50_s'])} | "
+            f"{r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | {r['async_over_sync']:.2f}x | "
+            f"{r['predicted_tokens_per_s']:.0f} | {pct(r['predicted_error'])} | {r['simulated_tokens_per_s']:.0f} | "
+            f"{pct(r['simulated_error'])} | {pct(r['predicted_sync_error'])} | {ms(r['tpot_p50_s'])} | "
+            f"{ms(r['predicted_tpot_s'])} | {pct(r['predicted_tpot_error'])} | {ms(r['simulated_tpot_p50_s'])} | "
+            f"{pct(r['simulated_tpot_error'])} | {pct(r['profile_predicted_error'])} / "
+            f"{pct(r['profile_simulated_error'])} | {ms(r['ttft_p50_s'])} | "
+            f"{' '.join(f'{x:.0f}' for x in runs['async'])} / {' '.join(f'{x:.0f}' for x in runs.get('sync', []))} | "
             f"{' '.join(f'{x:.1f}' for x in r['load_avg'])} |")
     if fault:
         (rec,) = fault["recoveries"] or [{}]
-        lines += ["", f"Fault: {fault['model']} ({fault['placement']}), worker 1 SIGKILLed when request 20 of "
+        lines += ["", f"Fault: {fault['model']} ({fault['placement']}), worker 1 SIGKILLed when request "
+                  f"{fault['kill_at']} of "
                   f"{fault['requests']} was admitted: {rec.get('failure')}; detected {rec.get('detection_s', 0):.2f} s "
                   f"after the kill, re-planned and restarted on the survivor in {rec.get('recovery_s', 0):.1f} s, "
                   f"{rec.get('in_flight')} requests in flight resumed; completed {fault['completed']}, lost "
                   f"{fault['lost']}, tokens identical {fault['tokens_identical']} (load "
                   f"{' '.join(f'{x:.1f}' for x in fault['load_avg'])})."]
-    lines += ["", "2 cores shared with other engineers' jobs (load average beside each row); OMP_NUM_THREADS=1, one "
-              "intra-op thread per worker. Figures: the median of the runs of each schedule (ABBA order on one "
-              "cluster). Predicted: the serving model's period max(m·T, L) over CPU profiles of the programs and "
-              "the gloo link measured at start-up; simulated: tessera.sim on a mixed-phase Plan priced by the same "
-              "profiles, same workload and seed."]
+    lines += ["", f"{SLOTS} slots in {MICROBATCHES} groups (async) or one group (sync), prompts 4-16 tokens prefilled "
+              f"in chunks of {CHUNK} (a longer prompt over two iterations, beside other requests' decodes), outputs "
+              "4-16, Poisson 200 requests/s (saturating). 2 cores shared with other engineers' jobs (load average "
+              "beside each row, and per run in the JSON); OMP_NUM_THREADS=1, one intra-op thread per worker. "
+              "Figures: the median run of each schedule, the schedules interleaved on one cluster (A B, B A, ...). "
+              "Predicted: the serving model's period max(m·T, L + control) over kernel times taken from the same "
+              "median run's worker events (per-kernel means, each device's time outside kernels per kernel, the "
+              "driver's round trip) and the gloo link probed at start-up (median of 31 ping-pongs per size); "
+              "simulated: tessera.sim on a mixed-phase Plan priced by the same costs, same workload and seed. "
+              "Profile-only: the same two predictions from the single-process CPU profile instead (independent "
+              "of the run, taken at another moment's load)."]
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="16 requests, llama-tiny only, 1 repeat")
+    ap.add_argument("--quick", action="store_true", help="16 requests, llama-tiny only, 1 repeat; printed only")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--models", default=",".join(MODELS))
     a = ap.parse_args()
     n, repeats = (16, 1) if a.quick else (a.requests, a.repeats)
-    models = MODELS[:1] if a.quick else MODELS
+    models = MODELS[:1] if a.quick else tuple(a.models.split(","))
     rows = [row(m, p, n, repeats) for m in models for p in PLACEMENTS]
-    fault = row("llama-tiny", "layer_split", n, 1, Fault(at_request=min(20, n - 1), rank=1))
+    kill_at = min(20, n - 1)
+    fault = row("llama-tiny", "layer_split", n, 1, Fault(at_request=kill_at, rank=1)) | {"kill_at": kill_at}
+    if a.quick:  # a smoke run: printed, not recorded
+        print(table(rows, fault))
+        return
     OUT.mkdir(exist_ok=True)
     (OUT / "serve_runtime.json").write_text(json.dumps({"rows": rows, "fault": fault}, indent=1))
     (OUT / "serve_runtime.md").write_text(table(rows, fault) + "\n")

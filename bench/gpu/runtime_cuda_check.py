@@ -145,7 +145,8 @@ def end_to_end() -> dict[str, Any]:
 
 def serve_case(name: str) -> dict[str, Any]:
     """`tessera serve-run llama-tiny --devices D,D --compare-sync --verify`: a Poisson stream of 16 requests
-    (prompts 4-12, outputs 4-12) on two workers sharing the device over gloo; every request's tokens and
+    (prompts 4-12 prefilled in chunks of 4 over up to three iterations, outputs 4-12) on two workers sharing
+    the device over gloo; every request's tokens and
     logits must equal the request run alone in one process on the same device (placement: the layer
     split)."""
     from tessera.runtime.serve_api import ServeRunSpec, serve_run
@@ -154,7 +155,7 @@ def serve_case(name: str) -> dict[str, Any]:
 
     wl = WorkloadSpec(kind="poisson", requests=16, rate_per_s=100.0, prompt=LengthSpec(lo=4, hi=12),
                       output=LengthSpec(lo=4, hi=12))
-    spec = ServeRunSpec(model="llama-tiny", devices=(name, name), workload=wl, serve=ServeConfig(slots=8),
+    spec = ServeRunSpec(model="llama-tiny", devices=(name, name), workload=wl, serve=ServeConfig(slots=8, chunk_tokens=4),
                         compare_sync=True)
     try:
         r = serve_run(spec)

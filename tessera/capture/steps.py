@@ -119,11 +119,12 @@ def static_cache(model: nn.Module, step: Step, *, batch: int, past: int, length:
 
 
 def llm_step(model: nn.Module, phase: str, batch: int, seq: int, context: int, real: bool) -> Step:
-    """prefill: ``seq`` prompt tokens into an empty static cache of ``seq`` slots; decode: one token
-    against ``context`` cached tokens (cache of context+1 slots, so the new token's K/V is written).
+    """prefill: ``seq`` prompt tokens into a static cache of context+seq slots, after ``context`` cached
+    tokens (0: an empty cache; more: a prompt chunk at an offset, as chunked prefill runs it); decode: one
+    token against ``context`` cached tokens (cache of context+1 slots, so the new token's K/V is written).
     A Qwen2.5-VL decode token is text: its 2-D positions stand for all three mrope axes."""
     cfg = model.config.get_text_config(decoder=True)
-    length, past = (seq, 0) if phase == "prefill" else (1, context)
+    length, past = (seq if phase == "prefill" else 1), context
     step = Step(run=lambda: (), shape={"batch": batch, "seq": length, "context": past})
     cache = static_cache(model, step, batch=batch, past=past, length=length, real=real)
     ids = torch.randint(0, cfg.vocab_size, (batch, length))
@@ -137,8 +138,9 @@ def llm_step(model: nn.Module, phase: str, batch: int, seq: int, context: int, r
 
 
 def ssm_step(model: nn.Module, phase: str, batch: int, seq: int, context: int, real: bool) -> Step:
-    """Mamba-2 with its conv and SSM states preallocated (prefill starts from zero state, decode from a
-    state after ``context`` tokens: the state's size does not depend on it)."""
+    """Mamba-2 with its conv and SSM states preallocated (prefill starts from zero state, or, with a
+    ``context``, continues a prompt from the state after that many tokens; decode: one token from such a
+    state; the state's size does not depend on ``context``)."""
     from transformers import DynamicCache
 
     cfg = model.config
@@ -146,12 +148,12 @@ def ssm_step(model: nn.Module, phase: str, batch: int, seq: int, context: int, r
     cache = DynamicCache(config=cfg)
     inner = cfg.expand * cfg.hidden_size
     conv_dim = inner + 2 * cfg.n_groups * cfg.state_size
-    step = Step(run=lambda: (), shape={"batch": batch, "seq": length, "context": 0 if phase == "prefill" else context})
+    step = Step(run=lambda: (), shape={"batch": batch, "seq": length, "context": context})
     for i, layer in enumerate(cache.layers):
         layer.lazy_initialization(conv_states=torch.zeros(batch, conv_dim, cfg.conv_kernel),
                                   recurrent_states=torch.zeros(batch, cfg.num_heads, cfg.head_dim, cfg.state_size),
                                   conv_kernel_size=cfg.conv_kernel)
-        if phase == "decode":
+        if context:
             layer.has_previous_state[0] = True
             if real:
                 layer.conv_states[0].normal_()

@@ -112,7 +112,9 @@ def register_serve(app: typer.Typer) -> None:
         microbatches: int = typer.Option(2, help="groups of slots advancing independently (async)"),
         schedule: str = typer.Option("async", help="async | sync (every running request in lock-step)"),
         compare_sync: bool = typer.Option(False, help="also serve the same stream under --schedule sync"),
-        prefills: int = typer.Option(1, help="new prompts a group admits per iteration"),
+        prefills: int = typer.Option(1, help="prompts a group prefills at once (one chunk each per iteration)"),
+        chunk: int = typer.Option(0, help="prompt tokens prefilled per iteration (a longer prompt is prefilled "
+                                  "over several iterations); 0 = whole prompts"),
         seed: int = typer.Option(0, help="workload and prompt seed"),
         verify: bool = typer.Option(False, help="exit 1 unless every request equals its single-process run"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON result"),
@@ -143,7 +145,8 @@ def register_serve(app: typer.Typer) -> None:
             model = target
         wl = WorkloadSpec(kind=workload, requests=requests, rate_per_s=rate, prompt=LengthSpec.parse(prompt),
                           output=LengthSpec.parse(output))
-        cfg = ServeConfig(slots=slots, microbatches=microbatches, schedule=schedule, prefills_per_iteration=prefills)
+        cfg = ServeConfig(slots=slots, microbatches=microbatches, schedule=schedule, prefills_per_iteration=prefills,
+                          chunk_tokens=chunk)
         if kill_at is not None and not (0 <= kill_at < requests and 0 <= kill_rank < len(devs)):
             raise UserError(f"--kill-at {kill_at} / --kill-rank {kill_rank}: valid 0..{requests - 1} / "
                             f"0..{len(devs) - 1}")

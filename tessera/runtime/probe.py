@@ -29,13 +29,15 @@ def _recv_like_a_step(buf: torch.Tensor, src: int) -> None:
         cond.wait_for(lambda: bool(done))
 
 
-def probe_link(rank: int, world: int, device: torch.device, reps: int = 7
+def probe_link(rank: int, world: int, device: torch.device, reps: int = 31, warmup: int = 3
                ) -> tuple[float, float, float, float] | None:
     """Rank 0 ping-pongs 4 KiB and 4 MiB with rank 1 through the step's send/receive path, with buffers on
     ``device`` (where the transport's tensors live: the host for gloo, the GPU for NCCL; a CUDA worker's
     staging copies over gloo are not included). Returns one direction's (latency_s, bytes_per_s) and the
     process CPU time a message costs one end (cpu_s per message, cpu_s per byte), from medians; None on
-    workers that do not take part. Rank 0 sends first and rank 1 receives first: NCCL pairs in issue order."""
+    workers that do not take part. Rank 0 sends first and rank 1 receives first: NCCL pairs in issue order.
+    ``warmup`` round trips per size are not counted; ``reps`` are, medians of many: on a shared machine a
+    few probes swung the fitted latency several-fold."""
     if world < 2 or rank > 1:
         return None
     peer = 1 - rank
@@ -44,7 +46,7 @@ def probe_link(rank: int, world: int, device: torch.device, reps: int = 7
     for nbytes in sizes:
         buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
         ts, cs = [], []
-        for _ in range(reps):
+        for i in range(warmup + reps):
             c0, t0 = time.process_time(), time.perf_counter()
             if rank == 0:
                 dist.isend(buf, peer).wait()
@@ -52,8 +54,9 @@ def probe_link(rank: int, world: int, device: torch.device, reps: int = 7
             else:
                 _recv_like_a_step(buf, peer)
                 dist.isend(buf, peer).wait()
-            ts.append((time.perf_counter() - t0) / 2)
-            cs.append((time.process_time() - c0) / 2)  # a send and a receive per round trip at each end
+            if i >= warmup:
+                ts.append((time.perf_counter() - t0) / 2)
+                cs.append((time.process_time() - c0) / 2)  # a send and a receive per round trip at each end
         wall.append(sorted(ts)[reps // 2])
         cpu.append(sorted(cs)[reps // 2])
     span = sizes[1] - sizes[0]

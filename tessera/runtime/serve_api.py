@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,17 @@ from tessera.runtime.placements import MILP, PLACEMENTS, carry_over, placements
 from tessera.runtime.program import Program
 from tessera.runtime.recovery import replan_with
 from tessera.runtime.runner import phase_of
+from tessera.runtime.serve_calibrate import in_run_times
 from tessera.runtime.serve_predict import (
+    KernelTimes,
     predicted_period_s,
     predicted_tokens_per_s,
     profile,
     profile_plan,
+    profiled_times,
     simulated,
     step_costs,
+    stream_mix,
 )
 from tessera.runtime.serving import (
     PLAN,
@@ -44,6 +48,7 @@ from tessera.runtime.serving import (
     capture_serving,
     check,
     group_graphs,
+    key_order,
     latency_stats,
     make_requests,
     reference,
@@ -188,8 +193,7 @@ def serve_schedules(spec: ServeRunSpec, programs: dict[str, Program], assign: di
         start_s, link = time.monotonic() - t0, clusters[0].link
         serve_stream(clusters[0], programs, warmup_requests(requests), spec.serve)  # not measured
         for i, sched in enumerate(order):
-            cfg = ServeConfig(slots=spec.serve.slots, microbatches=spec.serve.microbatches, schedule=sched,
-                              prefills_per_iteration=spec.serve.prefills_per_iteration)
+            cfg = replace(spec.serve, schedule=sched)
             out[sched].append(serve_stream(clusters[-1], programs, requests, cfg, fault=spec.fault if i == 0 else None,
                                       recover=recover if spec.recover else None))
     finally:
@@ -208,27 +212,51 @@ def median_run(runs: list[StreamResult]) -> StreamResult:
     return ranked[(len(ranked) - 1) // 2]
 
 
+def _link_model(link: Any, cpu: bool = True) -> LinkModel:
+    """The link measured at start-up (``cpu``: with the process CPU time a message costs each end; without,
+    when the kernel times already hold it, as the run's own events do)."""
+    if not link:
+        return LinkModel(latency_s=0.0, bytes_per_s=1e12)  # one device: nothing travels
+    lat, bw, cpu_s, cpu_b = link
+    return LinkModel(latency_s=lat, bytes_per_s=bw, cpu_s=cpu_s if cpu else 0.0, cpu_s_per_byte=cpu_b if cpu else 0.0)
+
+
+def predict_one(spec: ServeRunSpec, programs: dict[str, Program], parts: dict[tuple[str, str], Any],
+                requests: list[Request], times: KernelTimes, link: LinkModel, schedule: str,
+                trace: str | None = None) -> dict[str, Any]:
+    """The planner's serving-model figures and tessera.sim's for one schedule, from one set of kernel times."""
+    costs = step_costs(programs, parts, PLAN, times, link)
+    mix = stream_mix(costs, requests)
+    m = spec.serve.microbatches if schedule == "async" else 1
+    sim = simulated(profile_plan(spec.model, mix, spec.serve.slots, m, times.control_s), spec.workload,
+                    spec.seed, trace)
+    return {"kernel_times": times.source, "dispatch_s": times.dispatch_s, "control_s": times.control_s,
+            "throughput_tokens_per_s": predicted_tokens_per_s(mix, spec.workload, spec.serve.slots, m,
+                                                              times.control_s),
+            "tpot_s": predicted_period_s(mix, spec.serve.slots, m, times.control_s),
+            "simulated": sim, "mean_step": {"busy_s": mix.step.busy_s, "latency_s": mix.step.latency_s}}
+
+
 def predictions(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[str, tuple[int, ...]],
-                local: LocalExecutor, link: Any) -> dict[str, Any]:
-    """The planner's serving-model figure and tessera.sim's, both from these programs' CPU profiles."""
-    link_model = LinkModel(latency_s=0.0, bytes_per_s=1e12)  # one device: nothing travels
-    if link:
-        lat, bw, cpu_s, cpu_b = link
-        link_model = LinkModel(latency_s=lat, bytes_per_s=bw, cpu_s=cpu_s, cpu_s_per_byte=cpu_b)
-    costs = step_costs(programs, serve_partitions(programs, assign, len(spec.devices)), PLAN, local, link_model)
-    m = spec.serve.microbatches if spec.serve.schedule == "async" else 1
-    plan = profile_plan(spec.model, costs, spec.workload, spec.serve.slots, m)
-    sim = simulated(plan, spec.workload, spec.seed, sim_trace_path(spec.trace) if spec.trace else None)
-    return {"predicted_throughput_tokens_per_s": predicted_tokens_per_s(costs, spec.workload, spec.serve.slots, m),
-            "predicted_sync_throughput_tokens_per_s": predicted_tokens_per_s(costs, spec.workload,
-                                                                             spec.serve.slots, 1),
-            "predicted_tpot_s": predicted_period_s(costs, spec.workload, spec.serve.slots, m),
-            "simulated": sim,
-            "step_costs": {k: {"busy_s": c.busy_s, "latency_s": c.latency_s} for k, c in costs.items()}}
+                requests: list[Request], local: LocalExecutor, link: Any, runs: dict[str, StreamResult]
+                ) -> dict[str, Any]:
+    """Per schedule served: the serving model and tessera.sim over (a) the kernel times that schedule's
+    own run measured (``in_run``, the headline figures: same load as the measurement) and (b) the
+    single-process CPU profile (``profile``: independent of the run, but taken at another moment's load)."""
+    parts = serve_partitions(programs, assign, len(spec.devices))
+    prof = profiled_times(local)
+    out: dict[str, Any] = {}
+    for sched, run in runs.items():
+        main = sched == spec.serve.schedule
+        trace = sim_trace_path(spec.trace) if spec.trace and main else None
+        out[sched] = {"in_run": predict_one(spec, programs, parts, requests, in_run_times(run.history, programs, prof),
+                                            _link_model(link, cpu=False), sched, trace),
+                      "profile": predict_one(spec, programs, parts, requests, prof, _link_model(link), sched)}
+    return out
 
 
 def serve_run(spec: ServeRunSpec) -> ServeRunResult:
-    requests = make_requests(spec.model, generate(spec.workload, spec.seed), spec.seed)
+    requests = make_requests(spec.model, generate(spec.workload, spec.seed), spec.seed, spec.serve.chunk_tokens)
     programs = capture_serving(spec.model, serving_keys(requests), spec.seed)
     if spec.plan is not None:
         assign, placement = plan_assignments(spec.plan, programs), f"plan ({spec.plan.strategy})"
@@ -250,7 +278,8 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
         parts = serve_partitions(programs, assign, len(spec.devices))
         Path(spec.trace).write_text(json.dumps(serve_trace(main, programs, parts)))
     profile(local, programs)
-    pred = predictions(spec, programs, assign, local, link)
+    pred = predictions(spec, programs, assign, requests, local, link, results)
+    head = pred[spec.serve.schedule]["in_run"]
     same, diff, tokens = True, 0.0, True
     for r in (r for rs in runs.values() for r in rs):
         s, d, t = check(r, ref)
@@ -263,22 +292,26 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
              "slots": spec.serve.slots, "microbatches": spec.serve.microbatches,
              "workload": {"kind": spec.workload.kind, "rate_per_s": spec.workload.rate_per_s,
                           "prompt": str(spec.workload.prompt), "output": str(spec.workload.output)},
-             "programs": sorted(programs, key=lambda k: (phase_of(k), int(k.split("@")[1]))),
+             "programs": sorted(programs, key=key_order),
              "tokens": {s.request.rid: s.tokens for s in main.served},
              "mixed_iterations": sum(1 for h in main.history
                                      if len({phase_of(k) for k in h["keys"]}) > 1),
              "load_avg": os.getloadavg(), "prediction": pred, "recoveries": [x for rs in runs.values() for r in rs for x in r.recoveries],
              "runs_throughput_tokens_per_s": {s: [latency_stats(r)["throughput_tokens_per_s"] for r in rs]
                                               for s, rs in runs.items()},
-             "prediction_source": "serving model period max(m*T, L) over CPU profiles of the programs (one "
-                                  "process, 1 thread), the partitions and the gloo link measured at start-up; "
-                                  "simulated: tessera.sim on a mixed-phase Plan priced by the same profiles"}
+             "runs_load_avg": {s: [r.load_avg for r in rs] for s, rs in runs.items()},
+             "prediction_source": "serving model period max(m*T, L + control) over each program's kernel times "
+                                  "taken from the same (median) run's worker events (per-kernel means, per-device "
+                                  "time outside kernels per kernel, the driver's control round trip), the "
+                                  "partitions and the gloo link probed at start-up; simulated: tessera.sim on a "
+                                  "mixed-phase Plan priced by the same costs; prediction.<schedule>.profile: the "
+                                  "same from the single-process CPU profile instead"}
     return ServeRunResult(
         model=spec.model, devices=spec.devices, placement=placement, schedule=spec.serve.schedule,
         requests=len(requests), completed=completed, lost=len(requests) - completed, verified=same and tokens,
         tokens_identical=tokens, max_abs_diff=diff, measured_throughput_tokens_per_s=stats["throughput_tokens_per_s"],
-        predicted_throughput_tokens_per_s=pred["predicted_throughput_tokens_per_s"],
-        simulated_throughput_tokens_per_s=pred["simulated"]["throughput_tokens_per_s"],
+        predicted_throughput_tokens_per_s=head["throughput_tokens_per_s"],
+        simulated_throughput_tokens_per_s=head["simulated"]["throughput_tokens_per_s"],
         sync_throughput_tokens_per_s=latency_stats(sync)["throughput_tokens_per_s"] if sync else None,
         ttft_s=stats["ttft_s"], tpot_s=stats["tpot_s"], extra=extra)
 

@@ -1,21 +1,25 @@
-"""What the planner's serving model and tessera.sim predict for a serving run, from CPU profiles.
+"""What the planner's serving model and tessera.sim predict for a serving run, from kernel times.
 
-Inputs: every program's kernels timed in one process (the per-request reference, 1 thread, the workers'
-dispatch path; median per kernel), each program's partition, and the gloo link measured at start-up.
-Per program (one request's step): per-device busy seconds (kernel times, each transfer's CPU cost charged
-to both ends, the per-step set-up cost) and the latency of tessera.plan's list-schedule evaluation.
+Inputs: every program's kernel times (a ``KernelTimes``: either the CPU profile, timed in one process, 1
+thread, the workers' dispatch path, median per kernel; or the same run's own kernel events, see
+``serve_calibrate``), each program's partition, and the gloo link. Per program (one request's step):
+per-device busy seconds (kernel times plus what the worker spends around them, each transfer's CPU cost
+charged to both ends) and the latency of tessera.plan's list-schedule evaluation.
 
-An iteration of a group holds n requests (micro-batches of one sequence each, interleaved as data
-arrives): T = its busiest device's summed busy time, latency L = one request's latency + T − that
-request's own bottleneck (the others follow it through the pipeline). The serving model (tessera.plan
-.serving): m groups in flight, period = max(m·T, L), each running request emits one token per period.
+A request holds its slot for S = chunks + O − 1 steps (its prompt's chunks, then a decode per further
+token) and runs one step per iteration of its group. With every slot busy, a group of n = B/m slots costs
+each device n·b̄ per iteration (b̄: the mean busy time of a step over all steps of all requests); T = the
+busiest device's; latency L = a step's mean latency + T − b̄'s bottleneck (the others follow it through
+the pipeline) + the driver's control round trip (outputs back, next inputs out). The serving model
+(tessera.plan.serving): m groups in flight, period = max(m·T, L) = TPOT; throughput = B·(ΣO/ΣS)/period.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -25,7 +29,7 @@ from tessera.plan.verify import evaluate
 from tessera.runtime.measure import LinkModel, ProfileCost, charged_kernel_s
 from tessera.runtime.partition import Partition
 from tessera.runtime.program import Program
-from tessera.runtime.runner import phase_of
+from tessera.runtime.serving import Request
 from tessera.runtime.steps import LocalExecutor
 from tessera.sim.model import SchedulerConfig
 from tessera.sim.workload import WorkloadSpec
@@ -43,6 +47,24 @@ class StepCost:
         return max(self.busy_s)
 
 
+@dataclass(frozen=True, kw_only=True)
+class KernelTimes:
+    """Where a prediction's kernel times come from: per program key, seconds per kernel (op); per program,
+    the fixed cost of one micro-batch's step (storage set-up, outputs), charged to each device's first
+    kernel; per device, seconds the worker spends per kernel outside it (dispatch), added to each kernel;
+    the control round trip per iteration (driver -> workers -> driver, outside the workers' steps)."""
+
+    kernel_s: dict[str, list[float]] = field(hash=False)
+    setup_s: dict[str, float] = field(default_factory=dict, hash=False)
+    dispatch_s: tuple[float, ...] = ()
+    control_s: float = 0.0
+    source: str = "profile"
+
+    def __post_init__(self) -> None:
+        if self.control_s < 0 or any(d < 0 for d in self.dispatch_s):
+            raise ValueError(f"negative overheads: control_s={self.control_s}, dispatch_s={self.dispatch_s}")
+
+
 def profile(local: LocalExecutor, programs: dict[str, Program], repeats: int = 5) -> None:
     """Time every program ``repeats`` more times (from its captured inputs), so that a program few
     requests ran still has a median over several samples (the reference's own runs count too)."""
@@ -56,77 +78,97 @@ def profile(local: LocalExecutor, programs: dict[str, Program], repeats: int = 5
         torch.set_num_threads(saved)
 
 
-def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partition], plan: str,
-               local: LocalExecutor, link: LinkModel) -> dict[str, StepCost]:
+def profiled_times(local: LocalExecutor) -> KernelTimes:
+    """The single-process profile: median per kernel, median set-up per step."""
     med = statistics.median
+    return KernelTimes(kernel_s={k: [med(v) if v else 0.0 for v in ks] for k, ks in local.kernel_s.items()},
+                       setup_s={k: med(v) if v else 0.0 for k, v in local.overhead_s.items()})
+
+
+def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partition], plan: str,
+               times: KernelTimes, link: LinkModel) -> dict[str, StepCost]:
     out = {}
     for key, prog in programs.items():
         part = parts[(key, plan)]
-        times = [med(v) if v else 0.0 for v in local.kernel_s[key]]
-        setup_s = med(local.overhead_s[key]) if local.overhead_s[key] else 0.0
-        ks = charged_kernel_s(part, times, link, setup_s)
+        ks = list(times.kernel_s[key])
+        if times.dispatch_s:
+            ks = [t + times.dispatch_s[part.assignment[k]] for k, t in enumerate(ks)]
+        ks = charged_kernel_s(part, ks, link, times.setup_s.get(key, 0.0))
         cpus = tuple(gpu("cpu") for _ in range(part.devices))
         ev = evaluate(prog.graph, part.assignment, cpus, link.spec(), ProfileCost(ks, link))  # type: ignore[arg-type]
         out[key] = StepCost(busy_s=ev.device_busy_s, latency_s=ev.latency_s)
     return out
 
 
-def iteration_s(decode: StepCost, prefill: StepCost, n_decode: float, n_prefill: float, m: int) -> float:
+def iteration_s(decode: StepCost, prefill: StepCost, n_decode: float, n_prefill: float, m: int,
+                control_s: float = 0.0) -> float:
     """The serving model's period with m groups in flight, each iterating n_decode decode steps and
-    n_prefill prefill steps (fractions: a prompt every O tokens)."""
+    n_prefill prefill steps (fractions: a prompt every O tokens); ``control_s`` adds to the latency."""
     busy = [n_decode * d + n_prefill * p for d, p in zip(decode.busy_s, prefill.busy_s, strict=True)]
     t = max(busy)
     lat = decode.latency_s + t - decode.bottleneck_s if n_decode else prefill.latency_s + t - prefill.bottleneck_s
-    return max(m * t, lat)
+    return max(m * t, lat + control_s)
 
 
-def _nearest(costs: dict[str, StepCost], phase: str, n: float) -> StepCost:
-    keys = [k for k in costs if phase_of(k) == phase]
-    return costs[min(keys, key=lambda k: abs(int(k.split("@")[1]) - n))]
+@dataclass(frozen=True, kw_only=True)
+class StreamMix:
+    """The stream's steps in aggregate: mean step (busy per device, latency), mean decode step, mean prompt
+    (all its chunks summed), tokens per step, mean prompt and output lengths."""
+
+    step: StepCost
+    decode: StepCost
+    prompt: StepCost
+    tokens_per_step: float
+    prompt_tokens: float
+    output_tokens: float
 
 
-def _means(w: WorkloadSpec) -> tuple[float, float]:
-    """Mean prompt and output lengths of the workload (LO-HI uniform; a trace: its rows' means)."""
-    from tessera.sim.workload import traces
-
-    def mean(spec: object, col: int) -> float:
-        if spec.trace:  # type: ignore[attr-defined]
-            return float(traces()[spec.trace][:, col].mean())  # type: ignore[attr-defined]
-        return (spec.lo + spec.hi) / 2  # type: ignore[attr-defined]
-
-    return mean(w.prompt, 0), mean(w.output, 1)
+def _mean(costs: Sequence[StepCost]) -> StepCost:
+    n = len(costs)
+    return StepCost(busy_s=tuple(sum(c.busy_s[d] for c in costs) / n for d in range(len(costs[0].busy_s))),
+                    latency_s=sum(c.latency_s for c in costs) / n)
 
 
-def predicted_period_s(costs: dict[str, StepCost], w: WorkloadSpec, slots: int, m: int) -> float:
-    """The serving model's TPOT with every slot busy: B = slots requests in m groups of B/m, each
-    request prefilling once per O tokens, at the workload's mean prompt P and mean context P + O/2."""
-    p, o = _means(w)
-    dec, pre = _nearest(costs, "decode", p + o / 2), _nearest(costs, "prefill", p)
-    n = slots / m
-    return iteration_s(dec, pre, n, n / o, m)
+def stream_mix(costs: dict[str, StepCost], requests: Sequence[Request]) -> StreamMix:
+    steps = [costs[r.key(i)] for r in requests for i in range(r.steps)]
+    decodes = [costs[r.key(i)] for r in requests for i in range(r.chunks, r.steps)]
+    prompts = [StepCost(busy_s=tuple(map(sum, zip(*(costs[r.key(i)].busy_s for i in range(r.chunks)), strict=True))),
+                        latency_s=sum(costs[r.key(i)].latency_s for i in range(r.chunks))) for r in requests]
+    return StreamMix(step=_mean(steps), decode=_mean(decodes or steps), prompt=_mean(prompts),
+                     tokens_per_step=sum(r.output_tokens for r in requests) / len(steps),
+                     prompt_tokens=statistics.mean(r.prompt.shape[1] for r in requests),
+                     output_tokens=statistics.mean(r.output_tokens for r in requests))
 
 
-def predicted_tokens_per_s(costs: dict[str, StepCost], w: WorkloadSpec, slots: int, m: int) -> float:
-    """B tokens per period at capacity, capped by the offered load (arrival rate · mean output) for an
-    open stream."""
-    capacity = slots / predicted_period_s(costs, w, slots, m)
-    return min(capacity, w.rate_per_s * _means(w)[1]) if w.kind != "offline" else capacity
+def predicted_period_s(mix: StreamMix, slots: int, m: int, control_s: float = 0.0) -> float:
+    """The serving model's period (TPOT) with every slot busy: m groups of B/m slots, each slot one step of
+    the stream's mean mix per iteration."""
+    return iteration_s(mix.step, mix.step, slots / m, 0, m, control_s)
 
 
-def profile_plan(model: str, costs: dict[str, StepCost], w: WorkloadSpec, slots: int, m: int) -> Plan:
-    """A serving-model Plan ("mixed" phase) priced by these profiles, for tessera.sim: a point per token
-    count t at the workload's mean context, t = decode tokens (up to B) then prompt tokens."""
-    p, o = _means(w)
-    dec, pre = _nearest(costs, "decode", p + o / 2), _nearest(costs, "prefill", p)
+def predicted_tokens_per_s(mix: StreamMix, w: WorkloadSpec, slots: int, m: int, control_s: float = 0.0) -> float:
+    """B·(tokens per step) per period at capacity, capped by the offered load (arrival rate · mean output)
+    for an open stream."""
+    capacity = slots * mix.tokens_per_step / predicted_period_s(mix, slots, m, control_s)
+    return min(capacity, w.rate_per_s * mix.output_tokens) if w.kind != "offline" else capacity
+
+
+def profile_plan(model: str, mix: StreamMix, slots: int, m: int, control_s: float = 0.0) -> Plan:
+    """A serving-model Plan ("mixed" phase) priced by these costs, for tessera.sim: a point per token
+    count t at the workload's mean context, t = decode tokens (up to B) then prompt tokens (a mean prompt,
+    all its chunks, per P of them)."""
+    p, o = mix.prompt_tokens, mix.output_tokens
+    dec, pre = mix.decode, mix.prompt
     chunk = math.ceil(slots * p / o)
     points = []
     for t in sorted({1, max(1, slots // 2), slots, slots + chunk, 2 * (slots + chunk)}):
         n_dec = min(t, slots)
         n_pre = (t - n_dec) / p
-        step = iteration_s(dec, pre, n_dec / m, n_pre / m, m)
+        step = iteration_s(dec, pre, n_dec / m, n_pre / m, m, control_s)
         busy = tuple((n_dec * d + n_pre * q) / m for d, q in zip(dec.busy_s, pre.busy_s, strict=True))
         points.append(StepPoint(batch=max(1, n_dec), tokens=t, context=int(p + o / 2), microbatches=m,
-                                device_busy_s=busy, link_busy_s=(), latency_s=dec.latency_s, step_s=step))
+                                device_busy_s=busy, link_busy_s=(), latency_s=dec.latency_s + control_s,
+                                step_s=step))
     n_dev = len(dec.busy_s)
     phase = PhasePlan(phase="mixed", assignment=tuple(range(n_dev)), microbatches=m, points=tuple(points))
     return Plan(model=model, strategy="runtime-profile", mode="throughput", link="gloo-local",
@@ -150,4 +192,5 @@ def simulated(plan: Plan, w: WorkloadSpec, seed: int, trace: str | None = None) 
             "completed": r.completed}
 
 
-__all__ = ["StepCost", "iteration_s", "predicted_period_s", "predicted_tokens_per_s", "profile", "profile_plan", "simulated", "step_costs"]
+__all__ = ["KernelTimes", "StepCost", "StreamMix", "iteration_s", "predicted_period_s", "predicted_tokens_per_s",
+           "profile", "profile_plan", "profiled_times", "simulated", "step_costs", "stream_mix"]

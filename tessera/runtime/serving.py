@@ -3,10 +3,11 @@ asynchronous micro-batches, and the per-request single-process reference.
 
 Shapes: every program is captured at batch 1 (one sequence), so a request is one micro-batch of a step
 and owns one KV/state slot on the workers for its lifetime. ``prefill@P`` fills an empty cache of P
-slots with a P-token prompt; ``decode@c`` feeds one token against c cached tokens (the capture's static
-cache of c+1 slots; the workers carry a slot's KV into the next shape by name). An iteration of a group
-is one step whose micro-batches are its running requests, each running its own program: new requests'
-prompts (whole, one chunk: the capture has no prefill-at-an-offset program) beside the others' decodes.
+slots with a P-token prompt; ``chunk@a:n`` feeds prompt tokens [a, a+n) against a cache holding [0, a)
+(chunked prefill: a prompt longer than the chunk goes in over several iterations); ``decode@c`` feeds one
+token against c cached tokens (the capture's static cache of c+1 slots; the workers carry a slot's KV
+into the next shape by name). An iteration of a group is one step whose micro-batches are its running
+requests, each running its own program: prompt chunks beside the others' decodes.
 
 Schedules: ``async`` splits the slots into m groups; each group's next iteration waits only for its own
 previous one, and the workers run queued iterations in submission order, so one group computes while
@@ -49,15 +50,57 @@ class Request:
     rid: int
     arrival_s: float  # after the stream's start
     prompt: torch.Tensor  # (1, P) token ids
-    output_tokens: int  # greedy tokens to generate (the first comes from the prefill)
+    output_tokens: int  # greedy tokens to generate (the first comes from the prefill's last chunk)
+    chunk_tokens: int = 0  # prefill chunk: the prompt goes in over ceil(P / chunk) steps; 0 = whole
 
-    def key(self, generated: int) -> str:
-        """The program that produces token ``generated`` (0 = from the prompt)."""
+    def __post_init__(self) -> None:
+        if self.output_tokens < 1 or self.chunk_tokens < 0:
+            raise ValueError(f"request {self.rid}: output_tokens={self.output_tokens} must be >= 1, "
+                             f"chunk_tokens={self.chunk_tokens} >= 0")
+
+    @property
+    def chunks(self) -> int:
+        """Steps the prompt takes (each an iteration of its group)."""
         p = self.prompt.shape[1]
-        return f"prefill@{p}" if generated == 0 else f"decode@{p + generated - 1}"
+        return 1 if not self.chunk_tokens else -(-p // self.chunk_tokens)
+
+    @property
+    def steps(self) -> int:
+        return self.chunks + self.output_tokens - 1
+
+    def span(self, pos: int) -> tuple[int, int]:
+        """Prompt tokens [a, b) that prefill step ``pos`` (< chunks) feeds."""
+        p, c = self.prompt.shape[1], self.chunk_tokens or self.prompt.shape[1]
+        return pos * c, min(p, (pos + 1) * c)
+
+    def token_of(self, pos: int) -> int | None:
+        """Which generated token step ``pos`` produces (None: a prefill chunk before the last)."""
+        return pos - self.chunks + 1 if pos >= self.chunks - 1 else None
+
+    def key(self, pos: int) -> str:
+        """The program of step ``pos``: ``prefill@n`` (n prompt tokens into an empty cache), ``chunk@a:n``
+        (prompt tokens [a, a+n) against a cached prefix [0, a)), ``decode@c`` (one token after c)."""
+        if pos < self.chunks:
+            a, b = self.span(pos)
+            return f"prefill@{b}" if a == 0 else f"chunk@{a}:{b - a}"
+        return f"decode@{self.prompt.shape[1] + pos - self.chunks}"
 
 
-def make_requests(model: str, reqs: Requests, seed: int = 0) -> list[Request]:
+def key_tokens(key: str) -> tuple[int, int]:
+    """(cached tokens before, new tokens) of a program key."""
+    phase, n = key.split("@")
+    if phase == "chunk":
+        a, b = n.split(":")
+        return int(a), int(b)
+    return (0, int(n)) if phase == "prefill" else (int(n), 1)
+
+
+def key_order(key: str) -> tuple[int, int, int]:
+    """Sort order of program keys: prefill, chunks, decode; then by position."""
+    return (("prefill", "chunk", "decode").index(phase_of(key)), *key_tokens(key))
+
+
+def make_requests(model: str, reqs: Requests, seed: int = 0, chunk_tokens: int = 0) -> list[Request]:
     """The workload's arrivals and lengths with prompt ids drawn per request (seeded by its index)."""
     cfg = resolve(model).config
     vocab = int(cfg.get("text_config", cfg).get("vocab_size", cfg.get("vocab_size")))
@@ -65,7 +108,7 @@ def make_requests(model: str, reqs: Requests, seed: int = 0) -> list[Request]:
     for i, (a, p, o) in enumerate(zip(reqs.arrival_s, reqs.prompt, reqs.output, strict=True)):
         g = torch.Generator().manual_seed(seed * 1_000_003 + i)
         out.append(Request(rid=i, arrival_s=float(a), prompt=torch.randint(0, vocab, (1, int(p)), generator=g),
-                           output_tokens=int(o)))
+                           output_tokens=int(o), chunk_tokens=chunk_tokens))
     return out
 
 
@@ -78,25 +121,26 @@ def warmup_requests(requests: list[Request]) -> list[Request]:
         p = r.prompt.shape[1]
         if p not in longest or r.output_tokens > longest[p].output_tokens:
             longest[p] = r
-    return [Request(rid=-1 - i, arrival_s=0.0, prompt=r.prompt, output_tokens=r.output_tokens)
-            for i, r in enumerate(longest.values())]
+    return [Request(rid=-1 - i, arrival_s=0.0, prompt=r.prompt, output_tokens=r.output_tokens,
+                    chunk_tokens=r.chunk_tokens) for i, r in enumerate(longest.values())]
 
 
 def serving_keys(requests: list[Request]) -> list[str]:
-    keys = {r.key(j) for r in requests for j in range(r.output_tokens)}
-    return sorted(keys, key=lambda k: (phase_of(k) != "prefill", int(k.split("@")[1])))
+    keys = {r.key(j) for r in requests for j in range(r.steps)}
+    return sorted(keys, key=key_order)
 
 
 def capture_serving(model: str, keys: list[str], seed: int = 0) -> dict[str, Program]:
-    """One batch-1 program per key (same seed, so the same weights in every one)."""
+    """One batch-1 program per key (same seed, so the same weights in every one). A chunk at an offset is
+    the capture's prefill against a cache already holding its prefix."""
     family = resolve(model).family
     if family not in ("llm", "ssm", "moe"):
         raise UserError(f"model {model}: family {family} cannot be served yet; valid families: llm, moe, ssm")
     out: dict[str, Program] = {}
     for key in keys:
-        phase, n = key.split("@")
-        cap = (capture(model, "prefill", batch=1, seq=int(n), seed=seed) if phase == "prefill"
-               else capture(model, "decode", batch=1, context=int(n), seed=seed))
+        past, n = key_tokens(key)
+        cap = (capture(model, "decode", batch=1, context=past, seed=seed) if phase_of(key) == "decode"
+               else capture(model, "prefill", batch=1, seq=n, context=past or None, seed=seed))
         out[key] = Program.from_capture(cap)
     return out
 
@@ -129,8 +173,8 @@ def by_key(programs: dict[str, Program], by_group: dict[str, tuple[int, ...]]) -
 def serve_partitions(programs: dict[str, Program], assign: dict[str, tuple[int, ...]], devices: int
                      ) -> dict[tuple[str, str], Partition]:
     """Each program split by its own assignment. KV/state carry from step to step by name: every device
-    that touches a cache in a decode program holds it and receives its current version after any step that
-    writes it elsewhere (a prefill starts its slot from the initial contents, so needs no earlier version)."""
+    that touches a cache in a decode or chunk program holds it and receives its current version after any step
+    that writes it elsewhere (a prefill starts its slot from the initial contents, so needs no earlier version)."""
     holders: dict[str, set[int]] = {}
     for key, prog in programs.items():
         if phase_of(key) == "prefill":
@@ -148,7 +192,8 @@ class ServeConfig:
     slots: int = 8  # KV/state slots on the workers: requests running at once
     microbatches: int = 2  # groups advancing independently (async); sync runs one group of every slot
     schedule: str = "async"
-    prefills_per_iteration: int = 1  # new prompts a group admits per iteration (the iteration's prefill chunk)
+    prefills_per_iteration: int = 1  # prompts a group prefills at once (a chunk each per iteration)
+    chunk_tokens: int = 0  # prompt tokens a request prefills per iteration (0: the whole prompt at once)
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -157,6 +202,8 @@ class ServeConfig:
             raise UserError(f"need 1 <= microbatches ({self.microbatches}) <= slots ({self.slots}) <= 64")
         if self.prefills_per_iteration < 1:
             raise UserError(f"prefills_per_iteration={self.prefills_per_iteration} must be >= 1")
+        if self.chunk_tokens < 0:
+            raise UserError(f"chunk_tokens={self.chunk_tokens} must be >= 0 (0: whole prompts)")
 
     def groups(self) -> list[list[int]]:
         """Each group's slots: m near-equal groups (async), or one group of all slots (sync)."""
@@ -179,7 +226,11 @@ class Served:
 
     @property
     def done(self) -> bool:
-        return self.pos >= self.request.output_tokens
+        return self.pos >= self.request.steps
+
+    @property
+    def prefilling(self) -> bool:
+        return self.pos < self.request.chunks
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -190,6 +241,7 @@ class StreamResult:
     iterations: int
     history: tuple[dict[str, Any], ...]  # per iteration: keys, slots, submit/finish times, worker events
     recoveries: tuple[dict[str, Any], ...] = ()  # per lost worker: who, detection and recovery seconds
+    load_avg: tuple[float, ...] = ()  # os.getloadavg() as the stream ended (the machine may be shared)
 
 
 class Group:
@@ -202,16 +254,25 @@ class Group:
 
 
 def _feed(programs: dict[str, Program], s: Served) -> tuple[str, dict[int, torch.Tensor], bool]:
-    """The request's next step: its program, its input ids (the prompt, else the token before), reset."""
-    key = s.request.key(s.pos)
-    ids = s.request.prompt if s.pos == 0 else torch.tensor([[s.tokens[s.pos - 1]]])
+    """The request's next step: its program, its input ids (its prompt chunk, else the token before), reset."""
+    r = s.request
+    key = r.key(s.pos)
+    if s.pos < r.chunks:
+        a, b = r.span(s.pos)
+        ids = r.prompt[:, a:b]
+    else:
+        ids = torch.tensor([[s.tokens[s.pos - r.chunks]]])
     return key, {input_buffer(programs[key], "input_ids"): as_input(ids)}, s.pos == 0
 
 
 def _take(s: Served, logits: torch.Tensor, done_s: float) -> None:
-    """A step's logits: a new token, or (replaying after a recovery) a check against the first run's."""
-    if s.pos < len(s.tokens):
-        s.replay_mismatch |= not torch.equal(logits, s.logits[s.pos])
+    """A step's logits: a new token, or (replaying after a recovery) a check against the first run's; a
+    prefill chunk before the prompt's last produces no token."""
+    j = s.request.token_of(s.pos)
+    if j is None:
+        pass
+    elif j < len(s.tokens):
+        s.replay_mismatch |= not torch.equal(logits, s.logits[j])
     else:
         s.logits.append(logits)
         s.tokens.append(int(logits.argmax()))
@@ -252,7 +313,7 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
         for g in groups:
             if g.step is not None:
                 continue
-            admitted = 0
+            admitted = sum(1 for s in g.running if s.prefilling)  # prompts already in their chunks
             while waiting and g.free and waiting[0].arrival_s <= now and admitted < cfg.prefills_per_iteration:
                 s = Served(request=waiting.pop(0), slot=g.free.pop(0), admitted_s=now)
                 g.running.append(s)
@@ -301,13 +362,15 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
                 if s.done:
                     g.running.remove(s)
                     g.free.append(s.slot)
-            history.append(dict(step=sid, keys=keys, submit_s=g.submitted_s, done_s=done_s, workers=per_worker))
+            # *_abs_s: the same instants on the clock the workers stamp their events with (perf_counter)
+            history.append(dict(step=sid, keys=keys, submit_s=g.submitted_s, done_s=done_s, workers=per_worker,
+                                submit_abs_s=g.submitted_s + t0, done_abs_s=done_s + t0))
             g.step = None
     first = min((r.arrival_s for r in requests), default=0.0)
     last = max((t for s in served for t in s.token_s), default=first)
     return StreamResult(schedule=cfg.schedule, served=tuple(sorted(served, key=lambda s: s.request.rid)),
                         wall_s=last - first, iterations=len(history), history=tuple(history),
-                        recoveries=tuple(recoveries))
+                        recoveries=tuple(recoveries), load_avg=os.getloadavg())
 
 
 def reference(programs: dict[str, Program], requests: list[Request], threads: int = 1,

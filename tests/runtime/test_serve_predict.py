@@ -1,10 +1,24 @@
-"""The serving model's period over per-program costs, worked out by hand."""
+"""The serving model's period over per-program costs, and kernel times taken from a run's own events,
+worked out by hand."""
 
 from __future__ import annotations
 
-import pytest
+from types import SimpleNamespace
 
-from tessera.runtime.serve_predict import StepCost, iteration_s, predicted_period_s, profile_plan
+import pytest
+import torch
+
+from tessera.runtime.serve_calibrate import in_run_times
+from tessera.runtime.serve_predict import (
+    KernelTimes,
+    StepCost,
+    iteration_s,
+    predicted_period_s,
+    predicted_tokens_per_s,
+    profile_plan,
+    stream_mix,
+)
+from tessera.runtime.serving import Request
 from tessera.sim.workload import LengthSpec, WorkloadSpec
 
 DEC = StepCost(busy_s=(1.0, 2.0), latency_s=3.0)  # one request's decode step: device 1 is the bottleneck
@@ -17,24 +31,63 @@ def test_iteration_period_by_hand() -> None:
     assert iteration_s(DEC, PRE, 2, 0, 2) == 8.0  # two groups: max(2·4, 5)
     # plus half a prefill: busy (2 + 2, 4 + 1) = (4, 5), T = 5; L = 3 + 5 - 2 = 6; two groups: max(10, 6)
     assert iteration_s(DEC, PRE, 2, 0.5, 2) == 10.0
+    # a control round trip of 4 joins the latency: max(2·4, 5 + 4)
+    assert iteration_s(DEC, PRE, 2, 0, 2, control_s=4.0) == 9.0
 
 
-def test_predicted_period_uses_the_workload_means() -> None:
-    costs = {"decode@5": DEC, "decode@50": StepCost(busy_s=(9.0, 9.0), latency_s=9.0), "prefill@4": PRE}
-    w = WorkloadSpec(kind="offline", requests=4, prompt=LengthSpec(lo=4, hi=4), output=LengthSpec(lo=2, hi=2))
-    # mean context 4 + 2/2 = 5 -> decode@5; 4 slots, 2 groups: n = 2 decodes and 2/2 = 1 prefill per group:
-    # busy (2 + 4, 4 + 2) = (6, 6), T = 6, L = 3 + 6 - 2 = 7, period = max(12, 7)
-    assert predicted_period_s(costs, w, 4, 2) == 12.0
+def two_requests() -> tuple[list[Request], dict[str, StepCost]]:
+    # A: prompt 4 whole, 2 tokens -> prefill@4, decode@4; B: prompt 6 in chunks of 3, 1 token -> prefill@3, chunk@3:3
+    a = Request(rid=0, arrival_s=0.0, prompt=torch.zeros(1, 4, dtype=torch.long), output_tokens=2)
+    b = Request(rid=1, arrival_s=0.0, prompt=torch.zeros(1, 6, dtype=torch.long), output_tokens=1, chunk_tokens=3)
+    third = StepCost(busy_s=(2.0, 1.0), latency_s=3.0)
+    return [a, b], {"prefill@4": PRE, "decode@4": DEC, "prefill@3": third, "chunk@3:3": third}
+
+
+def test_stream_mix_and_period_by_hand() -> None:
+    reqs, costs = two_requests()
+    mix = stream_mix(costs, reqs)
+    # 4 steps: busy ((4 + 1 + 2 + 2) / 4, (2 + 2 + 1 + 1) / 4), latency (6 + 3 + 3 + 3) / 4; 3 tokens in 4 steps
+    assert mix.step == StepCost(busy_s=(2.25, 1.5), latency_s=3.75)
+    assert (mix.tokens_per_step, mix.prompt_tokens, mix.output_tokens) == (0.75, 5.0, 1.5)
+    assert mix.decode == DEC
+    # a prompt, all its chunks: A (4, 2; 6), B (2 + 2, 1 + 1; 3 + 3) -> mean (4, 2; 6)
+    assert mix.prompt == StepCost(busy_s=(4.0, 2.0), latency_s=6.0)
+    # 4 slots in 2 groups: T = 2 · 2.25 = 4.5, L = 3.75 + 4.5 - 2.25 = 6 -> max(9, 6) = 9
+    assert predicted_period_s(mix, 4, 2) == 9.0
+    assert predicted_period_s(mix, 4, 2, control_s=4.0) == 10.0  # max(9, 6 + 4)
+    # one group of 4 (sync): T = 9, L = 3.75 + 9 - 2.25 = 10.5
+    assert predicted_period_s(mix, 4, 1) == 10.5
+    offline = WorkloadSpec(kind="offline", requests=2, prompt=LengthSpec(lo=4, hi=6), output=LengthSpec(lo=1, hi=2))
+    assert predicted_tokens_per_s(mix, offline, 4, 2) == pytest.approx(4 * 0.75 / 9)
+    # an open stream at 0.1 requests/s offers 0.1 · 1.5 tokens/s: the cap
+    slow = WorkloadSpec(kind="poisson", requests=2, rate_per_s=0.1, prompt=LengthSpec(lo=4, hi=6),
+                        output=LengthSpec(lo=1, hi=2))
+    assert predicted_tokens_per_s(mix, slow, 4, 2) == pytest.approx(0.15)
 
 
 def test_profile_plan_points_follow_the_formula() -> None:
-    costs = {"decode@5": DEC, "prefill@4": PRE}
-    w = WorkloadSpec(kind="offline", requests=4, prompt=LengthSpec(lo=4, hi=4), output=LengthSpec(lo=2, hi=2))
-    plan = profile_plan("llama-tiny", costs, w, slots=4, m=2)
+    reqs, costs = two_requests()
+    plan = profile_plan("llama-tiny", stream_mix(costs, reqs), slots=4, m=2)
     pts = {p.tokens: p for p in plan.phases["mixed"].points}
-    # chunk = ceil(4·4/2) = 8: points at 1, 2, 4, 12, 24 tokens
-    assert sorted(pts) == [1, 2, 4, 12, 24]
+    # chunk = ceil(4 · 5 / 1.5) = 14: points at 1, 2, 4, 18, 36 tokens
+    assert sorted(pts) == [1, 2, 4, 18, 36]
     assert pts[4].step_s == iteration_s(DEC, PRE, 2, 0, 2) == 8.0
-    # 12 tokens: 4 decodes + 8 prompt tokens = 2 prompts; per group 2 decodes and 1 prompt -> period 12
-    assert pts[12].step_s == pytest.approx(12.0)
+    # 18 tokens: 4 decodes + 14 prompt tokens = 2.8 prompts; per group 2 decodes and 1.4 prompts:
+    # busy (2 + 5.6, 4 + 2.8) = (7.6, 6.8), T = 7.6, L = 3 + 7.6 - 2 = 8.6 -> max(15.2, 8.6)
+    assert pts[18].step_s == pytest.approx(15.2)
     assert plan.batch == 4 and plan.microbatches == 2
+
+
+def test_in_run_times_from_worker_events_by_hand() -> None:
+    programs = {"decode@4": SimpleNamespace(ops=[0, 1]), "decode@5": SimpleNamespace(ops=[0, 1])}
+    fallback = KernelTimes(kernel_s={"decode@4": [9.0, 9.0], "decode@5": [7.0, 8.0]})
+    w0 = dict(start_s=10.0, end_s=10.010, kernels=[(0, 0, 10.001, 10.004)], waits=[])
+    w1 = dict(start_s=10.0, end_s=10.012, kernels=[(1, 0, 10.006, 10.008)], waits=[(10.0, 10.005)])
+    hist = (dict(keys=["decode@4"], workers=[w0, w1], submit_abs_s=9.998, done_abs_s=10.015),)
+    got = in_run_times(hist, programs, fallback)  # type: ignore[arg-type]
+    assert got.kernel_s["decode@4"] == pytest.approx([0.003, 0.002])
+    assert got.kernel_s["decode@5"] == [7.0, 8.0]  # never ran: the fallback's
+    # outside kernels and waits, per kernel run: worker 0 (0.010 - 0.003) / 1, worker 1 (0.012 - 0.002 - 0.005) / 1
+    assert got.dispatch_s == pytest.approx((0.007, 0.005))
+    # control: submit -> first start 0.002, last end -> driver 0.003
+    assert got.control_s == pytest.approx(0.005)

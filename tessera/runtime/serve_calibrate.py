@@ -1,0 +1,70 @@
+"""Kernel times for a prediction taken from the served run itself (its workers' own kernel events).
+
+Why: on a shared 2-core machine a single-process profile taken minutes earlier, or on an idle core, prices
+kernels at another speed than the run met (load from other jobs slows both workers alike). The run's own
+events give, under the same conditions:
+
+- each kernel's mean duration per program (means, not medians: throughput pays the total time, tails
+  included);
+- per device, the worker's time per kernel outside kernels and outside waits (dispatch, the receive
+  threads, gloo's copies, storage set-up): (step span − kernel time − blocked time) / kernels run, over
+  the whole run;
+- the control round trip per iteration: the driver's submit to the first worker's start (when that worker
+  was idle, so not queueing behind another group's iteration), plus the last worker's end to the driver
+  holding the outputs; medians.
+
+What stays a prediction: how these costs combine under the placement and the schedule (each device's
+load per iteration, the pipeline latency through the placement over the link, max(m·T, L), the slots'
+occupancy, and tessera.sim's queueing), which is what the serving model claims.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from tessera.runtime.program import Program
+from tessera.runtime.serve_predict import KernelTimes
+
+
+def _control_s(history: tuple[dict[str, Any], ...]) -> float:
+    """Median launch (submit -> first start on an idle worker) plus median return (last end -> driver)."""
+    launch, back = [], []
+    prev_end: dict[int, float] = {}
+    for h in sorted(history, key=lambda h: min(w["start_s"] for w in h["workers"])):
+        ws = h["workers"]
+        idle = [w["start_s"] - h["submit_abs_s"] for d, w in enumerate(ws) if prev_end.get(d, 0.0) <= h["submit_abs_s"]]
+        if idle:
+            launch.append(max(0.0, min(idle)))
+        back.append(max(0.0, h["done_abs_s"] - max(w["end_s"] for w in ws)))
+        for d, w in enumerate(ws):
+            prev_end[d] = w["end_s"]
+    return (statistics.median(launch) if launch else 0.0) + (statistics.median(back) if back else 0.0)
+
+
+def in_run_times(history: tuple[dict[str, Any], ...], programs: dict[str, Program], fallback: KernelTimes
+                 ) -> KernelTimes:
+    """KernelTimes from a served stream's iterations (``StreamResult.history``); a kernel the run never
+    ran (a program no request needed after a recovery) keeps its ``fallback`` time."""
+    sums: dict[str, list[float]] = {k: [0.0] * len(p.ops) for k, p in programs.items()}
+    counts: dict[str, list[int]] = {k: [0] * len(p.ops) for k, p in programs.items()}
+    devices = len(history[0]["workers"]) if history else 0
+    outside, ran = [0.0] * devices, [0] * devices
+    for h in history:
+        keys = h["keys"]
+        for d, w in enumerate(h["workers"]):
+            in_kernels = 0.0
+            for k, mb, a, b in w["kernels"]:
+                sums[keys[mb]][k] += b - a
+                counts[keys[mb]][k] += 1
+                in_kernels += b - a
+            blocked = sum(b - a for a, b in w["waits"])
+            outside[d] += max(0.0, w["end_s"] - w["start_s"] - in_kernels - blocked)
+            ran[d] += len(w["kernels"])
+    kernel_s = {k: [s / c if c else f for s, c, f in zip(sums[k], counts[k], fallback.kernel_s[k], strict=True)]
+                for k in programs}
+    return KernelTimes(kernel_s=kernel_s, dispatch_s=tuple(o / n if n else 0.0 for o, n in zip(outside, ran, strict=True)),
+                       control_s=_control_s(history), source="in-run")
+
+
+__all__ = ["in_run_times"]
