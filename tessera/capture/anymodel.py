@@ -146,18 +146,34 @@ def _expert_weight(mod: nn.Module, name: str) -> torch.Tensor | None:
     return w if isinstance(w, nn.Parameter) and w.dim() == 3 else None
 
 
+def set_resident(module: nn.Module, name: str, t: torch.Tensor | None) -> None:
+    """``module.<name> = t`` as a weight: an nn.Parameter for real tensors, a registered buffer for fake ones.
+    Both are recorded as weights; the buffer skips Parameter's detach, a fake-tensor dispatch (0.25 ms:
+    a minute over DeepSeek-V3's 44,544 expert matrices and 30,000 fp8 Linears)."""
+    if t is None or isinstance(t, FakeTensor):
+        module.register_buffer(name, t)
+    else:
+        setattr(module, name, nn.Parameter(t, requires_grad=False))
+
+
 def _linears(weights: torch.Tensor, bias: torch.Tensor | None, transposed: bool) -> nn.ModuleList:
     """One nn.Linear (weight [out, in]) per expert from a stacked [E, out, in] (or [E, in, out]) tensor."""
     fake = isinstance(weights, FakeTensor)  # fake: fresh tensors of the shape; real: the values
+    n_experts, a, b = (int(x) for x in weights.shape)
+    shape = (b, a) if transposed else (a, b)
     out = nn.ModuleList()
-    for e in range(weights.shape[0]):
-        w = weights[e].transpose(0, 1) if transposed else weights[e]
+    for e in range(n_experts):
         lin = nn.Linear.__new__(nn.Linear)  # no init: the weights are set below
         nn.Module.__init__(lin)
-        lin.out_features, lin.in_features = w.shape
-        lin.weight = nn.Parameter(torch.empty(w.shape) if fake else w.contiguous().clone(), requires_grad=False)
-        b = None if bias is None else torch.empty(bias.shape[1:]) if fake else bias[e].clone()
-        lin.bias = None if b is None else nn.Parameter(b, requires_grad=False)
+        lin.out_features, lin.in_features = shape
+        if fake:
+            w = torch.empty(shape)
+            b_e = None if bias is None else torch.empty(bias.shape[1:])
+        else:
+            w = (weights[e].transpose(0, 1) if transposed else weights[e]).contiguous().clone()
+            b_e = None if bias is None else bias[e].clone()
+        set_resident(lin, "weight", w)
+        set_resident(lin, "bias", b_e)
         out.append(lin)
     return out
 
@@ -239,8 +255,8 @@ def balanced_experts_forward(self: Any, hidden: torch.Tensor, top_k_index: torch
 
 def _expert_buffers(rec: Recorder, mod: Any, t: int, e: int) -> dict[int, int]:
     """Buffer ids of expert ``t``'s weights -> expert ``e``'s (weight, bias, scale of up and down)."""
-    src = [p for lst in (mod.up_list, mod.down_list) for p in lst[t].parameters()]
-    dst = [p for lst in (mod.up_list, mod.down_list) for p in lst[e].parameters()]
+    src = [p for lst in (mod.up_list, mod.down_list) for p in (*lst[t].parameters(), *lst[t].buffers())]
+    dst = [p for lst in (mod.up_list, mod.down_list) for p in (*lst[e].parameters(), *lst[e].buffers())]
     return {rec.buffer_of(a): rec.buffer_of(b) for a, b in zip(src, dst, strict=True)}
 
 

@@ -107,7 +107,8 @@ def test_model_directory_works_like_its_config(tmp_path: Path, run_cli: RunCli) 
 @pytest.mark.parametrize("name", ISSUE + FURTHER)
 def test_shrunk_real_config_traces_with_right_kinds(name: str, tmp_path: Path) -> None:
     cfg = _shrink(_config(name))
-    g = capture_model(_write(tmp_path, name, cfg), "decode", batch=2, context=64)
+    path = _write(tmp_path, name, cfg)
+    g = capture_model(path, "decode", batch=2, context=64, eager=True)
     g.check_invariants()
     kinds = g.kinds()
     assert kinds.get(KernelKind.GEMM, 0) > 0
@@ -115,6 +116,11 @@ def test_shrunk_real_config_traces_with_right_kinds(name: str, tmp_path: Path) -
     assert KernelKind.EMBEDDING not in expert_kinds  # routing is its own kind
     if FAMILY[name] == "moe":
         assert kinds[KernelKind.MOE_ROUTING] % 2 == 0 and kinds[KernelKind.MOE_ROUTING] > 0
+        # the fused view: one fused MoE kernel per experts module, no routing kernel left
+        fused = capture_model(path, "decode", batch=2, context=64)
+        moe = [k.module for k in fused.kernels if k.name.startswith("fused_moe[")]
+        assert len(moe) == len(set(moe)) == len({k.module for k in g.kernels if k.kind is KernelKind.MOE_ROUTING})
+        assert KernelKind.MOE_ROUTING not in fused.kinds()
     text = cfg.get("text_config", cfg)
     if "hybrid_override_pattern" in text:  # Nemotron-H: Mamba layers keep conv + SSM state, no KV
         assert g.bytes_by_role()[Role.STATE] > 0 and KernelKind.CONV in kinds
@@ -138,7 +144,7 @@ def test_deepseek_mla_caches_the_latent_and_attends_in_one_kernel(tmp_path: Path
 
 
 def test_moe_routing_is_its_own_kind_one_dispatch_and_combine_per_expert() -> None:
-    g = capture_model("moe-tiny", "prefill", batch=2, seq=8)  # 32 token-slots over 4 experts, 2 layers
+    g = capture_model("moe-tiny", "prefill", batch=2, seq=8, eager=True)  # 32 token-slots over 4 experts, 2 layers
     routing = [k for k in g.kernels if k.kind is KernelKind.MOE_ROUTING]
     assert len(routing) == 2 * 4 * 2 and all(k.indirect for k in routing)
     assert {k.name for k in routing} == {"tessera.moe_dispatch.default", "tessera.moe_combine_.default"}
