@@ -306,9 +306,15 @@ def _mla_sdpa(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: 
               is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' sdpa, except where v's head dim differs from q's: there torch's sdpa falls back to its
     math path on CPU (bmm, softmax, bmm as separate kernels), so the attention is one ``tessera::attention``
-    kernel instead, as FlashAttention/FlashMLA run it on a GPU."""
+    kernel instead, as FlashAttention/FlashMLA run it on a GPU. An MLA module whose latents reach here
+    unexpanded (``absorb_mla``) attends as a serving engine does: a decode step absorbed over the
+    compressed cache, a prefill over keys and values expanded from it."""
     from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
+    if getattr(module, "tessera_latent", False):
+        if query.shape[2] == 1:
+            return _absorbed_mla(module, query, key, value, attention_mask, scaling)
+        key, value = type(module).expand_kv(module, key, value)
     if query.shape[-1] == value.shape[-1]:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
@@ -320,6 +326,58 @@ def _mla_sdpa(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: 
     mask = attention_mask[..., : key.shape[2]] if attention_mask is not None else None
     out = ops.attention(query, key, value, mask, scale, causal)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _latents(self: Any, kv_nope: torch.Tensor, k_rot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An MLA module's ``expand_kv`` under capture: the cached latents go to the attention function as they
+    are ([B, 1, S, kv_lora_rank], [B, 1, S, qk_rope_head_dim]); it expands them only for a prefill."""
+    return kv_nope, k_rot
+
+
+def absorb_mla(model: nn.Module) -> int:
+    """MLA modules (DeepSeek V2/V3 and their kin: a ``kv_b_proj`` and an ``expand_kv``): decode attends over
+    the compressed latent with absorbed weights. transformers expands the whole cache through kv_b_proj at
+    every step (a GEMM over every cached token), which no serving engine does. Quantised kv_b_proj weights
+    get the bf16 W_UK / W_UV copies an engine derives from them at load (resident). Returns how many."""
+    count = 0
+    for mod in model.modules():
+        if not (hasattr(mod, "kv_b_proj") and hasattr(mod, "expand_kv") and hasattr(mod, "kv_lora_rank")):
+            continue
+        mod.expand_kv = types.MethodType(_latents, mod)
+        mod.tessera_latent = True
+        w = getattr(mod.kv_b_proj, "weight", None)
+        if not (isinstance(w, torch.Tensor) and w.is_floating_point() and w.element_size() > 1):
+            heads, nope, v = mod.num_heads, mod.qk_nope_head_dim, mod.v_head_dim
+            set_resident(mod, "w_uk", torch.empty(heads, nope, mod.kv_lora_rank))
+            set_resident(mod, "w_uv", torch.empty(heads, v, mod.kv_lora_rank))
+        count += 1
+    return count
+
+
+def _absorbed_weights(mod: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """W_UK [H, nope, r] and W_UV [H, v, r]: views of kv_b_proj's weight [H·(nope + v), r], or the resident
+    bf16 copies of a quantised one."""
+    if hasattr(mod, "w_uk"):
+        return mod.w_uk, mod.w_uv
+    w = mod.kv_b_proj.weight.view(mod.num_heads, mod.qk_nope_head_dim + mod.v_head_dim, mod.kv_lora_rank)
+    return w[:, : mod.qk_nope_head_dim], w[:, mod.qk_nope_head_dim:]
+
+
+def _absorbed_mla(mod: Any, query: torch.Tensor, kv_nope: torch.Tensor, k_rot: torch.Tensor,
+                  attention_mask: torch.Tensor | None, scaling: float | None) -> tuple[torch.Tensor, None]:
+    """One decode token per sequence (query [B, H, 1, nope + rope]) attending over the latent cache:
+    q_latent = q_nope · W_UK per head (a bmm over heads, [H, B, nope] × [H, nope, r]); one
+    ``tessera::mla_attention`` kernel over the cache; its [B, H, 1, r] output · W_UVᵀ per head (bmm)."""
+    b, h, _, _ = query.shape
+    w_uk, w_uv = _absorbed_weights(mod)
+    q_nope, q_rot = torch.split(query, [mod.qk_nope_head_dim, mod.qk_rope_head_dim], dim=-1)
+    q_latent = torch.bmm(q_nope.reshape(b, h, -1).transpose(0, 1), w_uk.to(query.dtype))  # [H, B, r]
+    q_latent = q_latent.transpose(0, 1).unsqueeze(2)  # [B, H, 1, r]
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    mask = attention_mask[..., : kv_nope.shape[2]] if attention_mask is not None else None
+    out = ops.mla_attention(q_latent, q_rot, kv_nope, k_rot, mask, scale)  # [B, H, 1, r]
+    out = torch.bmm(out.squeeze(2).transpose(0, 1), w_uv.to(query.dtype).transpose(1, 2))  # [H, B, v]
+    return out.transpose(0, 1).unsqueeze(1).contiguous(), None  # [B, 1, H, v]
 
 
 def attention_implementation(conf: Any, default: str) -> str:
