@@ -152,3 +152,14 @@ def test_absorbed_mla_equals_expanded_attention() -> None:
     assert got.shape == want.shape == (b, 1, 4, 16)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert isinstance(attn.expand_kv, types.MethodType)
+
+
+@pytest.mark.slow
+def test_moe_run_under_the_planners_placement_is_identical(run_cli: Any) -> None:
+    # the MILP places the fused view (one kernel per MoE layer); the runtime runs each fused kernel's
+    # eager operators in order on its worker, so tokens and logits equal one process's
+    code, out, err = run_cli(["run", "moe-tiny", "--devices", "cpu,cpu", "--placement", "plan", "--verify",
+                              "--new-tokens", "2", "--json"])
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["verified"] and got["tokens_identical"] and got["max_abs_diff"] == 0.0
