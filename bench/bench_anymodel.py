@@ -32,6 +32,8 @@ s = summarize(g)
 s["eager_kernels"] = g.meta["eager_kernels"]
 s["fused_moe"] = sum(k.name.startswith("fused_moe[") for k in g.kernels)
 s["peak_rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB
+_ru = resource.getrusage(resource.RUSAGE_SELF)
+s["cpu_s"] = _ru.ru_utime + _ru.ru_stime  # the process's CPU time so far: imports + capture
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 cfg = json.load(open(path))
 conf = AutoConfig.for_model(cfg["model_type"], **{k: v for k, v in cfg.items()
@@ -69,7 +71,7 @@ def run_one(path: Path) -> dict[str, object]:
         return row
     s = json.loads(proc.stdout.strip().splitlines()[-1])
     row.update({k: s[k] for k in ("kernels", "eager_kernels", "fused_moe", "layers", "flops", "weight_bytes", "expected_weight_bytes", "kv_bytes",
-                                  "state_bytes", "capture_s", "params")})
+                                  "state_bytes", "capture_s", "cpu_s", "params")})
     row["kinds"] = {k: v["kernels"] for k, v in s["by_kind"].items()}
     row["weight_error"] = round(s["weight_bytes"] / s["expected_weight_bytes"] - 1, 5)
     row["peak_rss_gb"] = round(s["peak_rss_kb"] * 1024 / 1e9, 3)
@@ -148,16 +150,18 @@ def write(out: Path, rows: list[dict[str, Any]], load_before: tuple[float, ...],
     lines = [f"decode {SHAPE['batch']}×{SHAPE['context']}; 1-min load average before {load_before[0]:.1f}, after "
              f"{os.getloadavg()[0]:.1f}; per row in anymodel.json (2 cores, shared with other work). kernels: the "
              "fused view (one fused MoE kernel per MoE layer); eager: one per ATen operator (`--eager`)", "",
-             "| config | kernels | eager | fused MoE | weights GB | expected GB | error | capture s | wall s "
+             "capture s: wall time of the capture call; CPU s: the child's CPU time through the capture, imports "
+             "included (on a loaded machine wall time is mostly waiting for a core)", "",
+             "| config | kernels | eager | fused MoE | weights GB | expected GB | error | capture s | CPU s | wall s "
              "| peak RSS GB | load |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['config']} | error: {r['error']} | | | | | | | {r['wall_s']} | | |")
+            lines.append(f"| {r['config']} | error: {r['error']} | | | | | | | | {r['wall_s']} | | |")
             continue
         lines.append(f"| {r['config']} | {r['kernels']} | {r.get('eager_kernels', '')} | {r.get('fused_moe', '')} | "
                      f"{r['weight_bytes'] / 1e9:.2f} | {r['expected_weight_bytes'] / 1e9:.2f} | "
-                     f"{100 * r['weight_error']:+.2f}% | {r['capture_s']:.1f} | {r['wall_s']} | {r['peak_rss_gb']} | "
+                     f"{100 * r['weight_error']:+.2f}% | {r['capture_s']:.1f} | {r.get('cpu_s', 0):.1f} | {r['wall_s']} | {r['peak_rss_gb']} | "
                      f"{r.get('loadavg', 0):.1f} |")
     lines += plan_table(plan_rows or [])
     (out / "anymodel.md").write_text("\n".join(lines) + "\n")

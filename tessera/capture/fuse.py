@@ -113,23 +113,31 @@ def fuse(graph: KernelGraph, access: Sequence[Access]) -> KernelGraph:
 
 def _external(graph: KernelGraph, access: Sequence[Access], ks: list[Kernel],
               touching: Counter[int]) -> tuple[dict[int, int], dict[int, int]]:
-    """Bytes per buffer a group of kernels reads from / writes to the rest of the step."""
-    inside = Counter(b for k in ks for b in {*k.reads, *k.writes})
-    reads: dict[int, int] = {}
-    writes: dict[int, int] = {}
+    """Bytes per buffer a group of kernels reads from / writes to the rest of the step (one pass over the
+    members: an MoE block has thousands)."""
+    inside: Counter[int] = Counter()
     first_is_read: dict[int, bool] = {}
+    read_sum: Counter[int] = Counter()
+    write_sum: Counter[int] = Counter()
+    written: set[int] = set()
     for k in ks:
+        inside.update({*k.reads, *k.writes})
         for b in (*k.reads, *k.writes):
             first_is_read.setdefault(b, b in k.reads)
+        read_sum.update(access[k.id].reads)
+        write_sum.update(access[k.id].writes)
+        written.update(k.writes)
+    reads: dict[int, int] = {}
+    writes: dict[int, int] = {}
     for b, read_first in first_is_read.items():
         buf = graph.buffers[b]
         # live outside the chain: resident, handed in or out, or touched by a kernel outside it
         live = buf.role is not Role.ACTIVATION or touching[b] > inside[b]
         # one pass over a buffer reads it once: several members reading the same tensor cost it once
         if read_first:
-            reads[b] = min(buf.bytes, sum(access[k.id].reads.get(b, 0) for k in ks))
-        if live and any(b in k.writes for k in ks):
-            writes[b] = min(buf.bytes, sum(access[k.id].writes.get(b, 0) for k in ks))
+            reads[b] = min(buf.bytes, read_sum[b])
+        if live and b in written:
+            writes[b] = min(buf.bytes, write_sum[b])
     return reads, writes
 
 
