@@ -136,11 +136,15 @@ def test_deepseek_mla_caches_the_latent_and_attends_in_one_kernel(tmp_path: Path
     layers = cfg["num_hidden_layers"]  # 3 dense layers, then one MoE layer
     g = capture_model(_write(tmp_path, "dsv3", cfg), "decode", batch=2, context=64)
     att = [k for k in g.kernels if k.kind is KernelKind.ATTENTION_DECODE]
-    assert layers == 4 and len(att) == layers and all(k.dims["heads"] == 128 and k.dims["head_dim"] == 192 for k in att)
+    # decode attends over the latent (absorbed): 128 query heads, one 512 + 64 = 576-dim KV "head"
+    assert layers == 4 and len(att) == layers and all(k.name == "tessera.mla_attention.default" for k in att)
+    assert all(k.dims["heads"] == 128 and k.dims["kv_heads"] == 1 and k.dims["head_dim"] == 576 for k in att)
     assert all(k.dims["kv_len"] == 65 for k in att)  # 64 cached + the new token
     kv = sorted(b.shape for b in g.buffers if b.role is Role.KV)
     assert kv == [(2, 1, 65, 64)] * layers + [(2, 1, 65, 512)] * layers
-    assert not any(k.name == "aten.bmm.default" for k in g.kernels if "self_attn" in k.module)
+    # two absorption bmms a layer (q_nope·W_UK, latent·W_UVᵀ); no kv_b_proj GEMM over the cache
+    bmm = [k for k in g.kernels if k.name == "aten.bmm.default" and "self_attn" in k.module]
+    assert len(bmm) == 2 * layers and all(k.dims["batch"] == 128 for k in bmm)
 
 
 def test_moe_routing_is_its_own_kind_one_dispatch_and_combine_per_expert() -> None:
