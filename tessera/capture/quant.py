@@ -65,7 +65,10 @@ class QuantLinear(nn.Module):
                      else torch.full((out_f, -(-in_f // per)), 1e-2, dtype=torch.bfloat16))
         set_resident(self, "weight", weight)
         set_resident(self, "scale", scale)
-        self.bias = linear.bias
+        if isinstance(linear.bias, nn.Parameter):
+            self.bias = linear.bias
+        else:  # None, or an expert's bias held as a buffer under fake tensors: still a weight
+            set_resident(self, "bias", linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ops.quant_linear(x, self.weight, self.scale, self.bias, self.fmt, self.in_features)
