@@ -14,6 +14,9 @@ from __future__ import annotations
 import inspect
 import json
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 
 from tessera.capture import ops
+from tessera.capture.recorder import Recorder
 from tessera.errors import UserError, read_text
 
 # Families whose steps differ: a Mamba-only model keeps SSM states, not a KV cache; a VL model with a
@@ -133,23 +137,43 @@ def has_experts(conf: Any) -> bool:
 # ---- MoE: per-expert weights and balanced routing ---------------------------------------------------------------
 
 
+# The recording that experts of a layer are copied into instead of traced (fake mode only).
+_EXPERT_RECORDER: ContextVar[Recorder | None] = ContextVar("tessera_expert_recorder", default=None)
+
+
 def _expert_weight(mod: nn.Module, name: str) -> torch.Tensor | None:
     w = getattr(mod, name, None)
     return w if isinstance(w, nn.Parameter) and w.dim() == 3 else None
 
 
+def set_resident(module: nn.Module, name: str, t: torch.Tensor | None) -> None:
+    """``module.<name> = t`` as a weight: an nn.Parameter for real tensors, a registered buffer for fake ones.
+    Both are recorded as weights; the buffer skips Parameter's detach, a fake-tensor dispatch (0.25 ms:
+    a minute over DeepSeek-V3's 44,544 expert matrices and 30,000 fp8 Linears)."""
+    if t is None or isinstance(t, FakeTensor):
+        module.register_buffer(name, t)
+    else:
+        setattr(module, name, nn.Parameter(t, requires_grad=False))
+
+
 def _linears(weights: torch.Tensor, bias: torch.Tensor | None, transposed: bool) -> nn.ModuleList:
     """One nn.Linear (weight [out, in]) per expert from a stacked [E, out, in] (or [E, in, out]) tensor."""
     fake = isinstance(weights, FakeTensor)  # fake: fresh tensors of the shape; real: the values
+    n_experts, a, b = (int(x) for x in weights.shape)
+    shape = (b, a) if transposed else (a, b)
     out = nn.ModuleList()
-    for e in range(weights.shape[0]):
-        w = weights[e].transpose(0, 1) if transposed else weights[e]
+    for e in range(n_experts):
         lin = nn.Linear.__new__(nn.Linear)  # no init: the weights are set below
         nn.Module.__init__(lin)
-        lin.out_features, lin.in_features = w.shape
-        lin.weight = nn.Parameter(torch.empty(w.shape) if fake else w.contiguous().clone(), requires_grad=False)
-        b = None if bias is None else torch.empty(bias.shape[1:]) if fake else bias[e].clone()
-        lin.bias = None if b is None else nn.Parameter(b, requires_grad=False)
+        lin.out_features, lin.in_features = shape
+        if fake:
+            w = torch.empty(shape)
+            b_e = None if bias is None else torch.empty(bias.shape[1:])
+        else:
+            w = (weights[e].transpose(0, 1) if transposed else weights[e]).contiguous().clone()
+            b_e = None if bias is None else bias[e].clone()
+        set_resident(lin, "weight", w)
+        set_resident(lin, "bias", b_e)
         out.append(lin)
     return out
 
@@ -194,6 +218,11 @@ def balanced_experts_forward(self: Any, hidden: torch.Tensor, top_k_index: torch
     tokens·top_k/E of the token-slots (slot s = token s // top_k, in order; the first (tokens·top_k) mod E
     experts take one more), so each expert is one dispatch, its GEMMs and one weighted combine, with the
     active-parameter FLOPs of the real model. The router's weights are used, its indices are not.
+
+    Under a recording in fake mode (``replicating_experts``) an expert whose slot count was already
+    traced in this layer is not traced again: the traced expert's kernels are copied with this expert's
+    weights (``Recorder.replicate``), the same kernels a trace would record, at a fraction of the cost
+    (DeepSeek-V3: 14,848 experts).
     """
     tokens, top_k = top_k_index.shape
     slots = tokens * top_k
@@ -201,17 +230,44 @@ def balanced_experts_forward(self: Any, hidden: torch.Tensor, top_k_index: torch
     flat_w = top_k_weights.reshape(-1)
     token_of_slot = torch.arange(slots, device=hidden.device) // top_k
     out = torch.zeros_like(hidden)
+    rec = _EXPERT_RECORDER.get()
+    traced: dict[int, tuple[int, range, int]] = {}  # slots -> (expert, its kernels, its first new buffer)
     start = 0
     for e in range(n_experts):
         n = slots // n_experts + (1 if e < slots % n_experts else 0)
         if n == 0:
             continue
+        if rec is not None and n in traced:
+            t, kernels, first_buffer = traced[n]
+            rec.replicate(kernels, first_buffer, _expert_buffers(rec, self, t, e), (f"_list.{t}", f"_list.{e}"))
+            start += n
+            continue
+        k0, b0 = (len(rec.kernels), len(rec.buffers)) if rec is not None else (0, 0)
         tok = token_of_slot[start:start + n]
         x = ops.moe_dispatch(hidden, tok)
         y = self.down_list[e](_gated(self, self.up_list[e](x)))
         ops.moe_combine_(out, tok, y, flat_w[start:start + n])
+        if rec is not None:
+            traced[n] = (e, range(k0, len(rec.kernels)), b0)
         start += n
     return out
+
+
+def _expert_buffers(rec: Recorder, mod: Any, t: int, e: int) -> dict[int, int]:
+    """Buffer ids of expert ``t``'s weights -> expert ``e``'s (weight, bias, scale of up and down)."""
+    src = [p for lst in (mod.up_list, mod.down_list) for p in (*lst[t].parameters(), *lst[t].buffers())]
+    dst = [p for lst in (mod.up_list, mod.down_list) for p in (*lst[e].parameters(), *lst[e].buffers())]
+    return {rec.buffer_of(a): rec.buffer_of(b) for a, b in zip(src, dst, strict=True)}
+
+
+@contextmanager
+def replicating_experts(rec: Recorder) -> Iterator[None]:
+    """While recording in fake mode: trace one expert per slot count per layer, copy the rest."""
+    token = _EXPERT_RECORDER.set(rec)
+    try:
+        yield
+    finally:
+        _EXPERT_RECORDER.reset(token)
 
 
 def _topk_moe_forward(self: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -250,9 +306,15 @@ def _mla_sdpa(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: 
               is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' sdpa, except where v's head dim differs from q's: there torch's sdpa falls back to its
     math path on CPU (bmm, softmax, bmm as separate kernels), so the attention is one ``tessera::attention``
-    kernel instead, as FlashAttention/FlashMLA run it on a GPU."""
+    kernel instead, as FlashAttention/FlashMLA run it on a GPU. An MLA module whose latents reach here
+    unexpanded (``absorb_mla``) attends as a serving engine does: a decode step absorbed over the
+    compressed cache, a prefill over keys and values expanded from it."""
     from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
 
+    if getattr(module, "tessera_latent", False):
+        if query.shape[2] == 1:
+            return _absorbed_mla(module, query, key, value, attention_mask, scaling)
+        key, value = type(module).expand_kv(module, key, value)
     if query.shape[-1] == value.shape[-1]:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
@@ -264,6 +326,58 @@ def _mla_sdpa(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: 
     mask = attention_mask[..., : key.shape[2]] if attention_mask is not None else None
     out = ops.attention(query, key, value, mask, scale, causal)
     return out.transpose(1, 2).contiguous(), None
+
+
+def _latents(self: Any, kv_nope: torch.Tensor, k_rot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An MLA module's ``expand_kv`` under capture: the cached latents go to the attention function as they
+    are ([B, 1, S, kv_lora_rank], [B, 1, S, qk_rope_head_dim]); it expands them only for a prefill."""
+    return kv_nope, k_rot
+
+
+def absorb_mla(model: nn.Module) -> int:
+    """MLA modules (DeepSeek V2/V3 and their kin: a ``kv_b_proj`` and an ``expand_kv``): decode attends over
+    the compressed latent with absorbed weights. transformers expands the whole cache through kv_b_proj at
+    every step (a GEMM over every cached token), which no serving engine does. Quantised kv_b_proj weights
+    get the bf16 W_UK / W_UV copies an engine derives from them at load (resident). Returns how many."""
+    count = 0
+    for mod in model.modules():
+        if not (hasattr(mod, "kv_b_proj") and hasattr(mod, "expand_kv") and hasattr(mod, "kv_lora_rank")):
+            continue
+        mod.expand_kv = types.MethodType(_latents, mod)
+        mod.tessera_latent = True
+        w = getattr(mod.kv_b_proj, "weight", None)
+        if not (isinstance(w, torch.Tensor) and w.is_floating_point() and w.element_size() > 1):
+            heads, nope, v = mod.num_heads, mod.qk_nope_head_dim, mod.v_head_dim
+            set_resident(mod, "w_uk", torch.empty(heads, nope, mod.kv_lora_rank))
+            set_resident(mod, "w_uv", torch.empty(heads, v, mod.kv_lora_rank))
+        count += 1
+    return count
+
+
+def _absorbed_weights(mod: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """W_UK [H, nope, r] and W_UV [H, v, r]: views of kv_b_proj's weight [H·(nope + v), r], or the resident
+    bf16 copies of a quantised one."""
+    if hasattr(mod, "w_uk"):
+        return mod.w_uk, mod.w_uv
+    w = mod.kv_b_proj.weight.view(mod.num_heads, mod.qk_nope_head_dim + mod.v_head_dim, mod.kv_lora_rank)
+    return w[:, : mod.qk_nope_head_dim], w[:, mod.qk_nope_head_dim:]
+
+
+def _absorbed_mla(mod: Any, query: torch.Tensor, kv_nope: torch.Tensor, k_rot: torch.Tensor,
+                  attention_mask: torch.Tensor | None, scaling: float | None) -> tuple[torch.Tensor, None]:
+    """One decode token per sequence (query [B, H, 1, nope + rope]) attending over the latent cache:
+    q_latent = q_nope · W_UK per head (a bmm over heads, [H, B, nope] × [H, nope, r]); one
+    ``tessera::mla_attention`` kernel over the cache; its [B, H, 1, r] output · W_UVᵀ per head (bmm)."""
+    b, h, _, _ = query.shape
+    w_uk, w_uv = _absorbed_weights(mod)
+    q_nope, q_rot = torch.split(query, [mod.qk_nope_head_dim, mod.qk_rope_head_dim], dim=-1)
+    q_latent = torch.bmm(q_nope.reshape(b, h, -1).transpose(0, 1), w_uk.to(query.dtype))  # [H, B, r]
+    q_latent = q_latent.transpose(0, 1).unsqueeze(2)  # [B, H, 1, r]
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    mask = attention_mask[..., : kv_nope.shape[2]] if attention_mask is not None else None
+    out = ops.mla_attention(q_latent, q_rot, kv_nope, k_rot, mask, scale)  # [B, H, 1, r]
+    out = torch.bmm(out.squeeze(2).transpose(0, 1), w_uv.to(query.dtype).transpose(1, 2))  # [H, B, v]
+    return out.transpose(0, 1).unsqueeze(1).contiguous(), None  # [B, 1, H, v]
 
 
 def attention_implementation(conf: Any, default: str) -> str:

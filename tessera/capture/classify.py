@@ -19,6 +19,7 @@ _ATTENTION = {
     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
     "_scaled_dot_product_attention_math", "scaled_dot_product_attention",
     "attention",  # tessera::attention (ops.py): value head dim ≠ key head dim (MLA)
+    "mla_attention",  # tessera::mla_attention (ops.py): absorbed MLA over the compressed cache
 }
 _NORM = {
     "native_layer_norm", "_fused_rms_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
@@ -94,6 +95,10 @@ def flops_of(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any)
     if op_name(func) in _QUANT_GEMM:  # 2·m·n·k, as for any GEMM: dequantisation is not counted
         x, w = _shape(args[0]), _shape(args[1])
         return 2 * math.prod(x[:-1]) * w[0] * x[-1]
+    if op_name(func) == "mla_attention":  # scores over latent + rope dims, then values over the latent
+        b, h, q, r = _shape(args[0])
+        s, p = _shape(args[2])[2], _shape(args[3])[-1]
+        return 2 * b * h * q * s * (r + p) + 2 * b * h * q * s * r
     if packet in flop_registry:
         return int(flop_registry[packet](*args, **kwargs, out_val=out))
     if op_name(func) in _ATTENTION:
@@ -111,6 +116,10 @@ def dims_of(kind: KernelKind, func: Any, args: tuple[Any, ...], out_tensors: lis
         sa, sb = _shape(a), _shape(b)
         batch = sa[0] if len(sa) == 3 else 1
         return {"m": sa[-2], "k": sa[-1], "n": sb[-1], "batch": batch}
+    if name == "mla_attention":  # one KV "head": the latent + rope key of each token
+        q, kv, rope = _shape(args[0]), _shape(args[2]), _shape(args[3])
+        return {"batch": q[0], "heads": q[1], "kv_heads": kv[1], "q_len": q[2], "kv_len": kv[2],
+                "head_dim": q[3] + rope[-1]}
     if kind in (KernelKind.ATTENTION, KernelKind.ATTENTION_DECODE):
         q, k = _shape(args[0]), _shape(args[1])
         return {"batch": q[0], "heads": q[1], "kv_heads": k[1], "q_len": q[2], "kv_len": k[2], "head_dim": q[3]}

@@ -12,7 +12,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._pytree import tree_flatten
 
-from tessera.capture import steps, vlm
+from tessera.capture import anymodel, steps, vlm
 from tessera.capture.defaults import DEFAULT_CONTEXT, DEFAULT_IMAGE_PATCHES, DEFAULT_SEQ
 from tessera.capture.fuse import fuse
 from tessera.capture.liger import kernels_applied
@@ -104,6 +104,8 @@ def record(name: str, phase: str, *, batch: int, seq: int | None, context: int |
             nn.modules.module.register_module_forward_hook(lambda m, a, o: rec.pop(m), always_call=True),
         ]
         stack.callback(lambda: [h.remove() for h in hooks])
+        if not real:  # real mode keeps every expert's operators: the program replays them
+            stack.enter_context(anymodel.replicating_experts(rec))
         with torch.no_grad(), rec, capturing(rec):
             outs = step.run()
         outs = tuple(t for t in tree_flatten(outs)[0] if isinstance(t, torch.Tensor))

@@ -42,18 +42,36 @@ class _Node:
 
 def groups_of(graph: KernelGraph) -> list[list[int]]:
     """Eager kernel ids of each fused kernel, in fused program order."""
+    block_of = {i: path for path, ids in moe_blocks(graph).items() for i in ids}
     nodes: list[_Node] = []
+    last_block = None
     for k in graph.kernels:
-        f = k.kind in FUSIBLE and k.deps_from != "ptx"  # a custom (Triton) kernel is already production-fused
-        if f and nodes and nodes[-1].fusible:
+        block = block_of.get(k.id)
+        f = block is None and k.kind in FUSIBLE and k.deps_from != "ptx"  # a Triton kernel is already fused
+        if (f and nodes and nodes[-1].fusible) or (block is not None and block == last_block):
             last = nodes[-1]
             last.members.append(k.id)
             last.reads |= set(k.reads)
             last.writes |= set(k.writes)
         else:
             nodes.append(_Node(members=[k.id], fusible=f, reads=set(k.reads), writes=set(k.writes)))
+        last_block = block
     _pull_forward(nodes)
     return [n.members for n in nodes]
+
+
+def moe_blocks(graph: KernelGraph) -> dict[str, list[int]]:
+    """Module path of each experts module -> its call's eager kernel ids (routing, expert GEMMs, their
+    activations, the output's zero fill), where they are one consecutive run of the program."""
+    paths = {k.module for k in graph.kernels if k.kind is KernelKind.MOE_ROUTING}
+    blocks: dict[str, list[int]] = {}
+    for k in graph.kernels:
+        m = k.module
+        while m and m not in paths:
+            m = m.rpartition(".")[0]
+        if m:
+            blocks.setdefault(m, []).append(k.id)
+    return {p: ids for p, ids in blocks.items() if ids[-1] - ids[0] + 1 == len(ids)}
 
 
 def _pull_forward(nodes: list[_Node]) -> None:
@@ -84,10 +102,43 @@ def fuse(graph: KernelGraph, access: Sequence[Access]) -> KernelGraph:
         raise ValueError(f"{len(access)} access records for {len(graph.kernels)} kernels")
     groups = groups_of(graph)
     touching = Counter(b for k in graph.kernels for b in {*k.reads, *k.writes})
-    kernels = [_fused_kernel(graph, access, g, j, touching) for j, g in enumerate(groups)]
+    block_at = {ids[0]: path for path, ids in moe_blocks(graph).items()}
+    weights = _weights_under(graph, set(block_at.values()))
+    kernels = [_fused_moe_kernel(graph, access, g, j, touching, block_at[g[0]], weights[block_at[g[0]]])
+               if g[0] in block_at else _fused_kernel(graph, access, g, j, touching) for j, g in enumerate(groups)]
     meta = {**graph.meta, "view": "fused", "eager_kernels": len(graph.kernels), "fused_from": groups}
     return build_graph(model=graph.model, phase=graph.phase, shape=graph.shape, kernels=kernels,
                        buffers=graph.buffers, meta=meta)
+
+
+def _external(graph: KernelGraph, access: Sequence[Access], ks: list[Kernel],
+              touching: Counter[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """Bytes per buffer a group of kernels reads from / writes to the rest of the step (one pass over the
+    members: an MoE block has thousands)."""
+    inside: Counter[int] = Counter()
+    first_is_read: dict[int, bool] = {}
+    read_sum: Counter[int] = Counter()
+    write_sum: Counter[int] = Counter()
+    written: set[int] = set()
+    for k in ks:
+        inside.update({*k.reads, *k.writes})
+        for b in (*k.reads, *k.writes):
+            first_is_read.setdefault(b, b in k.reads)
+        read_sum.update(access[k.id].reads)
+        write_sum.update(access[k.id].writes)
+        written.update(k.writes)
+    reads: dict[int, int] = {}
+    writes: dict[int, int] = {}
+    for b, read_first in first_is_read.items():
+        buf = graph.buffers[b]
+        # live outside the chain: resident, handed in or out, or touched by a kernel outside it
+        live = buf.role is not Role.ACTIVATION or touching[b] > inside[b]
+        # one pass over a buffer reads it once: several members reading the same tensor cost it once
+        if read_first:
+            reads[b] = min(buf.bytes, read_sum[b])
+        if live and b in written:
+            writes[b] = min(buf.bytes, write_sum[b])
+    return reads, writes
 
 
 def _fused_kernel(graph: KernelGraph, access: Sequence[Access], members: list[int], new_id: int,
@@ -95,22 +146,7 @@ def _fused_kernel(graph: KernelGraph, access: Sequence[Access], members: list[in
     ks = [graph.kernels[i] for i in members]
     if len(ks) == 1:
         return replace(ks[0], id=new_id)
-    inside = Counter(b for k in ks for b in {*k.reads, *k.writes})
-    reads: dict[int, int] = {}
-    writes: dict[int, int] = {}
-    first_is_read: dict[int, bool] = {}
-    for k in ks:
-        for b in (*k.reads, *k.writes):
-            first_is_read.setdefault(b, b in k.reads)
-    for b, read_first in first_is_read.items():
-        buf = graph.buffers[b]
-        # live outside the chain: resident, handed in or out, or touched by a kernel outside it
-        live = buf.role is not Role.ACTIVATION or touching[b] > inside[b]
-        # one pass over a buffer reads it once: several members reading the same tensor cost it once
-        if read_first:
-            reads[b] = min(buf.bytes, sum(access[k.id].reads.get(b, 0) for k in ks))
-        if live and any(b in k.writes for k in ks):
-            writes[b] = min(buf.bytes, sum(access[k.id].writes.get(b, 0) for k in ks))
+    reads, writes = _external(graph, access, ks, touching)
     main = max(ks, key=lambda k: k.bytes_read + k.bytes_written)  # dominant member: kind and dtype
     last = ks[-1]  # where the fused kernel sits: a residual add joins the next layer's norm
     return Kernel(
@@ -119,6 +155,61 @@ def _fused_kernel(graph: KernelGraph, access: Sequence[Access], members: list[in
         reads=tuple(reads), writes=tuple(writes), layer=last.layer, module=last.module, phase=last.phase,
         dtype=main.dtype, dims={"numel": max(k.dims.get("numel", 0) for k in ks), "fused": len(ks)},
         indirect=any(k.indirect for k in ks),
+    )
+
+
+def distinct_experts(experts: int, top_k: int, tokens: float) -> float:
+    """Expected number of distinct experts ``tokens`` tokens touch when each picks ``top_k`` of ``experts``
+    uniformly at random: an expert is missed by one token with probability 1 − k/E (k distinct picks),
+    by all T independently with (1 − k/E)^T, so E·(1 − (1 − k/E)^T)."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def _weights_under(graph: KernelGraph, paths: set[str]) -> dict[str, list[int]]:
+    """Weight buffer ids named under each module path (``<path>.up_list.3.weight``)."""
+    out: dict[str, list[int]] = {p: [] for p in paths}
+    for b in graph.buffers:
+        if b.role is Role.WEIGHT and paths:
+            m = b.name.rpartition(".")[0]
+            while m and m not in out:
+                m = m.rpartition(".")[0]
+            if m:
+                out[m].append(b.id)
+    return out
+
+
+def _expert_index(name: str, path: str) -> str:
+    """``<path>.down_list.7.weight`` -> ``7``."""
+    return name[len(path) + 1:].split(".")[1]
+
+
+def _fused_moe_kernel(graph: KernelGraph, access: Sequence[Access], members: list[int], new_id: int,
+                      touching: Counter[int], path: str, weights: list[int]) -> Kernel:
+    """One experts module's call as the fused MoE kernel serving engines launch (vLLM's fused_moe):
+    FLOPs those of the active experts (the routed tokens' GEMMs), reads every expert's weights (placement
+    keeps them all on its device), bytes read: the weights of the experts ``tokens`` top-k choices touch
+    in expectation under uniform routing (``distinct_experts``) plus its activations, indices and router
+    weights. dims are those of a measured MoE table: tokens, hidden, inter, topk, experts, and
+    expert_bytes (one expert's weight bytes) for rescaling to other token counts."""
+    ks = [graph.kernels[i] for i in members]
+    reads, writes = _external(graph, access, ks, touching)
+    experts = len({_expert_index(graph.buffers[b].name, path) for b in weights})
+    expert_bytes = sum(graph.buffers[b].bytes for b in weights) // max(1, experts)
+    ups = [k for k in ks if k.kind is KernelKind.GEMM and ".up_list." in k.module]
+    downs = [k for k in ks if k.kind is KernelKind.GEMM and ".down_list." in k.module]
+    combine = next(k for k in ks if k.kind is KernelKind.MOE_ROUTING and "combine" in k.name)
+    tokens = graph.buffers[combine.writes[0]].shape[0]  # out [tokens, hidden], the experts' sum
+    top_k = round(sum(k.dims["m"] for k in ups) / tokens)
+    activations = sum(n for b, n in reads.items() if graph.buffers[b].role is not Role.WEIGHT)
+    touched = distinct_experts(experts, top_k, tokens) * expert_bytes
+    return Kernel(
+        id=new_id, name=f"fused_moe[{experts} experts, top-{top_k}]", kind=KernelKind.GEMM,
+        flops=sum(k.flops for k in ks), bytes_read=int(touched) + activations,
+        bytes_written=sum(writes.values()), reads=tuple(dict.fromkeys([*reads, *weights])),
+        writes=tuple(writes), layer=ks[-1].layer, module=path, phase=ks[-1].phase, dtype=ups[0].dtype,
+        dims={"tokens": tokens, "hidden": ups[0].dims["k"], "inter": downs[0].dims["k"], "topk": top_k,
+              "experts": experts, "expert_bytes": expert_bytes, "fused": len(ks)},
+        indirect=True,
     )
 
 

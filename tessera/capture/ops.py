@@ -21,6 +21,8 @@ _LIB = torch.library.Library("tessera", "DEF")
 _LIB.define("moe_dispatch(Tensor hidden, Tensor token) -> Tensor")
 _LIB.define("moe_combine_(Tensor(a!) out, Tensor token, Tensor rows, Tensor weight) -> ()")
 _LIB.define("attention(Tensor q, Tensor k, Tensor v, Tensor? mask, float scale, bool causal) -> Tensor")
+_LIB.define("mla_attention(Tensor q_latent, Tensor q_rope, Tensor kv_latent, Tensor k_rope, Tensor? mask, float scale) "
+            "-> Tensor")
 _LIB.define("quant_linear(Tensor x, Tensor weight, Tensor scale, Tensor? bias, str fmt, int in_features) -> Tensor")
 
 
@@ -86,11 +88,28 @@ def _attention_cpu(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: 
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, is_causal=causal)
 
 
+def _mla_attention_cpu(q_latent: Tensor, q_rope: Tensor, kv_latent: Tensor, k_rope: Tensor, mask: Tensor | None,
+                       scale: float) -> Tensor:
+    """Absorbed MLA attention over the compressed cache, one kernel as FlashMLA runs it: the latent is both
+    key (with the rope part) and value. q_latent [B, H, q, r] (the no-rope query through W_UK), q_rope
+    [B, H, q, p], kv_latent [B, 1, S, r], k_rope [B, 1, S, p] -> [B, H, q, r] (to go through W_UV)."""
+    scores = (q_latent @ kv_latent.transpose(-1, -2) + q_rope @ k_rope.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    return torch.softmax(scores.float(), dim=-1).to(kv_latent.dtype) @ kv_latent
+
+
+def _mla_attention_meta(q_latent: Tensor, q_rope: Tensor, kv_latent: Tensor, k_rope: Tensor, mask: Tensor | None,
+                        scale: float) -> Tensor:
+    return q_latent.new_empty(q_latent.shape)
+
+
 def _attention_meta(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float, causal: bool) -> Tensor:
     return q.new_empty((*q.shape[:-1], v.shape[-1]))
 
 
-for _name, _cpu, _meta in (("attention", _attention_cpu, _attention_meta),("moe_dispatch", _dispatch_cpu, _dispatch_meta),
+for _name, _cpu, _meta in (("attention", _attention_cpu, _attention_meta), ("moe_dispatch", _dispatch_cpu, _dispatch_meta),
+                           ("mla_attention", _mla_attention_cpu, _mla_attention_meta),
                            ("moe_combine_", _combine_cpu, _combine_meta),
                            ("quant_linear", _quant_linear_cpu, _quant_linear_meta)):
     _LIB.impl(_name, _cpu, "CPU")
@@ -100,3 +119,4 @@ moe_dispatch = torch.ops.tessera.moe_dispatch
 moe_combine_ = torch.ops.tessera.moe_combine_
 quant_linear = torch.ops.tessera.quant_linear
 attention = torch.ops.tessera.attention
+mla_attention = torch.ops.tessera.mla_attention

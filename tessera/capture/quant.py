@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from tessera.capture import ops
+from tessera.capture.anymodel import set_resident
 from tessera.errors import UserError
 
 FORMATS = ("fp8", "int4", "mxfp4")
@@ -62,9 +63,12 @@ class QuantLinear(nn.Module):
             per = 32 if fmt == "mxfp4" else group
             scale = (torch.full((out_f, -(-in_f // per)), 127, dtype=torch.uint8) if fmt == "mxfp4"
                      else torch.full((out_f, -(-in_f // per)), 1e-2, dtype=torch.bfloat16))
-        self.weight = nn.Parameter(weight, requires_grad=False)
-        self.scale = nn.Parameter(scale, requires_grad=False)
-        self.bias = linear.bias
+        set_resident(self, "weight", weight)
+        set_resident(self, "scale", scale)
+        if isinstance(linear.bias, nn.Parameter):
+            self.bias = linear.bias
+        else:  # None, or an expert's bias held as a buffer under fake tensors: still a weight
+            set_resident(self, "bias", linear.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return ops.quant_linear(x, self.weight, self.scale, self.bias, self.fmt, self.in_features)

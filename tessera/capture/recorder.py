@@ -7,7 +7,7 @@ models: additionally a replayable program), so both modes see the same operator 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -139,6 +139,31 @@ class Recorder(TorchDispatchMode):
         if op is not None and self.keep_program:
             self.program.append(op)
         self._alive.extend(keep)
+
+    def replicate(self, kernels: range, first_buffer: int, weights: dict[int, int],
+                  rename: tuple[str, str]) -> None:
+        """Append a copy of the kernels ``kernels`` (recorded last-but-some, in fake mode only) as another
+        instance of the same computation: weight buffer ``w`` becomes ``weights[w]``, each buffer the range
+        created (ids >= ``first_buffer``) a fresh buffer of the same size, and module paths ending in
+        ``rename[0]`` end in ``rename[1]`` instead. Every other buffer (the shared input, the output added
+        into, the routing indices) is touched as in the original."""
+        assert not self.keep_program, "replicated kernels have no program: fake mode only"
+        fresh: dict[int, int] = {}
+        for k in kernels:
+            for b in (*self.kernels[k].reads, *self.kernels[k].writes):
+                if b >= first_buffer and b not in fresh:
+                    old = self.buffers[b]
+                    fresh[b] = len(self.buffers)
+                    self.buffers.append(_Buf(f"{old.name}@{rename[1]}", old.nbytes, old.role, old.dtype, old.shape))
+        remap = {**weights, **fresh}
+        for k in kernels:
+            src, acc = self.kernels[k], self.access[k]
+            module = src.module[: -len(rename[0])] + rename[1] if src.module.endswith(rename[0]) else src.module
+            self.kernels.append(replace(
+                src, id=len(self.kernels), reads=tuple(remap.get(b, b) for b in src.reads),
+                writes=tuple(remap.get(b, b) for b in src.writes), module=module))
+            self.access.append(Access(reads={remap.get(b, b): n for b, n in acc.reads.items()},
+                                      writes={remap.get(b, b): n for b, n in acc.writes.items()}))
 
     def ref(self, t: torch.Tensor) -> TensorRef:
         return TensorRef(self.buffer_of(t), t.dtype, tuple(t.shape), tuple(t.stride()), int(t.storage_offset()))

@@ -59,6 +59,8 @@ def build(spec: ModelSpec) -> nn.Module:
     anymodel.split_experts(model)
     if qcfg is not None:
         quant.quantise(model, qcfg)
+    if model.config._attn_implementation == anymodel.MLA_ATTENTION:
+        anymodel.absorb_mla(model)
     return model.eval()
 
 

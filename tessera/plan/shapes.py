@@ -109,7 +109,24 @@ def _with(obj, **changes):
     return new
 
 
+def _scaled_moe(k: Kernel, s: float, kid: int) -> Kernel:
+    """A fused MoE kernel (dims tokens, topk, experts, expert_bytes) at s× its tokens: FLOPs and activation
+    bytes × s; the expert weights read are those of the experts the tokens touch, E·(1 − (1 − k/E)^T)
+    under uniform top-k routing (the expectation capture priced it with)."""
+    d = k.dims
+    tokens = max(1, math.ceil(d["tokens"] * s - 1e-9))
+
+    def weights(t: float) -> float:
+        return d["experts"] * (1.0 - (1.0 - d["topk"] / d["experts"]) ** t) * d["expert_bytes"]
+
+    act = max(0.0, k.bytes_read - weights(d["tokens"]))
+    return _with(k, id=kid, flops=int(k.flops * s), bytes_read=int(weights(tokens) + act * s),
+                 bytes_written=int(k.bytes_written * s), dims={**d, "tokens": tokens})
+
+
 def _scaled_kernel(k: Kernel, s: float, resident_read: int, kid: int) -> Kernel:
+    if "expert_bytes" in k.dims:
+        return _scaled_moe(k, s, kid)
     fixed = min(resident_read, k.bytes_read)
     dims = dict(k.dims)
     for key in ("m", "numel"):

@@ -63,12 +63,21 @@ def shard(k: Kernel, tp: int) -> Kernel:
         read = k.bytes_read * (frac_w / tp + (1 - frac_w) * (1 / tp if axis == "k" else 1))
         written = k.bytes_written / (tp if axis == "n" else 1)
         return replace(k, dims=d, flops=k.flops // tp, bytes_read=int(read), bytes_written=int(written))
+    if "expert_bytes" in d:
+        return _shard_moe(k, tp)
     if k.kind in ATTENTION_KINDS:
         d["heads"] = max(1, math.ceil(d.get("heads", tp) / tp))
         d["kv_heads"] = max(1, math.ceil(d.get("kv_heads", tp) / tp))
         return replace(k, dims=d, flops=k.flops // tp, bytes_read=k.bytes_read // tp,
                        bytes_written=k.bytes_written // tp)
     return k
+
+
+def _shard_moe(k: Kernel, tp: int) -> Kernel:
+    """One GPU's share of a fused MoE kernel: every expert's intermediate dimension split k ways (as vLLM
+    shards fused_moe under TP), so FLOPs and expert weight bytes / tp; tokens in and out stay whole."""
+    d = {**k.dims, "inter": max(1, math.ceil(k.dims["inter"] / tp)), "expert_bytes": k.dims["expert_bytes"] // tp}
+    return replace(k, dims=d, flops=k.flops // tp, bytes_read=k.bytes_read // tp)
 
 
 def allreduce_s(nbytes: int, tp: int, lk: LinkSpec) -> float:

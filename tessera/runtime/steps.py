@@ -63,8 +63,8 @@ def step_keys(job: Job) -> list[str]:
 
 
 def capture_steps(job: Job) -> dict[str, Program]:
-    if job.family not in ("llm", "ssm", "dit"):
-        raise UserError(f"model {job.model}: family {job.family} cannot run yet; valid families: dit, llm, ssm")
+    if job.family not in ("llm", "moe", "ssm", "dit"):
+        raise UserError(f"model {job.model}: family {job.family} cannot run yet; valid families: dit, llm, moe, ssm")
     out: dict[str, Program] = {}
     for key in step_keys(job):
         if key == "denoise":

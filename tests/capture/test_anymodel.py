@@ -107,7 +107,8 @@ def test_model_directory_works_like_its_config(tmp_path: Path, run_cli: RunCli) 
 @pytest.mark.parametrize("name", ISSUE + FURTHER)
 def test_shrunk_real_config_traces_with_right_kinds(name: str, tmp_path: Path) -> None:
     cfg = _shrink(_config(name))
-    g = capture_model(_write(tmp_path, name, cfg), "decode", batch=2, context=64)
+    path = _write(tmp_path, name, cfg)
+    g = capture_model(path, "decode", batch=2, context=64, eager=True)
     g.check_invariants()
     kinds = g.kinds()
     assert kinds.get(KernelKind.GEMM, 0) > 0
@@ -115,6 +116,11 @@ def test_shrunk_real_config_traces_with_right_kinds(name: str, tmp_path: Path) -
     assert KernelKind.EMBEDDING not in expert_kinds  # routing is its own kind
     if FAMILY[name] == "moe":
         assert kinds[KernelKind.MOE_ROUTING] % 2 == 0 and kinds[KernelKind.MOE_ROUTING] > 0
+        # the fused view: one fused MoE kernel per experts module, no routing kernel left
+        fused = capture_model(path, "decode", batch=2, context=64)
+        moe = [k.module for k in fused.kernels if k.name.startswith("fused_moe[")]
+        assert len(moe) == len(set(moe)) == len({k.module for k in g.kernels if k.kind is KernelKind.MOE_ROUTING})
+        assert KernelKind.MOE_ROUTING not in fused.kinds()
     text = cfg.get("text_config", cfg)
     if "hybrid_override_pattern" in text:  # Nemotron-H: Mamba layers keep conv + SSM state, no KV
         assert g.bytes_by_role()[Role.STATE] > 0 and KernelKind.CONV in kinds
@@ -130,15 +136,19 @@ def test_deepseek_mla_caches_the_latent_and_attends_in_one_kernel(tmp_path: Path
     layers = cfg["num_hidden_layers"]  # 3 dense layers, then one MoE layer
     g = capture_model(_write(tmp_path, "dsv3", cfg), "decode", batch=2, context=64)
     att = [k for k in g.kernels if k.kind is KernelKind.ATTENTION_DECODE]
-    assert layers == 4 and len(att) == layers and all(k.dims["heads"] == 128 and k.dims["head_dim"] == 192 for k in att)
+    # decode attends over the latent (absorbed): 128 query heads, one 512 + 64 = 576-dim KV "head"
+    assert layers == 4 and len(att) == layers and all(k.name == "tessera.mla_attention.default" for k in att)
+    assert all(k.dims["heads"] == 128 and k.dims["kv_heads"] == 1 and k.dims["head_dim"] == 576 for k in att)
     assert all(k.dims["kv_len"] == 65 for k in att)  # 64 cached + the new token
     kv = sorted(b.shape for b in g.buffers if b.role is Role.KV)
     assert kv == [(2, 1, 65, 64)] * layers + [(2, 1, 65, 512)] * layers
-    assert not any(k.name == "aten.bmm.default" for k in g.kernels if "self_attn" in k.module)
+    # two absorption bmms a layer (q_nope·W_UK, latent·W_UVᵀ); no kv_b_proj GEMM over the cache
+    bmm = [k for k in g.kernels if k.name == "aten.bmm.default" and "self_attn" in k.module]
+    assert len(bmm) == 2 * layers and all(k.dims["batch"] == 128 for k in bmm)
 
 
 def test_moe_routing_is_its_own_kind_one_dispatch_and_combine_per_expert() -> None:
-    g = capture_model("moe-tiny", "prefill", batch=2, seq=8)  # 32 token-slots over 4 experts, 2 layers
+    g = capture_model("moe-tiny", "prefill", batch=2, seq=8, eager=True)  # 32 token-slots over 4 experts, 2 layers
     routing = [k for k in g.kernels if k.kind is KernelKind.MOE_ROUTING]
     assert len(routing) == 2 * 4 * 2 and all(k.indirect for k in routing)
     assert {k.name for k in routing} == {"tessera.moe_dispatch.default", "tessera.moe_combine_.default"}
