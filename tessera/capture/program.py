@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from tessera.capture import ops  # noqa: F401  (registers the tessera:: ops a replayed program may call)
 from tessera.capture.recorder import OpRecord, TensorRef
 from tessera.graph import KernelGraph
 
