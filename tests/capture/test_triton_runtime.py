@@ -14,15 +14,18 @@ from tessera.runtime.steps import Job, LocalExecutor, capture_steps
 pytestmark = pytest.mark.slow
 
 
-def test_layer_split_of_triton_kernels_is_bit_identical_to_one_process() -> None:
-    job = Job(model="llama-tiny-liger", seq=6, new_tokens=2)
+# Triton launches per step, by hand: llama 2 layers × (2 norms, rotary, SwiGLU) + final norm = 9;
+# mixtral (Liger's RMSNorm and rotary only; its fused-MoE SwiGLU is left out) 2 × (2 norms, rotary) + 1 = 7.
+@pytest.mark.parametrize(("model", "launches"), [("llama-tiny-liger", 9), ("mixtral-tiny-liger", 7)])
+def test_layer_split_of_triton_kernels_is_bit_identical_to_one_process(model: str, launches: int) -> None:
+    job = Job(model=model, seq=6, new_tokens=2)
     programs = capture_steps(job)
     graphs = placement_graphs(programs)
     plans = {"layer_split": placements("layer_split", graphs, 2)}
     for ph, a in plans["layer_split"].items():
         prog = next(p for k, p in programs.items() if k.split("@")[0] == ph)
         triton_ops = [i for i, op in enumerate(prog.ops) if op.func.startswith("triton:")]
-        assert len(triton_ops) == 9  # 2 layers × (2 norms, rotary, SwiGLU) + final norm
+        assert len(triton_ops) == launches
         assert {a[i] for i in triton_ops} == {0, 1}  # Triton kernels on both workers
     parts = build_partitions(programs, plans, 2)
     torch.set_num_threads(1)
