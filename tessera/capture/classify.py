@@ -119,7 +119,7 @@ def dims_of(kind: KernelKind, func: Any, args: tuple[Any, ...], out_tensors: lis
     if name == "mla_attention":  # one KV "head": the latent + rope key of each token
         q, kv, rope = _shape(args[0]), _shape(args[2]), _shape(args[3])
         return {"batch": q[0], "heads": q[1], "kv_heads": kv[1], "q_len": q[2], "kv_len": kv[2],
-                "head_dim": q[3] + rope[-1]}
+                "head_dim": q[3] + rope[-1], "latent": q[3]}
     if kind in (KernelKind.ATTENTION, KernelKind.ATTENTION_DECODE):
         q, k = _shape(args[0]), _shape(args[1])
         return {"batch": q[0], "heads": q[1], "kv_heads": k[1], "q_len": q[2], "kv_len": k[2], "head_dim": q[3]}

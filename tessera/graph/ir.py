@@ -86,7 +86,8 @@ class Kernel:
     phase: str = ""
     dtype: str = "bfloat16"
     # Shape facts the cost model uses; keys by kind: gemm m,n,k,batch; attention
-    # batch,heads,kv_heads,q_len,kv_len,head_dim; others numel.
+    # batch,heads,kv_heads,q_len,kv_len,head_dim (+ latent for absorbed MLA: the cache is one latent
+    # of head_dim = latent + rope values per token, not separate keys and values); others numel.
     dims: dict[str, int] = field(default_factory=dict, hash=False)
     indirect: bool = False  # access pattern unknown: reads/writes widened to whole buffers
     # where reads/writes come from: "schema" (the operator's declared schema) or "ptx" (the analysis of

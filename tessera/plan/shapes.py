@@ -74,6 +74,10 @@ def attention_kernels(k: Kernel, shape: IterShape) -> list[Kernel]:
     shapes); a part with no work (no decode sequences, or no chunk) is a launch with nothing to do."""
     d = k.dims
     heads, kvh, hd = d.get("heads", 1), d.get("kv_heads", d.get("heads", 1)), d.get("head_dim", 64)
+    # FLOPs per (query, key) pair and head: 2·hd for QKᵀ + 2·hd for PV. Absorbed MLA (dims "latent" = r):
+    # scores over the latent + rope (hd), values over the latent alone; its cache is one tensor, not K and V.
+    out_dim = d.get("latent", hd)
+    qk_pv, kv_tensors = 2 * hd + 2 * out_dim, 1 if "latent" in d else 2
     e = _elem_bytes(k.dtype)
     empty = replace(k, kind=KernelKind.OTHER, flops=0, bytes_read=0, bytes_written=0, dims={})
     out = []
@@ -81,9 +85,9 @@ def attention_kernels(k: Kernel, shape: IterShape) -> list[Kernel]:
         out.append(replace(empty, name=k.name + "[no decode]"))
     else:
         n, ctx = shape.decode, max(1, shape.context)
-        out.append(replace(k, kind=KernelKind.ATTENTION_DECODE, flops=4 * n * heads * hd * ctx,
-                           bytes_read=(n * heads * hd + n * ctx * kvh * hd * 2) * e,
-                           bytes_written=n * heads * hd * e,
+        out.append(replace(k, kind=KernelKind.ATTENTION_DECODE, flops=n * ctx * heads * qk_pv,
+                           bytes_read=(n * heads * hd + n * ctx * kvh * hd * kv_tensors) * e,
+                           bytes_written=n * heads * out_dim * e,
                            dims={"batch": n, "heads": heads, "kv_heads": kvh, "q_len": 1, "kv_len": ctx,
                                  "head_dim": hd}))
     if not shape.chunk:
@@ -92,9 +96,9 @@ def attention_kernels(k: Kernel, shape: IterShape) -> list[Kernel]:
         q, p = min(shape.chunk_len or shape.chunk, shape.chunk), shape.prefix
         n = math.ceil(shape.chunk / q)  # prompts (pieces) in the chunk
         pairs = q * p + q * (q + 1) // 2  # causal: token i of a piece sees the prefix and i piece tokens
-        out.append(replace(k, kind=KernelKind.ATTENTION, name=k.name + "[chunk]", flops=4 * heads * hd * pairs * n,
-                           bytes_read=n * (q * heads * hd + (p + q) * kvh * hd * 2) * e,
-                           bytes_written=n * q * heads * hd * e,
+        out.append(replace(k, kind=KernelKind.ATTENTION, name=k.name + "[chunk]", flops=heads * qk_pv * pairs * n,
+                           bytes_read=n * (q * heads * hd + (p + q) * kvh * hd * kv_tensors) * e,
+                           bytes_written=n * q * heads * out_dim * e,
                            dims={"batch": n, "heads": heads, "kv_heads": kvh, "q_len": q, "kv_len": p + q,
                                  "head_dim": hd}))
     return out

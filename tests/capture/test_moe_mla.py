@@ -121,8 +121,16 @@ def test_mla_decode_flops_one_layer_by_hand(tmp_path: Path) -> None:
     assert gemm == proj + absorb
     # attention over the latent: scores over r + rope dims, values over r, per head and cached token
     assert len(attn) == 1 and attn[0].flops == 2 * b * h * s * (r + rope) + 2 * b * h * s * r
-    assert attn[0].dims == {"batch": b, "heads": h, "kv_heads": 1, "q_len": 1, "kv_len": s, "head_dim": r + rope}
+    assert attn[0].dims == {"batch": b, "heads": h, "kv_heads": 1, "q_len": 1, "kv_len": s, "head_dim": r + rope,
+                            "latent": r}
     assert not any(k.kind is KernelKind.GEMM and k.dims.get("m", 0) >= b * s for k in att)  # no re-expansion
+    # the planner's rescaled decode attention at the same shape: same FLOPs; bytes by hand (bf16): the
+    # queries b·h·(r + rope) plus ONE latent cache b·s·(r + rope), not separate keys and values
+    it = iteration_graph(g, IterShape(decode=b, context=s, kv_tokens=b * s))
+    dec = [k for k in it.kernels if k.kind is KernelKind.ATTENTION_DECODE]
+    assert len(dec) == 1 and dec[0].flops == attn[0].flops
+    assert dec[0].bytes_read == 2 * (b * h * (r + rope) + b * s * (r + rope))
+    assert dec[0].bytes_written == 2 * b * h * r
 
 
 def test_absorbed_mla_equals_expanded_attention() -> None:
