@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None)
     a = ap.parse_args()
     data = run_evaluate(out_dir=OUT, quick=a.quick, fresh=a.fresh, limit=a.limit)
-    placement_maps(data, OUT)
+    placement_maps(data, OUT, "eval.quick" if a.quick else "eval")
     g = data["summary"]["gains"]
     print(f"{len(data['cells'])} cells; goodput gain {g['goodput']}; per $ gain {g['per_usd']}")
 

@@ -299,7 +299,7 @@ def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, sim
     return data
 
 
-def placement_maps(data: dict[str, Any], fig_dir: Path) -> list[tuple[str, Path]]:
+def placement_maps(data: dict[str, Any], fig_dir: Path, stem: str = "eval") -> list[tuple[str, Path]]:
     """PNG placement maps of the best and worst cells (by goodput gain) that have a single-cell placement."""
     from tessera.plan.planner import capture_source
     from tessera.plan.serve import Shapes
@@ -313,7 +313,7 @@ def placement_maps(data: dict[str, Any], fig_dir: Path) -> list[tuple[str, Path]
         s = replace(shapes()[c["shape"]])
         shp = Shapes(c["model"], capture_source(c["model"]), study_config(s, c["link"]), images=s.images)
         g = shp.graph(p["batch"], p["microbatches"])
-        path = fig_dir / f"eval_{label}_placement.png"
+        path = fig_dir / f"{stem}_{label}_placement.png"
         title = (f"{label} cell: {c['model']}, {c['shape']}, {c['pool']} ({c['tessera']['chosen']}, "
                  f"batch {p['batch']}, m={p['microbatches']})")
         plot_placement_map(g, p["assignment"], [f"{i}:{d}" for i, d in enumerate(p["devices"])], path, title=title)

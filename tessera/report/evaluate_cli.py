@@ -21,7 +21,7 @@ def evaluate(
     from tessera.text import stdout_console
 
     data = run_evaluate(out_dir=out_dir, quick=quick, fresh=fresh, simulate_plans=not no_sim, limit=limit)
-    placement_maps(data, out_dir)
+    placement_maps(data, out_dir, "eval.quick" if quick else "eval")
     if as_json:
         print(json.dumps(data["summary"]))
     else:
