@@ -98,15 +98,16 @@ class CellKey:
 
 
 def matrix(quick: bool = False) -> list[tuple[str, str, StudyPool, str]]:
-    """(model, shape, pool, link) in run order: core pools × every model-shape, then the extra pools, then
-    the heterogeneous pairs at the other links for each model's first shape."""
+    """(model, shape, pool, link) in run order, most needed first (a partial run stays usable): the core
+    pools × every model-shape, the heterogeneous pairs at the other links for each model's first shape,
+    then the extra pools (16 GPUs of five types, 4 GPUs)."""
     if quick:
         return [(m, s, POOLS[i], BASE_LINK) for m, s, i in QUICK]
     ms = [(m, s) for m, ss in MODEL_SHAPES.items() for s in ss]
     out = [(m, s, p, BASE_LINK) for p in POOLS[:CORE_POOLS] for m, s in ms]
-    out += [(m, s, p, BASE_LINK) for p in POOLS[CORE_POOLS:] for m, s in ms]
     pairs = [p for p in POOLS if p.size == 2 and p.heterogeneous]
     out += [(m, ss[0], p, lk) for lk in LINKS for m, ss in MODEL_SHAPES.items() for p in pairs]
+    out += [(m, s, p, BASE_LINK) for p in reversed(POOLS[CORE_POOLS:]) for m, s in ms]
     return out
 
 
