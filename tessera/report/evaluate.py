@@ -29,7 +29,8 @@ FAMILIES = {"llama-3-8b": "dense LLM", "mixtral-8x7b": "MoE LLM", "mamba2-2.7b":
 TEXT = ("conversation", "code", "summarise", "reason")
 MODEL_SHAPES = {"llama-3-8b": TEXT, "mixtral-8x7b": TEXT, "mamba2-2.7b": TEXT,
                 "qwen2.5-vl-7b": ("caption", *TEXT), "flux-dev": ("image-1024",)}
-REFERENCES = ("H100-SXM", "H200")  # the high-end GPUs the paper's headline compares a pair against
+REFERENCES = ("H100-SXM", "H200")
+RUN_ORDER = ("llama-3-8b", "mamba2-2.7b", "qwen2.5-vl-7b", "mixtral-8x7b")  # text models, cheapest first  # the high-end GPUs the paper's headline compares a pair against
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,16 +99,21 @@ class CellKey:
 
 
 def matrix(quick: bool = False) -> list[tuple[str, str, StudyPool, str]]:
-    """(model, shape, pool, link) in run order, most needed first (a partial run stays usable): the core
-    pools × every model-shape, the heterogeneous pairs at the other links for each model's first shape,
-    then the extra pools (16 GPUs of five types, 4 GPUs)."""
+    """(model, shape, pool, link) in run order, most needed first so that a partial run stays usable:
+    each model-shape on all core pools (cheapest models first, so the families fill up), the first
+    heterogeneous pair at the other links for each model's first shape, the extra pools (16 GPUs of five
+    types, 4 GPUs), then the other pairs at the other links."""
     if quick:
         return [(m, s, POOLS[i], BASE_LINK) for m, s, i in QUICK]
-    ms = [(m, s) for m, ss in MODEL_SHAPES.items() for s in ss]
-    out = [(m, s, p, BASE_LINK) for p in POOLS[:CORE_POOLS] for m, s in ms]
+    order = [(m, s) for m in RUN_ORDER[:2] for s in MODEL_SHAPES[m]]
+    order += [("qwen2.5-vl-7b", "caption"), ("flux-dev", "image-1024")]
+    order += [(m, s) for m in RUN_ORDER[2:] for s in MODEL_SHAPES[m] if (m, s) not in order]
+    out = [(m, s, p, BASE_LINK) for m, s in order for p in POOLS[:CORE_POOLS]]
     pairs = [p for p in POOLS if p.size == 2 and p.heterogeneous]
-    out += [(m, ss[0], p, lk) for lk in LINKS for m, ss in MODEL_SHAPES.items() for p in pairs]
-    out += [(m, s, p, BASE_LINK) for p in reversed(POOLS[CORE_POOLS:]) for m, s in ms]
+    firsts = [(m, ss[0]) for m, ss in MODEL_SHAPES.items()]
+    out += [(m, s, pairs[0], lk) for lk in LINKS for m, s in firsts]
+    out += [(m, s, p, BASE_LINK) for p in reversed(POOLS[CORE_POOLS:]) for m, s in order]
+    out += [(m, s, p, lk) for p in pairs[1:] for lk in LINKS for m, s in firsts]
     return out
 
 
