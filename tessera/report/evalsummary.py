@@ -89,9 +89,14 @@ def kernel_level(c: dict[str, Any]) -> bool:
 
 
 def became(c: dict[str, Any]) -> str:
-    """What Tessera's answer is, in a word: "milp", a baseline's name, or "fleet"."""
+    """What Tessera's answer is, in a word: "milp", a baseline's name, or "fleet"; a MILP placement within
+    0.5% of a baseline is that tie ("milp ≈ layer_pipeline")."""
     t = c["tessera"]
-    return "fleet" if t["source"] == "fleet" else str(t["chosen"])
+    if t["source"] == "fleet":
+        return "fleet" if (c.get("fleet") or {}).get("milp_cells", 0) else "fleet of baseline cells"
+    if t["chosen"] == "milp" and not kernel_level(c):
+        return f"milp ≈ {best_baseline(c)[0]}"
+    return str(t["chosen"])
 
 
 def stats(values: list[float]) -> dict[str, float] | None:
@@ -309,7 +314,10 @@ def markdown(data: dict[str, Any]) -> str:
               "| model (family) | shape | pools | kernel-level wins | best win | ties (Tessera became) | gain "
               "best / median / worst |", "|---|---|---|---|---|---|---|"]
     for a in s["answers"]:
-        bw = f"{_x(a['best_win'][0])} on {a['best_win'][1]}" if a["best_win"] else "–"
+        bw = "–"
+        if a["best_win"]:
+            g = a["best_win"][0]
+            bw = f"{_x(g) if g is not None else 'only Tessera meets the SLO'} on {a['best_win'][1]}"
         ties = ", ".join(f"{k} ×{v}" for k, v in a["ties"].items()) or "–"
         gs = a["gain"]
         gt = f"{gs['best']:.2f} / {gs['median']:.2f} / {gs['worst']:.2f}" if gs else "–"

@@ -146,3 +146,14 @@ def test_cli_bad_limit_exits_2(capsys) -> None:
     with pytest.raises(SystemExit) as e:
         main(["evaluate", "--limit", "0"])
     assert e.value.code == 2
+
+
+def test_milp_within_margin_is_a_tie_and_html_section_escapes() -> None:
+    near = _cell("H100-SXM+L40S", [["H100-SXM", 1], ["L40S", 1]],
+                 {"tessera": 1004.0, "homogeneous": 800.0, "prefill_decode": 0.0, "attention_ffn": 0.0,
+                  "layer_pipeline": 1000.0}, "milp", same=[("H100-SXM", 1500.0)])
+    assert not es.kernel_level(near) and es.became(near) == "milp ≈ layer_pipeline"  # 1.004 < 1.005
+    data = {"cells": [PAIR], "summary": es.summary([PAIR]), "shapes": {}}
+    h = es.html_section(data, [("best", "figures/eval_best_placement.png")])
+    assert h.startswith('<section id="evaluation">') and "≈" not in h.split("<pre>")[0]
+    assert '<img src="figures/eval_best_placement.png"' in h and "<figure>" in h
