@@ -355,7 +355,7 @@ def markdown(data: dict[str, Any]) -> str:
               f"deviation {_pct(a['worst_deviation'])} ({a['worst_cell']}); lowest SLO attainment "
               f"{_pct(a['min_slo_attainment'])}. Not simulated: {a['not_simulated']} cells (fleet answers of "
               "replicated cells, infeasible cells).", "", "## Best and worst cells (placement maps: "
-              "eval_best_placement.png, eval_worst_placement.png)", ""]
+              "eval.best_placement.png, eval.worst_placement.png)", ""]
     for e in s["extremes"]:
         lines.append(f"- **{e['label']}**: {e['cell']}, {_x(e['gain'])} the best baseline, Tessera chose "
                      f"{e['chosen']}")

@@ -318,7 +318,7 @@ def placement_maps(data: dict[str, Any], fig_dir: Path, stem: str = "eval") -> l
         s = replace(shapes()[c["shape"]])
         shp = Shapes(c["model"], capture_source(c["model"]), study_config(s, c["link"]), images=s.images)
         g = shp.graph(p["batch"], p["microbatches"])
-        path = fig_dir / f"{stem}_{label}_placement.png"
+        path = fig_dir / f"{stem}.{label}_placement.png"
         title = (f"{label} cell: {c['model']}, {c['shape']}, {c['pool']} ({c['tessera']['chosen']}, "
                  f"batch {p['batch']}, m={p['microbatches']})")
         plot_placement_map(g, p["assignment"], [f"{i}:{d}" for i, d in enumerate(p["devices"])], path, title=title)

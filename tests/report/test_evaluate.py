@@ -154,6 +154,6 @@ def test_milp_within_margin_is_a_tie_and_html_section_escapes() -> None:
                   "layer_pipeline": 1000.0}, "milp", same=[("H100-SXM", 1500.0)])
     assert not es.kernel_level(near) and es.became(near) == "milp ≈ layer_pipeline"  # 1.004 < 1.005
     data = {"cells": [PAIR], "summary": es.summary([PAIR]), "shapes": {}}
-    h = es.html_section(data, [("best", "figures/eval_best_placement.png")])
+    h = es.html_section(data, [("best", "figures/eval.best_placement.png")])
     assert h.startswith('<section id="evaluation">') and "≈" not in h.split("<pre>")[0]
-    assert '<img src="figures/eval_best_placement.png"' in h and "<figure>" in h
+    assert '<img src="figures/eval.best_placement.png"' in h and "<figure>" in h
