@@ -43,6 +43,8 @@ def best_baseline(c: dict[str, Any]) -> tuple[str | None, float]:
     f = c.get("fleet") or {}
     if f.get("milp_cells", 1) == 0 and f.get("goodput_per_s", 0.0) > best[1]:  # replicated baseline cells only
         best = (f"replicated {f['cells']}", f["goodput_per_s"])
+    if f.get("baseline_goodput_per_s", 0.0) > best[1]:  # the pair's best baseline, replicated like the pair
+        best = (f"replicated {f['baseline']}", f["baseline_goodput_per_s"])
     return best
 
 

@@ -163,8 +163,34 @@ def fleet_answer(model: str, pool: StudyPool, cfg) -> dict[str, Any] | None:
             "gap": f.gap, "milp_cells": sum(1 for c in f.cells if c.chosen == "milp")}
 
 
+def replicated_pair(pool: StudyPool, pair: dict[str, Any]) -> dict[str, Any]:
+    """k copies of the pair cell's Tessera answer on a pool of k GPUs of each of the pair's two types (the
+    replicated cell plan_fleet would weigh, planned once under the study's own config)."""
+    from tessera.report.evalsummary import became, best_baseline
+
+    k = pool.gpus[0][1]
+    t = pair["tessera"]
+    how = became(pair)
+    base_name, base = best_baseline(pair)
+    return {"baseline": f"{k}x({pair['pool']} = {base_name})", "baseline_goodput_per_s": k * base, "goodput_per_s": k * t["goodput_per_s"], "usd_per_hour": k * t["usd_per_hour"],
+            "used": {g: k * n for g, n in t["used"].items()}, "cells": f"{k}x({pair['pool']} = {how})",
+            "gap": None, "milp_cells": 1 if t["chosen"] == "milp" and how == "milp" else 0, "replicated": True}
+
+
+def pair_of(pool: StudyPool, model: str, shape: str, link: str, cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The finished pair cell a two-type pool of k + k GPUs replicates, if there is one."""
+    if len(pool.gpus) != 2 or pool.gpus[0][1] != pool.gpus[1][1] or pool.size <= 2:
+        return None
+    want = [[g, 1] for g, _ in pool.gpus]
+    return next((c for c in cells if c["model"] == model and c["shape"] == shape and c["link"] == link
+                 and c["gpus"] == want and "error" not in c), None)
+
+
 def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, simulate_plan: bool = True,
+             pair_cell: dict[str, Any] | None = None,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One cell. ``pair_cell``: for a pool of k GPUs of each of two types, the finished cell of their pair
+    (same model, shape, link), whose Tessera answer replicated k times stands for the fleet search."""
     from tessera.hardware import gpu as catalog_gpu
     from tessera.plan.serve import STRATEGIES, plan_serving
 
@@ -185,7 +211,7 @@ def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, s
     cell["tessera"] = {"goodput_per_s": t.goodput, "usd_per_hour": t.usd_per_hour, "chosen": t.chosen,
                        "source": "cell", "used": used}
     if pool.size > 2:
-        f = fleet_answer(model, pool, cfg)
+        f = replicated_pair(pool, pair_cell) if pair_cell is not None else fleet_answer(model, pool, cfg)
         cell["fleet"] = f
         if f and f["goodput_per_s"] > t.goodput * (1 + 1e-9):
             cell["tessera"] = {"goodput_per_s": f["goodput_per_s"], "usd_per_hour": f["usd_per_hour"],
@@ -283,12 +309,15 @@ def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, sim
         todo = todo[:limit]
     all_shapes = shapes()
     cache: dict = {}
+    finished = load_cells(lines)
     t0 = time.perf_counter()
     _log(f"evaluate: {len(done)} cells done before, {len(todo)} to run")
     for i, (m, sname, pool, link) in enumerate(todo):
         _log(f"[{time.perf_counter() - t0:6.0f} s] {i + 1}/{len(todo)} {m} | {sname} | {pool.name} | {link} "
              f"(load {os.getloadavg()[0]:.1f})")
-        c = run_cell(m, all_shapes[sname], pool, link, cache, simulate_plan=simulate_plans)
+        c = run_cell(m, all_shapes[sname], pool, link, cache, simulate_plan=simulate_plans,
+                     pair_cell=pair_of(pool, m, sname, link, finished))
+        finished.append(c)
         with lines.open("a") as f:
             f.write(json.dumps(c) + "\n")
         _log(f"    {c.get('error') or c['tessera']['chosen']}: {c['wall_s']:.1f} s")
