@@ -80,7 +80,8 @@ def _cell(pool: str, gpus: list[list], good: dict[str, float], chosen: str, *, s
     return {"model": model, "family": "f", "shape": shape, "pool": pool, "gpus": gpus, "n_gpus": n, "link": link,
             "prices": prices,
             "strategies": {k: {"goodput_per_s": v, "feasible": v > 0} for k, v in good.items()},
-            "tessera": {"goodput_per_s": good["tessera"], "chosen": chosen, "source": "cell", "used": used},
+            "tessera": {"goodput_per_s": good["tessera"], "chosen": chosen, "source": "cell", "used": used,
+                        "usd_per_hour": sum(prices[g] * k for g, k in used.items())},
             "same_size": [{"gpu": g, "count": n, "goodput_per_s": v} for g, v in same]}
 
 
@@ -157,3 +158,19 @@ def test_milp_within_margin_is_a_tie_and_html_section_escapes() -> None:
     h = es.html_section(data, [("best", "figures/eval.best_placement.png")])
     assert h.startswith('<section id="evaluation">') and "≈" not in h.split("<pre>")[0]
     assert '<img src="figures/eval.best_placement.png"' in h and "<figure>" in h
+
+
+def test_k_plus_k_pool_replicates_the_pair_and_its_best_baseline() -> None:
+    from tessera.report.evaluate import StudyPool, pair_of, replicated_pair
+
+    big = StudyPool(name="8xH100-SXM+8xL40S", gpus=(("H100-SXM", 8), ("L40S", 8)))
+    pair = {**PAIR, "gpus": [["H100-SXM", 1], ["L40S", 1]]}
+    assert pair_of(big, "m", "s", "pcie5", [pair]) is pair
+    assert pair_of(big, "m", "s", "nvlink4", [pair]) is None
+    f = replicated_pair(big, pair)
+    # 8 × (1000 tok/s, MILP), 8 × its best baseline (layer pipeline, 900 tok/s)
+    assert f["goodput_per_s"] == 8000.0 and f["baseline_goodput_per_s"] == 7200.0 and f["milp_cells"] == 1
+    assert f["used"] == {"H100-SXM": 8, "L40S": 8} and f["usd_per_hour"] == pytest.approx(8 * 4.09)
+    cell = {**PAIR, "n_gpus": 16, "fleet": f,
+            "tessera": {**PAIR["tessera"], "goodput_per_s": 8000.0, "source": "fleet", "used": f["used"]}}
+    assert es.best_baseline(cell) == ("replicated 8x(H100-SXM+L40S = layer_pipeline)", 7200.0)
