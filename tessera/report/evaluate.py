@@ -100,14 +100,14 @@ class CellKey:
 
 def matrix(quick: bool = False) -> list[tuple[str, str, StudyPool, str]]:
     """(model, shape, pool, link) in run order, most needed first so that a partial run stays usable:
-    each model-shape on all core pools (cheapest models first, so the families fill up), the first
+    each model-shape on all core pools (four shapes of each text family, cheapest models first, so the
+    four-family × four-shape matrix fills up first; then diffusion and the rest), the first
     heterogeneous pair at the other links for each model's first shape, the extra pools (16 GPUs of five
     types, 4 GPUs), then the other pairs at the other links."""
     if quick:
         return [(m, s, POOLS[i], BASE_LINK) for m, s, i in QUICK]
-    order = [(m, s) for m in RUN_ORDER[:2] for s in MODEL_SHAPES[m]]
-    order += [("qwen2.5-vl-7b", "caption"), ("flux-dev", "image-1024")]
-    order += [(m, s) for m in RUN_ORDER[2:] for s in MODEL_SHAPES[m] if (m, s) not in order]
+    order = [(m, s) for m in RUN_ORDER for s in MODEL_SHAPES[m][:4]]  # 4 families × 4 shapes first
+    order += [(m, s) for m, ss in MODEL_SHAPES.items() for s in ss if (m, s) not in order]
     out = [(m, s, p, BASE_LINK) for m, s in order for p in POOLS[:CORE_POOLS]]
     pairs = [p for p in POOLS if p.size == 2 and p.heterogeneous]
     firsts = [(m, ss[0]) for m, ss in MODEL_SHAPES.items()]
