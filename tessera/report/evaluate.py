@@ -30,7 +30,7 @@ TEXT = ("conversation", "code", "summarise", "reason")
 MODEL_SHAPES = {"llama-3-8b": TEXT, "mixtral-8x7b": TEXT, "mamba2-2.7b": TEXT,
                 "qwen2.5-vl-7b": ("caption", *TEXT), "flux-dev": ("image-1024",)}
 REFERENCES = ("H100-SXM", "H200")
-RUN_ORDER = ("llama-3-8b", "mamba2-2.7b", "qwen2.5-vl-7b", "mixtral-8x7b")  # text models, cheapest first  # the high-end GPUs the paper's headline compares a pair against
+RUN_ORDER = ("llama-3-8b", "mamba2-2.7b", "qwen2.5-vl-7b", "mixtral-8x7b")  # cheapest first  # the high-end GPUs the paper's headline compares a pair against
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,15 +100,16 @@ class CellKey:
 
 def matrix(quick: bool = False) -> list[tuple[str, str, StudyPool, str]]:
     """(model, shape, pool, link) in run order, most needed first so that a partial run stays usable:
-    each model-shape on all core pools (four shapes of each text family, cheapest models first, so the
-    four-family × four-shape matrix fills up first; then diffusion and the rest), the first
-    heterogeneous pair at the other links for each model's first shape, the extra pools (16 GPUs of five
-    types, 4 GPUs), then the other pairs at the other links."""
+    every model-shape on the core pairs (breadth first: every family and shape), then on the core pools
+    of 8 and 16 GPUs, the first heterogeneous pair at the other links for each model's first shape, the
+    extra pools (16 GPUs of five types, 4 GPUs), then the other pairs at the other links."""
     if quick:
         return [(m, s, POOLS[i], BASE_LINK) for m, s, i in QUICK]
-    order = [(m, s) for m in RUN_ORDER for s in MODEL_SHAPES[m][:4]]  # 4 families × 4 shapes first
-    order += [(m, s) for m, ss in MODEL_SHAPES.items() for s in ss if (m, s) not in order]
-    out = [(m, s, p, BASE_LINK) for m, s in order for p in POOLS[:CORE_POOLS]]
+    order = [(m, s) for m in RUN_ORDER[:2] for s in MODEL_SHAPES[m]]
+    order += [("qwen2.5-vl-7b", "caption"), ("flux-dev", "image-1024")]
+    order += [(m, s) for m in RUN_ORDER[2:] for s in MODEL_SHAPES[m] if (m, s) not in order]
+    core = POOLS[:CORE_POOLS]
+    out = [(m, s, p, BASE_LINK) for size2 in (True, False) for m, s in order for p in core if (p.size == 2) == size2]
     pairs = [p for p in POOLS if p.size == 2 and p.heterogeneous]
     firsts = [(m, ss[0]) for m, ss in MODEL_SHAPES.items()]
     out += [(m, s, pairs[0], lk) for lk in LINKS for m, s in firsts]
