@@ -13,7 +13,7 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
     out_dir: Path = typer.Option(Path("bench/results"), "--out-dir", help="where eval[.quick].json/.md go"),
     fresh: bool = typer.Option(False, "--fresh", help="forget cells of an earlier run instead of resuming"),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="run at most this many new cells"),
+    limit: int | None = typer.Option(None, "--limit", min=0, help="run at most this many new cells (0: only rebuild the summary from the cells there)"),
     no_sim: bool = typer.Option(False, "--no-sim", help="skip the planner–simulator check at 95% load"),
 ) -> None:
     """Model families × workload shapes × pools of 2-16 GPUs: Tessera vs every baseline (resumable)."""

@@ -145,7 +145,7 @@ def test_load_cells_drops_a_torn_last_line(tmp_path) -> None:
 
 def test_cli_bad_limit_exits_2(capsys) -> None:
     with pytest.raises(SystemExit) as e:
-        main(["evaluate", "--limit", "0"])
+        main(["evaluate", "--limit", "-1"])
     assert e.value.code == 2
 
 
