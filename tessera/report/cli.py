@@ -134,3 +134,6 @@ def compare(
 def register(app: typer.Typer) -> None:
     app.command("report")(report)
     app.command("compare")(compare)
+    from tessera.report.evaluate_cli import evaluate
+
+    app.command("evaluate")(evaluate)

@@ -1,0 +1,384 @@
+"""The evaluation's conclusions, computed from its cells alone (no planning): gains, ties, the paper's
+headline checks, price and link sensitivity, the markdown of bench/results/eval.md and an HTML section.
+
+Definitions (one cell = model × shape × pool × link):
+  goodput gain      Tessera's goodput / the best baseline's goodput on the same pool (cells where no
+                    baseline meets the SLO are counted apart: the ratio is unbounded);
+  tokens/$ gain     Tessera's tokens per dollar / the best homogeneous deployment of as many GPUs of one
+                    type (each type of the pool, H100, H200), by tokens per dollar at the same prices;
+  kernel-level win  Tessera chose the MILP placement (or a fleet holding MILP cells) and gains > 0.5%;
+                    otherwise a tie, named by the baseline Tessera became.
+Prices enter only tokens per dollar: every plan maximises goodput, so a price change re-weights the
+same plans (``per_usd`` with factors) and never re-plans.
+"""
+
+from __future__ import annotations
+
+import html
+import statistics
+from collections import Counter
+from typing import Any
+
+BASE_LINK = "pcie5"
+BASELINES = ("homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
+PAPER = {"throughput": 2.3, "cost_efficiency": 1.6}
+REFERENCES = ("H100-SXM", "H200")
+WIN_MARGIN = 1.005
+PRICE_STEP = 0.3
+
+
+def ok(c: dict[str, Any]) -> bool:
+    return "error" not in c
+
+
+def best_baseline(c: dict[str, Any]) -> tuple[str | None, float]:
+    """The baseline with the most goodput on the cell's pool (name, goodput); (None, 0) if none serves. A
+    fleet answer made only of baseline cells (e.g. four prefill/decode pairs) is a baseline too."""
+    s = c["strategies"]
+    best: tuple[str | None, float] = (None, 0.0)
+    for n in BASELINES:
+        g = s[n]["goodput_per_s"] if s[n]["feasible"] else 0.0
+        if g > best[1]:
+            best = (n, g)
+    f = c.get("fleet") or {}
+    if f.get("milp_cells", 1) == 0 and f.get("goodput_per_s", 0.0) > best[1]:  # replicated baseline cells only
+        best = (f"replicated {f['cells']}", f["goodput_per_s"])
+    if f.get("baseline_goodput_per_s", 0.0) > best[1]:  # the pair's best baseline, replicated like the pair
+        best = (f"replicated {f['baseline']}", f["baseline_goodput_per_s"])
+    return best
+
+
+def goodput_gain(c: dict[str, Any]) -> float | None:
+    _, base = best_baseline(c)
+    return c["tessera"]["goodput_per_s"] / base if base > 0 else None
+
+
+def usd_per_hour(counts: dict[str, int], prices: dict[str, float], factors: dict[str, float] | None = None) -> float:
+    f = factors or {}
+    return sum(n * prices[g] * f.get(g, 1.0) for g, n in counts.items())
+
+
+def per_usd(goodput_per_s: float, usd: float) -> float:
+    """Output tokens (images) per dollar at ``usd`` per hour."""
+    return goodput_per_s * 3600 / usd if usd > 0 else 0.0
+
+
+def tessera_per_usd(c: dict[str, Any], factors: dict[str, float] | None = None) -> float:
+    t = c["tessera"]
+    return per_usd(t["goodput_per_s"], usd_per_hour(t["used"], c["prices"], factors))
+
+
+def same_size_best(c: dict[str, Any], factors: dict[str, float] | None = None) -> tuple[str, float]:
+    """The same-size homogeneous deployment with the most tokens per $ ("NxGPU", tokens per $)."""
+    best = ("none", 0.0)
+    for h in c["same_size"]:
+        v = per_usd(h["goodput_per_s"], usd_per_hour({h["gpu"]: h["count"]}, c["prices"], factors))
+        if v > best[1]:
+            best = (f"{h['count']}x{h['gpu']}", v)
+    return best
+
+
+def per_usd_gain(c: dict[str, Any], factors: dict[str, float] | None = None) -> float | None:
+    _, ref = same_size_best(c, factors)
+    return tessera_per_usd(c, factors) / ref if ref > 0 else None
+
+
+def kernel_level(c: dict[str, Any]) -> bool:
+    t = c["tessera"]
+    milp = t["chosen"] == "milp" or (t["source"] == "fleet" and (c.get("fleet") or {}).get("milp_cells", 0) > 0)
+    g = goodput_gain(c)
+    return milp and (g is None or g > WIN_MARGIN)
+
+
+def became(c: dict[str, Any]) -> str:
+    """What Tessera's answer is, in a word: "milp", a baseline's name, or "fleet"; a MILP placement within
+    0.5% of a baseline is that tie ("milp ≈ layer_pipeline")."""
+    t = c["tessera"]
+    if t["source"] == "fleet":
+        return "fleet" if (c.get("fleet") or {}).get("milp_cells", 0) else "fleet of baseline cells"
+    if t["chosen"] == "milp" and not kernel_level(c):
+        return f"milp ≈ {best_baseline(c)[0]}"
+    return str(t["chosen"])
+
+
+def stats(values: list[float]) -> dict[str, float] | None:
+    """best, median, worst of positive ratios (None when there are none)."""
+    v = sorted(values)
+    if not v:
+        return None
+    return {"best": v[-1], "median": statistics.median(v), "worst": v[0], "n": len(v)}
+
+
+def base_cells(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in cells if ok(c) and c["link"] == BASE_LINK]
+
+
+def gain_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    cs = base_cells(cells)
+    g = [(goodput_gain(c), c) for c in cs]
+    u = [(per_usd_gain(c), c) for c in cs]
+    gv = [(x, c) for x, c in g if x is not None]
+    uv = [(x, c) for x, c in u if x is not None]
+    out: dict[str, Any] = {"goodput": stats([x for x, _ in gv]), "per_usd": stats([x for x, _ in uv]),
+                           "only_tessera_serves": sum(1 for x, c in g if x is None and c["tessera"]["goodput_per_s"] > 0),
+                           "kernel_level_wins": sum(1 for c in cs if kernel_level(c)), "cells": len(cs),
+                           "chosen": dict(Counter(became(c) for c in cs).most_common())}
+    if gv:
+        out["goodput_best_cell"] = _name(max(gv, key=lambda x: x[0])[1])
+    if uv:
+        out["per_usd_best_cell"] = _name(max(uv, key=lambda x: x[0])[1])
+    return out
+
+
+def _name(c: dict[str, Any]) -> str:
+    return f"{c['model']}, {c['shape']}, {c['pool']}" + (f" ({c['link']})" if c["link"] != BASE_LINK else "")
+
+
+def family_shape_answers(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, shape): where Tessera wins at kernel level and by how much, where it ties and as what."""
+    out = []
+    for m, s in dict.fromkeys((c["model"], c["shape"]) for c in base_cells(cells)):
+        cs = [c for c in base_cells(cells) if c["model"] == m and c["shape"] == s]
+        wins = [(goodput_gain(c), c["pool"]) for c in cs if kernel_level(c)]
+        ties = Counter(became(c) for c in cs if not kernel_level(c))
+        gains = [x for x in (goodput_gain(c) for c in cs) if x is not None]
+        best = max(wins, key=lambda x: x[0] or float("inf")) if wins else None
+        out.append({"model": m, "family": cs[0]["family"], "shape": s, "pools": len(cs), "wins": len(wins),
+                    "best_win": best, "ties": dict(ties), "gain": stats(gains)})
+    return out
+
+
+def reference_pair(cells: list[dict[str, Any]], model: str, shape: str, gpu: str) -> tuple[float, float] | None:
+    """(goodput, $/h) of 2×gpu for (model, shape): Tessera's answer on that pool when it was run (it is at
+    least the homogeneous one), else the same-size homogeneous deployment computed beside a pair cell."""
+    for c in base_cells(cells):
+        if c["model"] == model and c["shape"] == shape and c["gpus"] == [[gpu, 2]]:
+            return c["tessera"]["goodput_per_s"], usd_per_hour(c["tessera"]["used"], c["prices"])
+    for c in base_cells(cells):
+        if c["model"] == model and c["shape"] == shape and c["n_gpus"] == 2:
+            for h in c["same_size"]:
+                if h["gpu"] == gpu:
+                    return h["goodput_per_s"], h["count"] * c["prices"][gpu]
+    return None
+
+
+def headline(cells: list[dict[str, Any]], factors: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """Per (model, shape) and reference GPU: does a heterogeneous pair beat 2×reference in goodput, and in
+    tokens per $? The best pair by goodput and the best by tokens per $ are named."""
+    out = []
+    for m, s in dict.fromkeys((c["model"], c["shape"]) for c in base_cells(cells)):
+        pairs = [c for c in base_cells(cells) if c["model"] == m and c["shape"] == s and c["n_gpus"] == 2
+                 and len(c["gpus"]) == 2]
+        if not pairs:
+            continue
+        for ref in REFERENCES:
+            r = reference_pair(cells, m, s, ref)
+            if r is None:
+                continue
+            rg, rusd = r
+            rusd *= (factors or {}).get(ref, 1.0)
+            fast = max(pairs, key=lambda c: c["tessera"]["goodput_per_s"])
+            cheap = max(pairs, key=lambda c: tessera_per_usd(c, factors))
+            ref_per = per_usd(rg, rusd)
+            out.append({"model": m, "shape": s, "reference": f"2x{ref}", "ref_goodput": rg, "ref_per_usd": ref_per,
+                        "fastest_pair": fast["pool"], "fastest_goodput": fast["tessera"]["goodput_per_s"],
+                        "beats_throughput": fast["tessera"]["goodput_per_s"] > rg,
+                        "cheapest_pair": cheap["pool"], "cheapest_per_usd": tessera_per_usd(cheap, factors),
+                        "beats_per_usd": tessera_per_usd(cheap, factors) > ref_per,
+                        "both": any(c["tessera"]["goodput_per_s"] > rg and tessera_per_usd(c, factors) > ref_per
+                                    for c in pairs)})
+    return out
+
+
+def price_scenarios(cells: list[dict[str, Any]]) -> list[tuple[str, dict[str, float]]]:
+    """List prices, then each GPU type of the study at −30% and +30% alone."""
+    types = sorted({g for c in base_cells(cells) for g in c["prices"]})
+    out: list[tuple[str, dict[str, float]]] = [("list prices", {})]
+    for g in types:
+        out += [(f"{g} −30%", {g: 1 - PRICE_STEP}), (f"{g} +30%", {g: 1 + PRICE_STEP})]
+    return out
+
+
+def price_sensitivity(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for label, f in price_scenarios(cells):
+        gains = [x for x in (per_usd_gain(c, f) for c in base_cells(cells)) if x is not None]
+        hl = headline(cells, f)
+        out.append({"scenario": label, "per_usd": stats(gains), "beats_same_size": sum(1 for x in gains if x > 1),
+                    "cells": len(gains), "pair_beats_ref_per_usd": sum(1 for h in hl if h["beats_per_usd"]),
+                    "pair_beats_ref_both": sum(1 for h in hl if h["both"]), "checks": len(hl)})
+    return out
+
+
+def link_sensitivity(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (model, shape, pair) run at more than one link: Tessera's gain and choice at each link."""
+    groups: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    for c in cells:
+        if ok(c) and c["n_gpus"] == 2:
+            groups.setdefault((c["model"], c["shape"], c["pool"]), {})[c["link"]] = c
+    out = []
+    for (m, s, p), by in groups.items():
+        if len(by) < 2:
+            continue
+        out.append({"model": m, "shape": s, "pool": p,
+                    "links": {lk: {"gain": goodput_gain(c), "chosen": became(c),
+                                   "goodput_per_s": c["tessera"]["goodput_per_s"]} for lk, c in sorted(by.items())}})
+    return out
+
+
+def agreement(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    sims = [(c, c["sim"]) for c in cells if ok(c) and c.get("sim") and c["sim"].get("ratio") is not None]
+    dev = [abs(s["ratio"] - 1) for _, s in sims]
+    within = sum(1 for d in dev if d <= 0.05)
+    worst = max(sims, key=lambda x: abs(x[1]["ratio"] - 1)) if sims else None
+    slo = [s["slo_attainment"] for _, s in sims if s.get("slo_attainment") is not None]
+    return {"simulated": len(sims), "within_5pct": within, "worst_deviation": max(dev) if dev else None,
+            "worst_cell": _name(worst[0]) if worst else None, "min_slo_attainment": min(slo) if slo else None,
+            "not_simulated": sum(1 for c in cells if ok(c) and not (c.get("sim") or {}).get("ratio"))}
+
+
+def extremes(cells: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """("best", cell) and ("worst", cell) by goodput gain among cells with a single-cell placement."""
+    cs = [(goodput_gain(c), c) for c in base_cells(cells) if c.get("placement")]
+    cs = [(g, c) for g, c in cs if g is not None]
+    if not cs:
+        return []
+    hi, lo = max(cs, key=lambda x: x[0]), min(cs, key=lambda x: x[0])
+    return [("best", hi[1]), ("worst", lo[1])] if hi[1] is not lo[1] else [("best", hi[1])]
+
+
+def summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"gains": gain_summary(cells), "answers": family_shape_answers(cells), "headline": headline(cells),
+            "price_sensitivity": price_sensitivity(cells), "link_sensitivity": link_sensitivity(cells),
+            "agreement": agreement(cells),
+            "extremes": [{"label": lb, "cell": _name(c), "gain": goodput_gain(c), "chosen": c["tessera"]["chosen"],
+                          "placement": c["placement"].get("summary", {})} for lb, c in extremes(cells)]}
+
+
+# ---- markdown ---------------------------------------------------------------------------------------------------
+
+
+def _x(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}×"
+
+
+def _n(v: float) -> str:
+    return f"{v:,.0f}" if v >= 10 else f"{v:.3g}"
+
+
+def _stats_row(label: str, st: dict[str, float] | None, best_cell: str | None, paper: float) -> str:
+    if st is None:
+        return f"| {label} | – | – | – | up to {paper}× |"
+    return (f"| {label} | {st['best']:.2f}× ({best_cell}) | {st['median']:.2f}× | {st['worst']:.2f}× | "
+            f"up to {paper}× |")
+
+
+def cell_table(cells: list[dict[str, Any]]) -> list[str]:
+    lines = ["| model | shape | pool | link | Tessera chose | Tessera /s | best baseline /s | gain | per $ vs "
+             "same-size homogeneous | sim @95% |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        if not ok(c):
+            lines.append(f"| {c['model']} | {c['shape']} | {c['pool']} | {c['link']} | error: {c['error']} "
+                         "| | | | | |")
+            continue
+        name, base = best_baseline(c)
+        ref, _ = same_size_best(c)
+        sim = c.get("sim") or {}
+        simtxt = f"{sim['ratio']:.3f}" if sim.get("ratio") is not None else (sim.get("error") and "error" or "–")
+        lines.append(f"| {c['model']} | {c['shape']} | {c['pool']} | {c['link']} | {c['tessera']['chosen']} | "
+                     f"{_n(c['tessera']['goodput_per_s'])} | {_n(base)} ({name}) | {_x(goodput_gain(c))} | "
+                     f"{_x(per_usd_gain(c))} (vs {ref}) | {simtxt} |")
+    return lines
+
+
+def markdown(data: dict[str, Any]) -> str:
+    cells, s = data["cells"], data["summary"]
+    g = s["gains"]
+    state = "complete" if data.get("complete") else f"PARTIAL: {len(cells)} of {data.get('planned_cells')} cells"
+    lines = [f"# Evaluation: {len({c['model'] for c in cells})} model families × workload shapes × GPU pools "
+             f"({state})", "",
+             f"{len(cells)} cells; planning time summed over cells {data.get('cells_wall_s', 0):.0f} s "
+             f"(this invocation {data.get('run_wall_s', 0):.0f} s; machine load {data.get('load_1min', 0):.1f}, "
+             "2 shared cores). Goodput: output tokens/s (flux-dev: images/s) of requests meeting TTFT ≤ 2 s and "
+             "TPOT ≤ 100 ms (images ≤ 60 s). Command: `tessera evaluate` (or `bench/bench_eval.py`).", "",
+             "## Shapes", "", "| shape | prompt | output | steps | source |", "|---|---|---|---|---|"]
+    for n, sh in data.get("shapes", {}).items():
+        lines.append(f"| {n} | {sh['prompt']} | {sh['output']} | {sh['steps']} | {sh['source']} |")
+    lines += ["", "## Gains (base link pcie5)", "", "| | best | median | worst | paper |", "|---|---|---|---|---|",
+              _stats_row("goodput vs best baseline, same pool", g["goodput"], g.get("goodput_best_cell"),
+                         PAPER["throughput"]),
+              _stats_row("tokens/$ vs best same-size homogeneous", g["per_usd"], g.get("per_usd_best_cell"),
+                         PAPER["cost_efficiency"]), "",
+              f"Kernel-level wins (MILP placement, > 0.5% over every baseline): {g['kernel_level_wins']} of "
+              f"{g['cells']} cells; cells where only Tessera meets the SLO: {g['only_tessera_serves']}. "
+              "Tessera's answer: " + ", ".join(f"{k} in {v}" for k, v in g["chosen"].items()) + ".", "",
+              "## Per family and shape", "",
+              "| model (family) | shape | pools | kernel-level wins | best win | ties (Tessera became) | gain "
+              "best / median / worst |", "|---|---|---|---|---|---|---|"]
+    for a in s["answers"]:
+        bw = "–"
+        if a["best_win"]:
+            g = a["best_win"][0]
+            bw = f"{_x(g) if g is not None else 'only Tessera meets the SLO'} on {a['best_win'][1]}"
+        ties = ", ".join(f"{k} ×{v}" for k, v in a["ties"].items()) or "–"
+        gs = a["gain"]
+        gt = f"{gs['best']:.2f} / {gs['median']:.2f} / {gs['worst']:.2f}" if gs else "–"
+        lines.append(f"| {a['model']} ({a['family']}) | {a['shape']} | {a['pools']} | {a['wins']} | {bw} | {ties} "
+                     f"| {gt} |")
+    lines += ["", "## Does a heterogeneous pair beat 2×H100 or 2×H200?", "",
+              "| model | shape | reference | ref /s | fastest pair /s | faster? | best pair per $ vs ref | cheaper "
+              "per token? | one pair both? |", "|---|---|---|---|---|---|---|---|---|"]
+    for h in s["headline"]:
+        lines.append(f"| {h['model']} | {h['shape']} | {h['reference']} | {_n(h['ref_goodput'])} | "
+                     f"{_n(h['fastest_goodput'])} ({h['fastest_pair']}) | {'yes' if h['beats_throughput'] else 'no'} "
+                     f"| {_x(h['cheapest_per_usd'] / h['ref_per_usd'] if h['ref_per_usd'] else None)} "
+                     f"({h['cheapest_pair']}) | {'yes' if h['beats_per_usd'] else 'no'} | "
+                     f"{'yes' if h['both'] else 'no'} |")
+    lines += ["", "## Sensitivity: GPU prices ±30% (one type at a time; plans unchanged, tokens/$ re-weighted)", "",
+              "| scenario | tokens/$ gain best / median / worst | cells beating same-size homogeneous per $ | "
+              "pair beats 2×ref per $ | pair beats 2×ref in both |", "|---|---|---|---|---|"]
+    for p in s["price_sensitivity"]:
+        st = p["per_usd"]
+        gt = f"{st['best']:.2f} / {st['median']:.2f} / {st['worst']:.2f}" if st else "–"
+        lines.append(f"| {p['scenario']} | {gt} | {p['beats_same_size']} / {p['cells']} | "
+                     f"{p['pair_beats_ref_per_usd']} / {p['checks']} | {p['pair_beats_ref_both']} / {p['checks']} |")
+    lines += ["", "## Sensitivity: the link inside a pair", "",
+              "| model | shape | pair | " + " | ".join(("pcie4", "pcie5", "nvlink4")) + " |", "|---|---|---|---|---|---|"]
+    for lk in s["link_sensitivity"]:
+        row = []
+        for name in ("pcie4", "pcie5", "nvlink4"):
+            v = lk["links"].get(name)
+            row.append(f"{_n(v['goodput_per_s'])}/s, {_x(v['gain'])} ({v['chosen']})" if v else "–")
+        lines.append(f"| {lk['model']} | {lk['shape']} | {lk['pool']} | " + " | ".join(row) + " |")
+    a = s["agreement"]
+    lines += ["", "## Planner vs simulator at 95% load", "",
+              f"Tessera's single-cell plans simulated with Poisson arrivals at 95% of predicted goodput "
+              f"({SIM_REQUESTS_TEXT}): {a['within_5pct']} of {a['simulated']} within 5% of the offered load; worst "
+              f"deviation {_pct(a['worst_deviation'])} ({a['worst_cell']}); lowest SLO attainment "
+              f"{_pct(a['min_slo_attainment'])}. Not simulated: {a['not_simulated']} cells (fleet answers of "
+              "replicated cells, infeasible cells).", "", "## Best and worst cells (placement maps: "
+              "eval.best_placement.png, eval.worst_placement.png)", ""]
+    for e in s["extremes"]:
+        lines.append(f"- **{e['label']}**: {e['cell']}, {_x(e['gain'])} the best baseline, Tessera chose "
+                     f"{e['chosen']}")
+        for dev, v in e["placement"].items():
+            share = ", ".join(f"{k} {x:.0%}" for k, x in list(v["share_by_kind"].items())[:4])
+            lines.append(f"  - {dev}: {v['kernels']} kernels; time by kind: {share}")
+    lines += ["", "## Every cell", "", *cell_table(cells)]
+    return "\n".join(lines) + "\n"
+
+
+SIM_REQUESTS_TEXT = "1,500 requests, steady window from 25% of the arrival span"
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1%}"
+
+
+def html_section(data: dict[str, Any], figures: list[tuple[str, str]] | None = None) -> str:
+    """The evaluation as an HTML section for the report: the markdown's tables as preformatted text plus
+    the placement-map figures (``(label, relative path)``); self-contained but for those images."""
+    body = html.escape(markdown(data))
+    figs = "".join(f'<figure><img src="{html.escape(p)}" alt="{html.escape(lb)} placement map">'
+                   f"<figcaption>{html.escape(lb)} cell</figcaption></figure>" for lb, p in figures or [])
+    return f'<section id="evaluation"><h2>Evaluation study</h2><pre>{body}</pre>{figs}</section>'

@@ -1,0 +1,356 @@
+"""`tessera evaluate`: the evaluation study — model families × workload shapes × GPU pools of 2 to 16 GPUs.
+
+Per cell (model, shape, pool, link): ``plan_serving`` gives Tessera and every baseline at its best batch and
+micro-batch count under the study's planner config (``study_config``); pools of more than two GPUs are
+also planned as a fleet (``plan_fleet``: cells of up to 8 GPUs, replicated), and Tessera's answer is the
+better of the two. Beside each cell: the best homogeneous deployment of the same number of GPUs (each type
+of the pool, H100 and H200) for tokens per dollar, and Tessera's plan simulated at 95% of its predicted
+goodput (planner–simulator agreement). Cells are appended to a JSON-lines file as they finish, so an
+interrupted run is usable and resumes where it stopped. The summary (gains, headline checks, price and
+link sensitivity) is computed from the cells alone (``tessera.report.evalsummary``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tessera.errors import UserError
+from tessera.report.workloads import Shape, shapes
+
+FAMILIES = {"llama-3-8b": "dense LLM", "mixtral-8x7b": "MoE LLM", "mamba2-2.7b": "state-space LLM",
+            "qwen2.5-vl-7b": "vision-language", "flux-dev": "diffusion transformer"}
+TEXT = ("conversation", "code", "summarise", "reason")
+MODEL_SHAPES = {"llama-3-8b": TEXT, "mixtral-8x7b": TEXT, "mamba2-2.7b": TEXT,
+                "qwen2.5-vl-7b": ("caption", *TEXT), "flux-dev": ("image-1024",)}
+REFERENCES = ("H100-SXM", "H200")
+RUN_ORDER = ("llama-3-8b", "mamba2-2.7b", "qwen2.5-vl-7b", "mixtral-8x7b")  # cheapest first  # the high-end GPUs the paper's headline compares a pair against
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudyPool:
+    """A pool: GPU type (catalog name) -> count, in order."""
+
+    name: str
+    gpus: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        if not self.gpus or any(n < 1 for _, n in self.gpus):
+            raise UserError(f"pool {self.name!r}: counts {self.gpus} must be positive")
+
+    @property
+    def names(self) -> list[str]:
+        return [g for g, n in self.gpus for _ in range(n)]
+
+    @property
+    def size(self) -> int:
+        return sum(n for _, n in self.gpus)
+
+    @property
+    def heterogeneous(self) -> bool:
+        return len(self.gpus) > 1
+
+
+def _pool(*gpus: tuple[str, int]) -> StudyPool:
+    name = "+".join(f"{n}x{g}" if n > 1 else g for g, n in gpus)
+    return StudyPool(name=name, gpus=tuple(gpus))
+
+
+H100, H20, L40S, A100, L4, H200 = "H100-SXM", "H20", "L40S", "A100-80GB-SXM", "L4", "H200"
+# Core pools first (the matrix the issue asks for), then the 4-GPU and five-type 16-GPU pools.
+POOLS = (_pool((H100, 1), (L40S, 1)), _pool((H100, 1), (H20, 1)), _pool((A100, 1), (L40S, 1)), _pool((H100, 2)),
+         _pool((H100, 4), (H20, 4)), _pool((H100, 8), (L40S, 8)),
+         _pool((H100, 2), (L40S, 2)), _pool((H100, 4), (A100, 4), (H20, 4), (L40S, 2), (L4, 2)))
+CORE_POOLS = 6
+BASE_LINK = "pcie5"
+LINKS = ("pcie4", "nvlink4")  # the pair link's sensitivity, beside the base pcie5
+QUICK = (("llama-3-8b", "conversation", 0), ("llama-3-8b", "code", 0), ("llama-3-8b", "summarise", 0),
+         ("llama-3-8b", "reason", 0), ("llama-3-8b", "conversation", 3), ("mamba2-2.7b", "code", 0),
+         ("qwen2.5-vl-7b", "caption", 1), ("flux-dev", "image-1024", 0))
+SIM_REQUESTS = 1500
+SIM_LOAD = 0.95
+
+
+def study_config(s: Shape, link: str = BASE_LINK):
+    """plan_serving's config for one shape: default SLO; micro-batch counts 1, 2, 4 and ≤ 3 s, 2% gap per
+    MILP solve (a pair plans in seconds instead of half a minute); the same for every strategy."""
+    from tessera.plan.serve import PlannerConfig
+    from tessera.plan.serving import Traffic
+
+    t = Traffic(prompt=s.prompt, output=s.output, steps=s.steps)
+    return PlannerConfig(traffic=t, link=link, microbatches=(1, 2, 4), time_limit_s=3.0, mip_rel_gap=0.02)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellKey:
+    model: str
+    shape: str
+    pool: str
+    link: str
+
+    def text(self) -> str:
+        return f"{self.model} | {self.shape} | {self.pool} | {self.link}"
+
+
+def matrix(quick: bool = False) -> list[tuple[str, str, StudyPool, str]]:
+    """(model, shape, pool, link) in run order, most needed first so that a partial run stays usable:
+    every model-shape on the core pairs (breadth first: every family and shape), then on the core pools
+    of 8 and 16 GPUs, the first heterogeneous pair at the other links for each model's first shape, the
+    extra pools (16 GPUs of five types, 4 GPUs), then the other pairs at the other links."""
+    if quick:
+        return [(m, s, POOLS[i], BASE_LINK) for m, s, i in QUICK]
+    order = [(m, s) for m in RUN_ORDER[:2] for s in MODEL_SHAPES[m]]
+    order += [("qwen2.5-vl-7b", "caption"), ("flux-dev", "image-1024")]
+    order += [(m, s) for m in RUN_ORDER[2:] for s in MODEL_SHAPES[m] if (m, s) not in order]
+    core = POOLS[:CORE_POOLS]
+    out = [(m, s, p, BASE_LINK) for size2 in (True, False) for m, s in order for p in core if (p.size == 2) == size2]
+    pairs = [p for p in POOLS if p.size == 2 and p.heterogeneous]
+    firsts = [(m, ss[0]) for m, ss in MODEL_SHAPES.items()]
+    out += [(m, s, pairs[0], lk) for lk in LINKS for m, s in firsts]
+    out += [(m, s, p, BASE_LINK) for p in reversed(POOLS[CORE_POOLS:]) for m, s in order]
+    out += [(m, s, p, lk) for p in pairs[1:] for lk in LINKS for m, s in firsts]
+    return out
+
+
+# ---- one cell ---------------------------------------------------------------------------------------------------
+
+
+def _strategy(s) -> dict[str, Any]:
+    return {"goodput_per_s": s.goodput, "usd_per_hour": s.usd_per_hour, "applicable": s.applicable,
+            "feasible": s.feasible, "reason": None if s.feasible else s.reason, "tp": list(s.tp),
+            "batch": s.plan.batch if s.plan else None, "microbatches": s.plan.microbatches if s.plan else None}
+
+
+def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> dict[str, Any]:
+    """n GPUs of one type as vLLM deploys them (best TP × replicas), at list price; cached per process."""
+    from tessera.plan.planner import capture_source
+    from tessera.plan.pool import resolve_gpu, resolve_link
+    from tessera.plan.problem import default_cost
+    from tessera.plan.serve import Shapes, homogeneous
+
+    key = (model, s.name, gpu, n)
+    if key not in cache:
+        cfg = study_config(s)
+        shp = Shapes(model, capture_source(model), cfg, images=s.images)
+        spec = resolve_gpu(gpu)
+        r = homogeneous(shp, (spec,) * n, resolve_link(cfg.link), default_cost(), cfg)
+        cache[key] = {"gpu": spec.name, "count": n, "goodput_per_s": r.goodput, "tp": list(r.tp),
+                      "usd_per_hour": spec.usd_per_hour * n}
+    return cache[key]
+
+
+def fleet_answer(model: str, pool: StudyPool, cfg) -> dict[str, Any] | None:
+    """The pool planned as replicated cells of up to 8 GPUs (tessera.fleet); None if nothing serves."""
+    from tessera.fleet.fleet import plan_fleet
+    from tessera.fleet.spec import FleetSpec
+
+    try:
+        f = plan_fleet(model, FleetSpec(gpus=pool.gpus, link=cfg.link), cfg, budget_s=20.0, max_gpus=8)
+    except UserError as e:
+        return {"goodput_per_s": 0.0, "reason": str(e).splitlines()[0]}
+    used: dict[str, int] = {}
+    for c in f.cells:
+        for g in c.gpus:
+            used[g] = used.get(g, 0) + c.count
+    desc = ", ".join(f"{c.count}x({'+'.join(c.gpus)}{' = ' + c.chosen if c.chosen != 'milp' else ''})"
+                     for c in f.cells)
+    return {"goodput_per_s": f.goodput_per_s, "usd_per_hour": f.usd_per_hour, "used": used, "cells": desc,
+            "gap": f.gap, "milp_cells": sum(1 for c in f.cells if c.chosen == "milp")}
+
+
+def replicated_pair(pool: StudyPool, pair: dict[str, Any]) -> dict[str, Any]:
+    """k copies of the pair cell's Tessera answer on a pool of k GPUs of each of the pair's two types (the
+    replicated cell plan_fleet would weigh, planned once under the study's own config)."""
+    from tessera.report.evalsummary import became, best_baseline
+
+    k = pool.gpus[0][1]
+    t = pair["tessera"]
+    how = became(pair)
+    base_name, base = best_baseline(pair)
+    return {"baseline": f"{k}x({pair['pool']} = {base_name})", "baseline_goodput_per_s": k * base, "goodput_per_s": k * t["goodput_per_s"], "usd_per_hour": k * t["usd_per_hour"],
+            "used": {g: k * n for g, n in t["used"].items()}, "cells": f"{k}x({pair['pool']} = {how})",
+            "gap": None, "milp_cells": 1 if t["chosen"] == "milp" and how == "milp" else 0, "replicated": True}
+
+
+def pair_of(pool: StudyPool, model: str, shape: str, link: str, cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The finished pair cell a two-type pool of k + k GPUs replicates, if there is one."""
+    if len(pool.gpus) != 2 or pool.gpus[0][1] != pool.gpus[1][1] or pool.size <= 2:
+        return None
+    want = [[g, 1] for g, _ in pool.gpus]
+    return next((c for c in cells if c["model"] == model and c["shape"] == shape and c["link"] == link
+                 and c["gpus"] == want and "error" not in c), None)
+
+
+def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, simulate_plan: bool = True,
+             pair_cell: dict[str, Any] | None = None,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One cell. ``pair_cell``: for a pool of k GPUs of each of two types, the finished cell of their pair
+    (same model, shape, link), whose Tessera answer replicated k times stands for the fleet search."""
+    from tessera.hardware import gpu as catalog_gpu
+    from tessera.plan.serve import STRATEGIES, plan_serving
+
+    t0 = time.perf_counter()
+    cfg = study_config(s, link)
+    cell: dict[str, Any] = {"model": model, "family": FAMILIES[model], "shape": s.name, "prompt": s.prompt,
+                            "output": s.output, "steps": s.steps, "images": s.images, "pool": pool.name,
+                            "gpus": [list(g) for g in pool.gpus], "n_gpus": pool.size, "link": link,
+                            "prices": {g: catalog_gpu(g).usd_per_hour for g, _ in pool.gpus}}
+    try:
+        r = plan_serving(model, pool.names, cfg, progress=progress)
+    except UserError as e:
+        cell.update(error=str(e).splitlines()[0], wall_s=time.perf_counter() - t0, load_1min=os.getloadavg()[0])
+        return cell
+    cell["strategies"] = {n: _strategy(r.strategies[n]) for n in STRATEGIES}
+    t = r.tessera
+    used = {g: n for g, n in pool.gpus}
+    cell["tessera"] = {"goodput_per_s": t.goodput, "usd_per_hour": t.usd_per_hour, "chosen": t.chosen,
+                       "source": "cell", "used": used}
+    if pool.size > 2:
+        f = replicated_pair(pool, pair_cell) if pair_cell is not None else fleet_answer(model, pool, cfg)
+        cell["fleet"] = f
+        if f and f["goodput_per_s"] > t.goodput * (1 + 1e-9):
+            cell["tessera"] = {"goodput_per_s": f["goodput_per_s"], "usd_per_hour": f["usd_per_hour"],
+                               "chosen": f"fleet: {f['cells']}", "source": "fleet", "used": f["used"]}
+    cell["same_size"] = [homogeneous_of(model, s, g, pool.size, cache)
+                         for g in dict.fromkeys([*(g for g, _ in pool.gpus), *REFERENCES])]
+    for g in REFERENCES:
+        cell["prices"][g] = catalog_gpu(g).usd_per_hour
+    if cell["tessera"]["source"] == "cell" and t.plan is not None and t.point is not None and not t.plan.members:
+        cell["placement"] = {"batch": t.point.batch, "microbatches": t.point.microbatches,
+                             "devices": [d.gpu for d in t.plan.devices], "assignment": list(t.point.assignment),
+                             "summary": _placement_summary(r)}
+        if simulate_plan and t.feasible:
+            cell["sim"] = sim_agreement(t.plan, cfg, t.goodput, s.images)
+    cell["wall_s"] = time.perf_counter() - t0
+    cell["solve_s"] = r.solve_s
+    cell["load_1min"] = os.getloadavg()[0]
+    return cell
+
+
+def _placement_summary(r) -> dict[str, Any]:
+    from tessera.report.compare import placement_summary
+
+    try:
+        return placement_summary(r)
+    except UserError:  # a TP-group device name is not a catalog name: no per-kind times
+        return {}
+
+
+def sim_agreement(plan, cfg, goodput: float, images: bool) -> dict[str, Any]:
+    """Poisson arrivals at 95% of the predicted goodput: steady simulated rate against the offered one."""
+    import numpy as np
+
+    from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
+
+    t = cfg.traffic
+    out_len = t.steps if images else t.output
+    per_req = 1 if images else t.output  # images/s count one per request; tokens/s count its output tokens
+    rate = SIM_LOAD * goodput / per_req
+    wl = WorkloadSpec(kind="poisson", requests=SIM_REQUESTS, rate_per_s=rate,
+                      prompt=LengthSpec(lo=max(1, t.prompt), hi=max(1, t.prompt)), output=LengthSpec(lo=out_len, hi=out_len))
+    t0 = time.perf_counter()
+    try:
+        res = simulate(plan, wl, seed=0, slo=SLO(ttft_s=cfg.slo.ttft_s, tpot_s=cfg.slo.tpot_s) if not images else None)
+    except (UserError, ValueError) as e:
+        return {"error": str(e).splitlines()[0]}
+    ser = np.array(res.series_per_s, dtype=float)
+    span, w = SIM_REQUESTS / rate, res.series_window_s
+    i0 = int(0.25 * span / w) + 1
+    i1 = max(int(span / w), i0 + 1)
+    steady = float(ser[i0:i1].mean()) if len(ser) > i0 else float("nan")  # tokens/s (image plans: images/s)
+    offered = SIM_LOAD * goodput
+    return {"offered_per_s": offered, "steady_per_s": steady, "ratio": steady / offered if offered else None,
+            "slo_attainment": res.slo_attainment, "requests": SIM_REQUESTS, "sim_s": time.perf_counter() - t0}
+
+
+# ---- the run ----------------------------------------------------------------------------------------------------
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def load_cells(path: Path) -> list[dict[str, Any]]:
+    """The cells a previous (maybe interrupted) run appended; a torn last line is dropped."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def key_of(c: dict[str, Any]) -> CellKey:
+    return CellKey(model=c["model"], shape=c["shape"], pool=c["pool"], link=c["link"])
+
+
+def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, simulate_plans: bool = True,
+                 limit: int | None = None) -> dict[str, Any]:
+    """Run (or resume) the matrix, appending each cell to eval[.quick].cells.jsonl; then write
+    eval[.quick].json and .md from every cell there. Returns the JSON written."""
+    from tessera.report.evalsummary import markdown, summary
+
+    stem = "eval.quick" if quick else "eval"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = out_dir / f"{stem}.cells.jsonl"
+    if fresh and lines.exists():
+        lines.unlink()
+    done = {key_of(c) for c in load_cells(lines)}
+    todo = [x for x in matrix(quick) if CellKey(model=x[0], shape=x[1], pool=x[2].name, link=x[3]) not in done]
+    if limit is not None:
+        todo = todo[:limit]
+    all_shapes = shapes()
+    cache: dict = {}
+    finished = load_cells(lines)
+    t0 = time.perf_counter()
+    _log(f"evaluate: {len(done)} cells done before, {len(todo)} to run")
+    for i, (m, sname, pool, link) in enumerate(todo):
+        _log(f"[{time.perf_counter() - t0:6.0f} s] {i + 1}/{len(todo)} {m} | {sname} | {pool.name} | {link} "
+             f"(load {os.getloadavg()[0]:.1f})")
+        c = run_cell(m, all_shapes[sname], pool, link, cache, simulate_plan=simulate_plans,
+                     pair_cell=pair_of(pool, m, sname, link, finished))
+        finished.append(c)
+        with lines.open("a") as f:
+            f.write(json.dumps(c) + "\n")
+        _log(f"    {c.get('error') or c['tessera']['chosen']}: {c['wall_s']:.1f} s")
+    cells = load_cells(lines)
+    run_s = time.perf_counter() - t0
+    data = {"cells": cells, "summary": summary(cells), "run_wall_s": run_s,
+            "cells_wall_s": sum(c.get("wall_s", 0.0) for c in cells), "complete": len(cells) >= len(matrix(quick)),
+            "planned_cells": len(matrix(quick)), "load_1min": os.getloadavg()[0],
+            "shapes": {n: {"prompt": s.prompt, "output": s.output, "steps": s.steps, "source": s.source}
+                       for n, s in all_shapes.items()}}
+    (out_dir / f"{stem}.json").write_text(json.dumps(data, indent=1))
+    (out_dir / f"{stem}.md").write_text(markdown(data))
+    return data
+
+
+def placement_maps(data: dict[str, Any], fig_dir: Path, stem: str = "eval") -> list[tuple[str, Path]]:
+    """PNG placement maps of the best and worst cells (by goodput gain) that have a single-cell placement."""
+    from tessera.plan.planner import capture_source
+    from tessera.plan.serve import Shapes
+    from tessera.report.evalsummary import extremes
+    from tessera.report.placement import plot_placement_map
+
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    out = []
+    for label, c in extremes(data["cells"]):
+        p = c["placement"]
+        s = replace(shapes()[c["shape"]])
+        shp = Shapes(c["model"], capture_source(c["model"]), study_config(s, c["link"]), images=s.images)
+        g = shp.graph(p["batch"], p["microbatches"])
+        path = fig_dir / f"{stem}.{label}_placement.png"
+        title = (f"{label} cell: {c['model']}, {c['shape']}, {c['pool']} ({c['tessera']['chosen']}, "
+                 f"batch {p['batch']}, m={p['microbatches']})")
+        plot_placement_map(g, p["assignment"], [f"{i}:{d}" for i, d in enumerate(p["devices"])], path, title=title)
+        out.append((label, path))
+    return out
