@@ -27,6 +27,8 @@ from tessera.progress import Steps
 
 OUT = Path(os.environ.get("TESSERA_DEMO_OUT", "out"))
 COMPARE = Path(__file__).resolve().parent.parent / "bench" / "results" / "compare.json"
+# the evaluation study (`tessera evaluate`, hours here), read like the compare matrix
+EVALUATION = COMPARE.with_name("eval.json")
 MODEL, GPUS, LINK = "llama-3-8b", ("H100", "L40S"), "pcie5"
 # Each plan is simulated at SIM_LOAD of its own predicted goodput (its capacity at the SLO), once per seed:
 # the spread over seeds is the report's "how sure". The sweep runs each plan at SWEEP_LOADS of its capacity
@@ -177,8 +179,8 @@ def main() -> None:
 def report_data(plan: Any, baselines: tuple[Any, ...], graphs: tuple[Any, ...], sims: list[dict[str, Any]],
                 sweep: list[dict[str, Any]], advice: list[Any]) -> Any:
     """What the report is built from: the demo's plan, its baselines' plans, the runs and the advisor's choices,
-    with the compare matrix bench/results/compare.json holds."""
-    from tessera.report.data import ReportData, load_compare, parse_sim
+    with the compare matrix bench/results/compare.json and the study bench/results/eval.json hold."""
+    from tessera.report.data import ReportData, evaluation_maps, load_compare, load_evaluation, parse_sim
 
     compare = load_compare(COMPARE) if COMPARE.exists() else None
     budgets = ", ".join(f"${b:.0f}" for b in BUDGETS_USD_PER_HOUR)
@@ -189,13 +191,16 @@ def report_data(plan: Any, baselines: tuple[Any, ...], graphs: tuple[Any, ...], 
         frontier=tuple(p for a in advice for p in a.frontier_points()),
         frontier_title=f"Advisor: GPU mixes for {ADVISE_MODEL} at {budgets} per hour",
         options=rent_options(advice, compare), baseline_plans=baselines,
+        evaluation=load_evaluation(EVALUATION) if EVALUATION.exists() else None,
+        evaluation_maps=evaluation_maps(EVALUATION) if EVALUATION.exists() else (),
         commands=(f"tessera plan {MODEL} --gpus {','.join(GPUS)} --link {LINK} -o plan.json",
                   "tessera simulate plan.json --workload poisson --rate R --requests 20000 --prompt 1024 "
                   "--output 256 --slo-ttft-ms 2000 --slo-tpot-ms 100 --seed S",
                   f"tessera advise {ADVISE_MODEL} --budget-usd-per-hour 20",
                   "tessera compare   # the whole matrix: writes bench/results/compare.json",
+                  "tessera evaluate  # the study: writes bench/results/eval.json",
                   "tessera report --plan out/plan.json --sim out/sims.json --sweep out/sweep.json "
-                  "--compare bench/results/compare.json -o out", "make demo"),
+                  "--compare bench/results/compare.json --evaluation bench/results/eval.json -o out", "make demo"),
     )
 
 

@@ -144,3 +144,18 @@ def test_help_does_not_import_torch() -> None:
             "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_report_shows_the_evaluation_study(tmp_path: Path, run_cli) -> None:
+    study = Path(__file__).parent.parent / "bench" / "results" / "eval.quick.json"
+    code, out, err = run_cli(["report", "--evaluation", str(study), "-o", str(tmp_path / "r"), "--json"])
+    assert code == 0, err
+    page = Path(json.loads(out)["report"]).read_text()
+    section = page.split('<section id="evaluation">')[1].split("</section>")[0]
+    cells = json.loads(study.read_text())["cells"]
+    assert all(c["model"] in section for c in cells)  # every studied model is in the section
+    assert section.count("data:image/png") == 2  # the best and worst placement maps written beside the JSON
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"cells": 3}')
+    code, _, err = run_cli(["report", "--evaluation", str(bad), "-o", str(tmp_path / "r2")])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "cells" in err

@@ -43,6 +43,9 @@ def report(
     sweep: list[str] = typer.Option([], "--sweep", help="Simulator JSON of each plan at several offered rates "
                                     "(as make demo writes to out/sweep.json): goodput-vs-rate curves."),
     gantt: Path | None = typer.Option(None, "--gantt", help="Pipeline Gantt PNG written by the simulator."),
+    evaluation: Path | None = typer.Option(None, "--evaluation", help="`tessera evaluate --json` output; the "
+                                           "placement maps STEM.best_placement.png / STEM.worst_placement.png "
+                                           "beside it are shown too."),
     title: str = typer.Option("Tessera placement report", "--title", help="Report title."),
     out: Path = typer.Option(Path("out"), "-o", "--out", help="Output folder for report.html and figures/."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the terminal tables."),
@@ -50,12 +53,12 @@ def report(
 ) -> None:
     """Build a self-contained HTML report: compare matrix, placement map, Gantt, frontier, latency, memory."""
     # imported here so that `tessera --help` and other verbs do not pay for matplotlib
-    from tessera.report.data import ReportData, load_compare, load_sims
+    from tessera.report.data import ReportData, evaluation_maps, load_compare, load_evaluation, load_sims
     from tessera.report.html import build_report
     from tessera.report.tables import compare_table, plan_summary_table, sim_table
 
-    if compare is None and plan is None and not sim:
-        raise UserError("nothing to report: give at least one of --compare, --plan, --sim")
+    if compare is None and plan is None and not sim and evaluation is None:
+        raise UserError("nothing to report: give at least one of --compare, --plan, --sim, --evaluation")
     if gantt is not None and not gantt.is_file():
         raise UserError(f"gantt image {gantt} does not exist")
     the_plan = _load(plan, "plan", Plan.from_dict) if plan is not None else None
@@ -73,7 +76,8 @@ def report(
     cmds += [f"tessera simulate {sim_plan} --workload … --json > {shlex.quote(s.rpartition('=')[2])}" for s in sim]
     args = [*(["--compare", str(compare)] if compare else []), *(["--plan", str(plan)] if plan else []),
             *(x for g in graph for x in ("--graph", str(g))), *(x for s in sim for x in ("--sim", s)),
-            *(x for s in sweep for x in ("--sweep", s)), *(["--gantt", str(gantt)] if gantt else []), "-o", str(out)]
+            *(x for s in sweep for x in ("--sweep", s)), *(["--gantt", str(gantt)] if gantt else []),
+            *(["--evaluation", str(evaluation)] if evaluation else []), "-o", str(out)]
     cmds.append(shlex.join(["tessera", "report", *args]))
     data = ReportData(
         title=title,
@@ -82,6 +86,8 @@ def report(
         sims=tuple(r for s in sim for r in load_sims(s)) or None,
         sweep=tuple(r for s in sweep for r in load_sims(s)) or None,
         gantt_png=gantt, commands=tuple(cmds),
+        evaluation=load_evaluation(evaluation) if evaluation is not None else None,
+        evaluation_maps=evaluation_maps(evaluation) if evaluation is not None else (),
     )
     titles: list[str] = []
     with Steps("report") as step:  # one step per report section

@@ -205,6 +205,8 @@ class ReportData:
     commands: tuple[str, ...] = ()  # shell commands that reproduce the inputs
     options: tuple[RentOption, ...] = ()  # alternatives to the plan's pool (same-size homogeneous, advisor)
     baseline_plans: tuple[Plan, ...] = ()  # the other strategies' plans on the plan's pool (memory comparison)
+    evaluation: dict[str, Any] | None = None  # `tessera evaluate --json` output (the study of shapes × pools)
+    evaluation_maps: tuple[tuple[str, Path], ...] = ()  # (label, PNG): the study's best and worst placements
 
     def __post_init__(self) -> None:
         if self.graphs and self.plan is None:
@@ -322,6 +324,22 @@ def load_compare(path: Path) -> tuple[CompareCell, ...]:
     if not cells:
         raise UserError(f"compare file {path} holds no cells")
     return tuple(parse_cell(c, f"{path} cell {i}") for i, c in enumerate(cells))
+
+
+def load_evaluation(path: Path) -> dict[str, Any]:
+    """A `tessera evaluate --json` file: an object with a "cells" list and a "summary" object."""
+    raw = read_json(path, "evaluation")
+    if not (isinstance(raw, dict) and isinstance(raw.get("cells"), list) and isinstance(raw.get("summary"), dict)):
+        raise UserError(f"evaluation file {path} is not `tessera evaluate --json` output "
+                        "(needs a \"cells\" list and a \"summary\" object)")
+    return raw
+
+
+def evaluation_maps(path: Path) -> tuple[tuple[str, Path], ...]:
+    """The study's placement maps written beside its JSON (STEM.best_placement.png, STEM.worst_placement.png)."""
+    path = Path(path)
+    found = ((label, path.with_name(f"{path.stem}.{label}_placement.png")) for label in ("best", "worst"))
+    return tuple((label, png) for label, png in found if png.is_file())
 
 
 def load_sim(spec: str) -> SimResult:

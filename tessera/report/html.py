@@ -499,6 +499,16 @@ def _provenance_html(data: ReportData) -> str:
             + (f"<p>Reproduce with:</p><pre>{cmds}</pre>" if cmds else ""))
 
 
+def _evaluation_html(data: ReportData) -> str:
+    if data.evaluation is None:
+        return _omitted("Evaluation study", "no study given (--evaluation, `tessera evaluate --json` output).")
+    from tessera.report.evalsummary import markdown
+
+    figs = "".join(f"<figure>{_img(png, label + ' placement map')}<figcaption>{escape(label)} cell"
+                   "</figcaption></figure>" for label, png in data.evaluation_maps)
+    return f"<pre>{escape(markdown(data.evaluation))}</pre>{figs}"
+
+
 def build_report(data: ReportData, out_dir: Path, *, on_section: Callable[[str], None] | None = None) -> Path:
     """Write out_dir/report.html (and the figures it embeds, under out_dir/figures) and return its path.
     ``on_section(title)`` is called before each section is built (a progress bar's hook)."""
@@ -512,6 +522,7 @@ def build_report(data: ReportData, out_dir: Path, *, on_section: Callable[[str],
         ("frontier", "Throughput–cost frontier", lambda: _frontier_html(data, fig_dir)),
         ("latency", "Latency percentiles", lambda: _latency_html(data, fig_dir)),
         ("memory", "Memory per device", lambda: _memory_html(data, fig_dir)),
+        ("evaluation", "Evaluation study: families × shapes × pools", lambda: _evaluation_html(data)),
         ("method", "How these numbers were made", lambda: _provenance_html(data)),
     ]
     body = []
