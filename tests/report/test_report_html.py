@@ -5,16 +5,18 @@ from __future__ import annotations
 import base64
 import json
 import re
+from pathlib import Path
 
 import pytest
 from report_inputs import compare_cells, sim_result, toy_graph, toy_plan
 
 from tessera.cli import main
 from tessera.report import plots
-from tessera.report.data import ReportData, parse_cell, parse_sim
+from tessera.report.data import ReportData, evaluation_maps, load_evaluation, parse_cell, parse_sim
 from tessera.report.html import build_report
 
-SECTIONS = ("compare", "placement", "gantt", "frontier", "latency", "memory", "method")
+SECTIONS = ("compare", "placement", "gantt", "frontier", "latency", "memory", "evaluation", "method")
+STUDY = Path(__file__).parent.parent.parent / "bench" / "results" / "eval.quick.json"  # `tessera evaluate --quick`
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,8 @@ def _full_data(tmp_path) -> ReportData:
     return ReportData(
         compare=tuple(parse_cell(c, "t") for c in compare_cells()), plan=toy_plan(), graphs=(toy_graph(),),
         sims=(parse_sim(sim_result(1.0), "tessera", "t"), parse_sim(sim_result(2.0), "homo<geneous>", "t")),
-        gantt_png=gantt, commands=("tessera compare --json > compare.json",))
+        gantt_png=gantt, commands=("tessera compare --json > compare.json",),
+        evaluation=load_evaluation(STUDY), evaluation_maps=evaluation_maps(STUDY))
 
 
 def _assert_self_contained(page: str) -> None:
@@ -48,8 +51,9 @@ def test_full_report_is_self_contained_with_every_section(full_page: str) -> Non
     for sid in SECTIONS:
         assert f'<section id="{sid}">' in page
     assert "omitted" not in page
-    # compare, placement, gantt, one frontier (llama: two GPU sets; the others have one price), latency, memory
-    assert page.count("<img ") == 6
+    # compare, placement, gantt, one frontier (llama: two GPU sets; the others have one price), latency, memory,
+    # and the study's best and worst placement maps
+    assert page.count("<img ") == 8
     # escaped names: the plan's model and a sim label; never the raw '<'
     assert "toy&lt;2L&gt;" in page and "toy<2L>" not in page
     assert "homo&lt;geneous&gt;" in page and "mamba-2&lt;x&gt;" in page and "mamba-2<x>" not in page
@@ -80,8 +84,10 @@ def test_missing_sections_are_noted_not_dropped(tmp_path) -> None:
     _assert_self_contained(page)
     for sid in SECTIONS:
         assert f'<section id="{sid}">' in page
-    assert page.count('class="note"') == 5  # placement, gantt, latency, memory, and mamba/flux's one-price frontier
+    # placement, gantt, latency, memory, evaluation, and mamba/flux's one-price frontier
+    assert page.count('class="note"') == 6
     assert "Placement map omitted" in page and "Latency percentiles omitted" in page
+    assert "Evaluation study omitted" in page
     assert "<title>T &lt;&amp;&gt; x</title>" in page
 
 
