@@ -335,10 +335,16 @@ def load_evaluation(path: Path) -> dict[str, Any]:
     return raw
 
 
+def placement_map_path(folder: Path, stem: str, label: str) -> Path:
+    """Where the study's placement map of its ``label`` ("best" / "worst") cell goes: one name for writer and
+    reader."""
+    return Path(folder) / f"{stem}.{label}_placement.png"
+
+
 def evaluation_maps(path: Path) -> tuple[tuple[str, Path], ...]:
     """The study's placement maps written beside its JSON (STEM.best_placement.png, STEM.worst_placement.png)."""
     path = Path(path)
-    found = ((label, path.with_name(f"{path.stem}.{label}_placement.png")) for label in ("best", "worst"))
+    found = ((label, placement_map_path(path.parent, path.stem, label)) for label in ("best", "worst"))
     return tuple((label, png) for label, png in found if png.is_file())
 
 

@@ -338,6 +338,7 @@ def placement_maps(data: dict[str, Any], fig_dir: Path, stem: str = "eval") -> l
     """PNG placement maps of the best and worst cells (by goodput gain) that have a single-cell placement."""
     from tessera.plan.planner import capture_source
     from tessera.plan.serve import Shapes
+    from tessera.report.data import placement_map_path
     from tessera.report.evalsummary import extremes
     from tessera.report.placement import plot_placement_map
 
@@ -348,7 +349,7 @@ def placement_maps(data: dict[str, Any], fig_dir: Path, stem: str = "eval") -> l
         s = replace(shapes()[c["shape"]])
         shp = Shapes(c["model"], capture_source(c["model"]), study_config(s, c["link"]), images=s.images)
         g = shp.graph(p["batch"], p["microbatches"])
-        path = fig_dir / f"{stem}.{label}_placement.png"
+        path = placement_map_path(fig_dir, stem, label)
         title = (f"{label} cell: {c['model']}, {c['shape']}, {c['pool']} ({c['tessera']['chosen']}, "
                  f"batch {p['batch']}, m={p['microbatches']})")
         plot_placement_map(g, p["assignment"], [f"{i}:{d}" for i, d in enumerate(p["devices"])], path, title=title)
