@@ -125,15 +125,37 @@ def async_bound(g, pool, cost, m: int) -> float | None:
 
 
 def period_floor(g, pool, cost, m: int) -> float:
-    """A cheap lower bound on the period of any placement of micro-batch graph ``g`` that fits memory, in
-    the verifier's own terms: period ≥ m·(busiest device), and the busiest device of any placement that
-    fits is at least the LP optimum T of compute[d]: Σ_g t·x ≤ T with x relaxed, transfers free and
-    the memory rows kept (kv/state × m, no activation reserve). inf when no placement fits at all.
-    The search skips the MILP at a point whose floor already misses the SLO."""
+    """A cheap lower bound on the period max(m·T, L) of any placement of micro-batch graph ``g`` that fits
+    memory, in the verifier's own terms: the larger of
+      m × the LP optimum T of compute[d]: Σ_g t·x ≤ T with x relaxed, transfers free and the memory rows
+          kept (kv/state × m, no activation reserve): no placement that fits has a less busy busiest device;
+      latency_floor: no placement's list schedule ends before its critical path at each kernel's fastest
+          device.
+    inf when no placement fits at all. The search skips the MILP at a point whose floor already misses
+    the SLO."""
     import numpy as np
 
     from tessera.plan.milp import lp_bound_memory
     from tessera.plan.solve import prepare
 
     prob = replace(prepare(g, pool, cost, m=m, act_bytes=0, with_values=False), xfer_s=np.zeros(0), handoffs=[])
-    return m * lp_bound_memory(prob)
+    t = m * lp_bound_memory(prob)
+    return t if t == math.inf else max(t, latency_floor(g, pool.gpus, cost))
+
+
+def latency_floor(g, gpus, cost) -> float:
+    """Critical path of ``g`` with every kernel at its fastest device and transfers free: the verifier's
+    list schedule starts a kernel only after the last writer of each non-resident buffer it touches has
+    finished, so one micro-batch's latency L is at least this, whatever the placement (seconds)."""
+    from tessera.graph import Role
+
+    resident = (Role.WEIGHT, Role.KV, Role.STATE)
+    finish: list[float] = []
+    writer: dict[int, int] = {}
+    for k in g.kernels:
+        ready = max((finish[w] for b in set(k.reads) | set(k.writes)
+                     if g.buffers[b].role not in resident and (w := writer.get(b)) is not None), default=0.0)
+        finish.append(ready + min(cost.kernel_time_s(k, u) for u in gpus))
+        for b in k.writes:
+            writer[b] = k.id
+    return max(finish, default=0.0)

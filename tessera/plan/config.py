@@ -24,7 +24,7 @@ class PlannerConfig:
     batch_cap: int | None = None  # largest batch (sequences / images in flight per cell) to consider
     microbatches: tuple[int, ...] = MICROBATCHES
     ref_batch: int = 64  # batch of the one capture every shape is rescaled from
-    mip_rel_gap: float = 1e-2
+    mip_rel_gap: float = 2e-2
     time_limit_s: float = 10.0  # per MILP solve
     max_tp: int = 8
 

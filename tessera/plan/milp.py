@@ -214,10 +214,15 @@ def start_vector(prob: PhaseProblem, model: Model, idx: _Index, group_dev: list[
 def solve_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: float = 1.0,
                background: Background | None = None, alpha: tuple[float, ...] | None = None,
                beta: float = 1.0, starts: list[tuple[int, ...]] | None = None, mip_rel_gap: float = 0.0,
-               time_limit_s: float = 60.0, m: int = 1) -> FlatResult:
-    """Solve the flat MILP; ``starts`` are group assignments handed to HiGHS as MIP starts."""
+               time_limit_s: float = 60.0, m: int = 1, period_cap_s: float | None = None) -> FlatResult:
+    """Solve the flat MILP; ``starts`` are group assignments handed to HiGHS as MIP starts.
+    ``period_cap_s`` (async only): T ≤ cap / m, so only placements whose modelled period m·T meets the
+    cap are searched; "infeasible" when none does, which HiGHS usually proves at the root."""
     model, idx = build_flat(prob, objective=objective, omega=omega, background=background, alpha=alpha,
                             beta=beta, micro=m)
+    if period_cap_s is not None:
+        assert objective == "async" and idx.T is not None, objective
+        model.col_ub[idx.T] = period_cap_s / m
     micro = m if objective == "async" else None
     hints = [start_vector(prob, model, idx, s, omega=omega, background=background, micro=micro)
              for s in starts or []]

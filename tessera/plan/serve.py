@@ -35,7 +35,7 @@ from tessera.plan.cell import Shapes, best_of, cell_strategy, make_plan, model_k
 from tessera.plan.config import STRATEGIES, PlannerConfig, ServingResult, StrategyResult
 from tessera.plan.pool import Pool, resolve_gpu, resolve_link
 from tessera.plan.problem import default_cost
-from tessera.plan.serving import Traffic, score_point
+from tessera.plan.serving import Traffic, score_point, slo_period_cap
 from tessera.plan.types import Plan
 from tessera.plan.units import UnitCost, make_unit
 
@@ -141,7 +141,7 @@ def cell_strategies(shapes: Shapes, units: tuple[GpuSpec, ...], cost, lk: LinkSp
         out["layer_pipeline"] = cell_strategy("layer_pipeline", pipe, shapes, cell, cost, cfg, floor=floor)
         starts = [pipe] + ([af] if len(units) == 2 else [])
         placer = st.milp(cell, cost, starts=starts, mip_rel_gap=cfg.mip_rel_gap, time_limit_s=cfg.time_limit_s,
-                         solve_log=solve_log)
+                         solve_log=solve_log, period_cap=lambda g: slo_period_cap(g, cfg.traffic, cfg.slo))
         out["milp"] = cell_strategy("tessera", placer, shapes, cell, cost, cfg, bound=True, floor=floor)
     else:
         out["layer_pipeline"] = StrategyResult(name="layer_pipeline", applicable=False,

@@ -229,43 +229,66 @@ def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units
     while goodput still grows (a smaller batch can queue less when its period leaves more TTFT budget).
     The second answer (lowest TPOT, then TTFT) says how far the SLO is when no point meets it.
     ``floor(graph, batch, m)``, when given, is a lower bound on the period of any placement of that graph that
-    fits memory (bound.period_floor); a point whose floor misses the SLO and cannot be the fastest fitting
-    point is skipped without calling the placer (for the MILP, most of the search's time), so both answers
-    are the same as without it.
+    fits memory (bound.period_floor); a point whose floor already misses the SLO is not placed (for the
+    MILP, most of the search's time), so the first answer is the same as without it. The second is then the
+    same too when no point meets the SLO (the only case a caller reads it): the skipped points are placed
+    afterwards from the lowest floor up, until a floor exceeds the fastest period found.
     """
     best: Point | None = None
     best_fit: Point | None = None
+    missed: list[tuple[float, int, int]] = []  # (floor, batch, m) of points the floor says miss the SLO
+
+    def place(b: int, m: int) -> Point | None:
+        nonlocal best_fit
+        g = graph_at(b, m)
+        a = placer(g, b, m)
+        if a is None:
+            return None
+        p = score_point(g, a, batch=b, m=m, units=units, link=link, cost=cost, traffic=traffic, slo=slo,
+                        extra_latency_s=extra_latency_s(a) if extra_latency_s else 0.0)
+        if p.fits and (best_fit is None or (p.period_s, p.ttft_s) < (best_fit.period_s, best_fit.ttft_s)):
+            best_fit = p
+        return p
+
     for m in ms:
         m_best: Point | None = None
         for b in [x for x in BATCHES if x <= ceiling][::-1]:
             if m > b:
                 continue
-            g = graph_at(b, m)
-            # the floor only decides once a fitting point is known (the LP costs about as much as a rule)
-            if floor is not None and best_fit is not None and _decided(floor(g, b, m), best_fit,
-                                                                       g.phase != "mixed", traffic, slo):
-                continue
-            a = placer(g, b, m)
-            if a is None:
-                continue
-            p = score_point(g, a, batch=b, m=m, units=units, link=link, cost=cost, traffic=traffic, slo=slo,
-                            extra_latency_s=extra_latency_s(a) if extra_latency_s else 0.0)
-            if p.fits and (best_fit is None or (p.period_s, p.ttft_s) < (best_fit.period_s, best_fit.ttft_s)):
-                best_fit = p
-            if p.fits and p.meets_slo:
+            if floor is not None:
+                g = graph_at(b, m)
+                f = floor(g, b, m)
+                if f == math.inf:
+                    continue  # nothing fits memory there
+                if floor_misses_slo(f, g, traffic, slo):
+                    missed.append((f, b, m))  # only the fastest-fitting answer can need it (below)
+                    continue
+            p = place(b, m)
+            if p is not None and p.fits and p.meets_slo:
                 if m_best is not None and p.goodput < m_best.goodput:
                     break  # goodput past its peak for this m (smaller batches queue more and serve less)
                 m_best = p
         if m_best is not None and (best is None or m_best.goodput > best.goodput):
             best = m_best
+    if best is None:
+        # nothing meets the SLO: the fastest fitting point says how far it is. Points the floor skipped are
+        # placed from the lowest floor up, until a floor exceeds the fastest period found.
+        for f, b, m in sorted(missed):
+            if best_fit is not None and f > best_fit.period_s:
+                break
+            place(b, m)
     return best, best_fit
 
 
-def _decided(floor_s: float, best_fit: Point | None, images: bool, traffic: Traffic, slo: Slo) -> bool:
-    """A point whose period is at least ``floor_s`` misses the SLO (TPOT, or the image latency) and is no
-    faster than the fastest fitting point found so far: nothing the placer returns there can change
-    search's answers. inf: nothing fits at all (the placer would return no placement)."""
-    if floor_s == math.inf:
-        return True
-    misses = traffic.steps * floor_s > slo.image_s if images else floor_s > slo.tpot_s
-    return misses and best_fit is not None and floor_s > best_fit.period_s
+def slo_period_cap(g: KernelGraph, traffic: Traffic, slo: Slo) -> float:
+    """The longest period at which a point of micro-batch graph ``g`` can meet the SLO (score_point): TPOT,
+    and TTFT = (⌈P / c⌉ + 1)·period at the graph's chunk c; for images, steps·period ≤ the image SLO."""
+    if g.phase != "mixed":
+        return slo.image_s / traffic.steps
+    c = max(1, g.shape.get("chunk", 0))
+    return min(slo.tpot_s, slo.ttft_s / (max(1, math.ceil(traffic.prompt / c)) + 1))
+
+
+def floor_misses_slo(floor_s: float, g: KernelGraph, traffic: Traffic, slo: Slo) -> bool:
+    """A point whose period is at least ``floor_s`` misses the SLO whatever the placement."""
+    return floor_s > slo_period_cap(g, traffic, slo)

@@ -60,14 +60,17 @@ def test_async_bound_below_every_placement(m: int) -> None:
 
 
 def test_period_floor_by_hand_and_below_every_placement() -> None:
-    # the search's floor: m × the relaxed busiest device with memory kept. chain3: a on H100 (2), c on
-    # L40S (2), b split evenly: 3.5 per device, so 3.5·m; never above a placement's verifier period
-    from tessera.plan.bound import period_floor
+    # the search's floor: the larger of m × the relaxed busiest device with memory kept (chain3: a on
+    # H100 (2), c on L40S (2), b split evenly: 3.5 per device, so 3.5·m) and the critical path at each
+    # kernel's fastest GPU (a 2 + b 3 + c 2 = 7): 7, 7, 14 for m = 1, 2, 4; never above a placement's
+    # verifier period
+    from tessera.plan.bound import latency_floor, period_floor
     from tessera.plan.verify import evaluate
 
-    for m in (1, 2, 4):
+    assert latency_floor(chain3(), POOL.gpus, COST) == pytest.approx(7.0, rel=1e-9)
+    for m, want in ((1, 7.0), (2, 7.0), (4, 14.0)):
         floor = period_floor(chain3(), POOL, COST, m)
-        assert floor == pytest.approx(3.5 * m, rel=1e-6)
+        assert floor == pytest.approx(want, rel=1e-6)
         for a in itertools.product(range(2), repeat=3):
             ev = evaluate(chain3(), a, POOL.gpus, POOL.link, COST)
             assert floor <= max(m * ev.bottleneck_s, ev.latency_s) + 1e-9
