@@ -16,6 +16,7 @@ _EXPORTS = {
     "OpRecord": "recorder", "Recorder": "recorder", "TensorRef": "recorder",
     "summarize": "summary",
     "SPECS": "zoo", "ModelSpec": "zoo", "model_names": "zoo", "model_phases": "zoo", "resolve": "zoo",
+    "image_patches": "zoo",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.capture.liger import LIGER_VARIANTS, variant_config
-from tessera.errors import choices_error
+from tessera.errors import UserError, choices_error
 
 PHASES: dict[str, tuple[str, ...]] = {
     "llm": ("prefill", "decode"),
@@ -151,3 +151,14 @@ def resolve(name: str) -> ModelSpec:
 
 def model_phases(name: str) -> list[str]:
     return list(PHASES[resolve(name).family])
+
+
+def image_patches(name: str, image_tokens: int) -> int:
+    """Patches a vision-language model's vision tower encodes for an image of ``image_tokens`` LM tokens:
+    one LM token per merge × merge patches (Qwen2.5-VL: 2×2, its vision_config.spatial_merge_size)."""
+    spec = resolve(name)
+    if spec.family != "vlm":
+        raise UserError(f"{name} has no vision tower (family {spec.family}); image tokens apply to a "
+                        f"vision-language model, e.g. {', '.join(n for n, s in SPECS.items() if s.family == 'vlm')}")
+    merge = spec.config.get("vision_config", {}).get("spatial_merge_size", 2)
+    return image_tokens * merge * merge

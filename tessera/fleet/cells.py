@@ -308,7 +308,7 @@ class CellPlanner:
         t, slo, cap = self.cfg.traffic, self.cfg.slo, self.cfg.batch_cap
         pre = 0.0
         for n in (x for x in BATCHES if not cap or x <= cap):
-            s = self._kernel_times(prefill_shape(n, t.prompt), spec).sum()
+            s = self._kernel_times(prefill_shape(n, t), spec).sum()
             if 0 < s and 2 * s <= slo.ttft_s:
                 pre = max(pre, n / s)
         top = batch_ceiling(self.shapes.base, (spec,), t, False, cap)

@@ -13,7 +13,16 @@ from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.bound import async_bound
 from tessera.plan.config import PlannerConfig, StrategyResult
 from tessera.plan.pool import Pool
-from tessera.plan.serving import IterShape, Point, Traffic, batch_ceiling, image_shape, search, steady_shape
+from tessera.plan.serving import (
+    IterShape,
+    Point,
+    Traffic,
+    batch_ceiling,
+    encoded_images,
+    image_shape,
+    search,
+    steady_shape,
+)
 from tessera.plan.shapes import iteration_graph
 from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
 from tessera.plan.verify import evaluate_cached
@@ -26,6 +35,7 @@ class Shapes:
         self.model, self.cfg, self.images = model, cfg, images
         r = cfg.ref_batch if not images else 1
         self.base = source("denoise" if images else "decode", r, 0, 16)
+        self.encoder = vision_tower(model, source, cfg.traffic.image_tokens) if not images else None
         self._cache: dict[IterShape, KernelGraph] = {}
 
     def shape(self, batch: int, m: int) -> IterShape:
@@ -36,8 +46,18 @@ class Shapes:
 
     def at(self, shape: IterShape) -> KernelGraph:
         if shape not in self._cache:
-            self._cache[shape] = iteration_graph(self.base, shape)
+            self._cache[shape] = iteration_graph(self.base, shape, self.encoder)
         return self._cache[shape]
+
+
+def vision_tower(model: str, source, image_tokens: int) -> KernelGraph | None:
+    """A VLM's vision tower on one image of ``image_tokens`` LM tokens (an encode capture), or None when the
+    prompts hold no image; a UserError when the model has no vision tower."""
+    if not image_tokens:
+        return None
+    from tessera.capture import image_patches
+
+    return source("encode", 1, image_patches(model, image_tokens), 0)
 
 
 def model_kind(model: str) -> tuple[bool, bool]:
@@ -93,8 +113,11 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
             full = shapes.shape(b, m)
             c = math.ceil(chunk / m)
             sh = replace(full, context=ctx, chunk=c, chunk_len=min(c, t.prompt),
-                         prefix=max(0, (t.prompt - c) // 2) if c < t.prompt else 0)
-        ev = evaluate_cached(shapes.at(sh), p.assignment, units, lk, cost)
+                         prefix=max(0, (t.prompt - c) // 2) if c < t.prompt else 0,
+                         encode_images=encoded_images(c, t) if c else 0.0)
+        g = shapes.at(sh)
+        # a VLM's grid point without a chunk has no vision tower, whose kernels come first in the graph
+        ev = evaluate_cached(g, p.assignment[len(p.assignment) - len(g.kernels):], units, lk, cost)
         pts.append(StepPoint(batch=b, tokens=b if shapes.images else b + chunk, context=ctx, microbatches=m,
                              device_busy_s=ev.device_busy_s, link_busy_s=ev.link_tuple(),
                              latency_s=ev.latency_s, step_s=max(m * ev.bottleneck_s, ev.latency_s)))
@@ -114,7 +137,8 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
         throughput_images_per_s=thr if shapes.images else None,
         latency_s=p.period_s, usd_per_hour=usd, usd_per_million_tokens=usd / 3600 / thr * 1e6 if thr else None,
         bound_ratio=bound_ratio,
-        workload={"batch": p.batch, "prompt": t.prompt, "output": t.output, "steps": t.steps},
+        workload={"batch": p.batch, "prompt": t.prompt, "output": t.output, "steps": t.steps,
+                  "image_tokens": t.image_tokens},
         batch=p.batch, microbatches=p.microbatches, tpot_s=p.tpot_s, ttft_s=p.ttft_s,
         sync_throughput=(p.throughput * p.period_s / p.sync_period_s) * replicas,
         device_busy=frac, slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s},

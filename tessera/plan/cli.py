@@ -12,6 +12,7 @@ from tessera.errors import UserError
 from tessera.plan.options import (
     BatchCap,
     DenoiseSteps,
+    ImageTokens,
     Output,
     Prompt,
     SloImageS,
@@ -41,13 +42,14 @@ def register(app: typer.Typer) -> None:
         slo_ttft_ms: SloTtftMs = 2000.0,
         slo_tpot_ms: SloTpotMs = 100.0,
         slo_image_s: SloImageS = 60.0,
+        image_tokens: ImageTokens = 0,
         as_json: bool = typer.Option(False, "--json", help="print the JSON contract"),
         save: Path | None = typer.Option(None, "-o", "--out",
                                           help="write Tessera's Plan file here (with --pool: the fleet plan file)"),
     ) -> None:
         """Place every kernel of MODEL on the pool under the serving model (continuous batching, async
         micro-batches, batch chosen by memory and SLO); Tessera against every baseline at its best."""
-        cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link)
+        cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link, image_tokens)
         if pool is not None:
             if gpus is not None:
                 raise UserError("give either --gpus (one cell) or --pool (a many-GPU pool), not both")

@@ -19,11 +19,14 @@ DenoiseSteps = Annotated[int, typer.Option("--steps", help="denoising steps per 
 SloTtftMs = Annotated[float, typer.Option("--slo-ttft-ms", help="SLO: time to first token, ms")]
 SloTpotMs = Annotated[float, typer.Option("--slo-tpot-ms", help="SLO: time per output token, ms")]
 SloImageS = Annotated[float, typer.Option("--slo-image-s", help="SLO: latency of one image, s (diffusion)")]
+ImageTokens = Annotated[int, typer.Option(
+    "--image-tokens", help="of the prompt, one image's LM tokens (a vision-language model encodes that image with "
+                           "its vision tower once per request; e.g. 391 for a 640×480 image on Qwen2.5-VL)")]
 
 
 def config_of(batch: int | None, prompt: int, output: int, steps: int, slo_ttft_ms: float, slo_tpot_ms: float,
-              slo_image_s: float, link: str = "pcie5") -> PlannerConfig:
+              slo_image_s: float, link: str = "pcie5", image_tokens: int = 0) -> PlannerConfig:
     """The PlannerConfig these flags describe."""
-    return PlannerConfig(traffic=Traffic(prompt=prompt, output=output, steps=steps),
+    return PlannerConfig(traffic=Traffic(prompt=prompt, output=output, steps=steps, image_tokens=image_tokens),
                          slo=Slo(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3, image_s=slo_image_s),
                          link=link, batch_cap=batch)

@@ -20,7 +20,7 @@ def _captured(model: str, phase: str, batch: int, seq: int, context: int) -> Ker
     from tessera.capture import capture_model  # the capture stage imports torch: only when a graph is needed
 
     kw: dict[str, int] = {}
-    if phase == "prefill" and seq:
+    if phase in ("prefill", "encode") and seq:  # encode: image patches
         kw["seq"] = seq
     if phase == "decode" and context:
         kw["context"] = context

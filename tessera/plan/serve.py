@@ -235,7 +235,8 @@ def plan_graph(plan: Plan, *, source=None) -> KernelGraph:
                         f"(phases: {', '.join(sorted(plan.phases))})")
     ref = plan.phases[phase].graph_shape.get("batch", 64)
     cfg = PlannerConfig(traffic=Traffic(prompt=w.get("prompt", 1024), output=w.get("output", 256),
-                                        steps=w.get("steps", 28)), ref_batch=ref)
+                                        steps=w.get("steps", 28), image_tokens=w.get("image_tokens", 0)),
+                        ref_batch=ref)
     shapes = Shapes(plan.model, source or capture_source(plan.model), cfg, images=phase == "denoise")
     g = shapes.graph(plan.batch, plan.microbatches)
     if len(g.kernels) != len(plan.phases[phase].assignment):

@@ -7,6 +7,8 @@ Steady state of an engine serving requests of P prompt and O output tokens at ba
     tokens each (shapes.IterShape); decode attention at the mean context P + O/2; a chunk shorter than a
     prompt attends to a mean prefix of (P − c)/2, a longer one holds ⌈c/P⌉ whole prompts;
   - KV resident per micro-batch: b·(P + ⌈O/2⌉) tokens + one prompt being prefilled (P);
+  - a vision-language model whose prompts hold an image (Traffic.image_tokens) also runs its vision tower
+    on c / P images per micro-batch iteration (one per prompt started), before the language model;
   - the m micro-batches advance independently through the placement: with T the busiest device's or
     link's time per micro-batch and L one micro-batch's latency through it,
         period = max(m·T, L)                      (synchronous form, kept for comparison:
@@ -58,12 +60,16 @@ class Traffic:
     prompt: int = 1024
     output: int = 256
     steps: int = 28
+    image_tokens: int = 0  # of the prompt, one image's tokens (a VLM's vision tower encodes it once per request)
 
     def __post_init__(self) -> None:
         for k in ("prompt", "output", "steps"):
             v = getattr(self, k)
             if not isinstance(v, int) or v < 1:
                 raise UserError(f"{k}={v!r} must be a positive integer")
+        if not isinstance(self.image_tokens, int) or not 0 <= self.image_tokens <= self.prompt:
+            raise UserError(f"image tokens={self.image_tokens!r} must be an integer from 0 to the prompt's "
+                            f"{self.prompt} tokens")
 
 
 def steady_shape(batch: int, m: int, t: Traffic) -> IterShape:
@@ -72,7 +78,14 @@ def steady_shape(batch: int, m: int, t: Traffic) -> IterShape:
     c = math.ceil(batch * t.prompt / t.output / m)
     prefix = max(0, (t.prompt - c) // 2) if c < t.prompt else 0
     return IterShape(decode=b, context=t.prompt + t.output // 2, chunk=c, chunk_len=min(c, t.prompt),
-                     prefix=prefix, kv_tokens=b * (t.prompt + math.ceil(t.output / 2)) + t.prompt)
+                     prefix=prefix, kv_tokens=b * (t.prompt + math.ceil(t.output / 2)) + t.prompt,
+                     encode_images=encoded_images(c, t))
+
+
+def encoded_images(chunk: int, t: Traffic) -> float:
+    """Images a VLM's vision tower encodes per iteration whose chunk prefills ``chunk`` prompt tokens: one
+    per prompt started, chunk / P on average (0 without image tokens)."""
+    return chunk / t.prompt if t.image_tokens else 0.0
 
 
 def image_shape(batch: int, m: int) -> IterShape:

@@ -39,13 +39,16 @@ class IterShape:
     prefix: int = 0  # mean number of earlier prompt tokens a chunk piece attends to
     kv_tokens: int = 0  # KV tokens resident for this micro-batch (all its sequences, memory)
     images: int = 0  # image steps (denoise / encode): images in the micro-batch
+    encode_images: float = 0.0  # a VLM's prompts: images its vision tower encodes this iteration (mean)
 
     def __post_init__(self) -> None:
-        for k in ("decode", "context", "chunk", "chunk_len", "prefix", "kv_tokens", "images"):
+        for k in ("decode", "context", "chunk", "chunk_len", "prefix", "kv_tokens", "images", "encode_images"):
             if getattr(self, k) < 0:
                 raise ValueError(f"IterShape {k}={getattr(self, k)} must be >= 0")
         if self.images and (self.decode or self.chunk):
             raise ValueError(f"IterShape: images={self.images} excludes decode={self.decode}/chunk={self.chunk}")
+        if self.encode_images and not self.chunk:
+            raise ValueError(f"IterShape: encode_images={self.encode_images} needs a prefill chunk")
         if not (self.images or self.decode or self.chunk):
             raise ValueError("IterShape: an iteration needs decode sequences, a chunk or images")
 
@@ -170,12 +173,17 @@ def per_sequence_kernels(base: KernelGraph) -> set[int]:
     return touch | batched
 
 
-def iteration_graph(base: KernelGraph, shape: IterShape) -> KernelGraph:
+def iteration_graph(base: KernelGraph, shape: IterShape, encoder: KernelGraph | None = None) -> KernelGraph:
     """The graph of one micro-batch's iteration at ``shape``, rescaled from ``base`` (see module doc).
 
     ``base`` is a decode capture (one token per sequence) for token shapes, or an image step for
-    ``shape.images``; its ``shape["batch"]`` is the reference R.
+    ``shape.images``; its ``shape["batch"]`` is the reference R. ``encoder``: a VLM's vision-tower capture
+    (an encode step), run first on ``shape.encode_images`` images (with_encoder).
     """
+    if shape.encode_images:
+        if encoder is None:
+            raise ValueError(f"IterShape encode_images={shape.encode_images} needs the vision tower's capture")
+        return with_encoder(iteration_graph(base, replace(shape, encode_images=0.0)), encoder, shape.encode_images)
     r = base.shape.get("batch", 1)
     if shape.images:
         s = shape.images / r
@@ -200,3 +208,38 @@ def iteration_graph(base: KernelGraph, shape: IterShape) -> KernelGraph:
             "prefix": shape.prefix, "kv_tokens": shape.kv_tokens, "tokens": shape.images or shape.tokens}
     return build_graph(model=base.model, phase="mixed" if not shape.images else base.phase, shape=dims,
                        kernels=kernels, buffers=buffers, meta={**base.meta, "rescaled_from": dict(base.shape)})
+
+
+def with_encoder(lm: KernelGraph, encoder: KernelGraph, images: float) -> KernelGraph:
+    """A VLM's iteration: its vision tower on ``images`` images (mean per iteration), then the language
+    model's iteration ``lm``. Both captures list every weight of the model by name: the tower's kernels read
+    the LM graph's weight buffers (memory counts each once); its other buffers are appended. Its output (the
+    image embeddings) becomes an activation that the LM's first kernel (the token embedding, where vLLM
+    merges image embeddings in) reads, so a placement that splits them pays the transfer.
+    Scaling, from a capture of R images: ≥ R images, FLOPs and activations × images / R with weights read
+    once; fewer, the whole step × images / R (the tower runs on one image every R / images iterations)."""
+    s = images / encoder.shape.get("batch", 1)
+    by_name = {b.name: b.id for b in lm.buffers if b.role == Role.WEIGHT}
+    remap: dict[int, int] = {}
+    extra: list[Buffer] = []
+    for b in encoder.buffers:
+        if b.role == Role.WEIGHT and b.name in by_name:
+            remap[b.id] = by_name[b.name]
+            continue
+        remap[b.id] = len(lm.buffers) + len(extra)
+        role = Role.ACTIVATION if b.role == Role.OUTPUT else b.role
+        extra.append(_with(b, id=remap[b.id], role=role, bytes=max(1, math.ceil(b.bytes * s))))
+    resident = {b.id for b in encoder.buffers if b.role == Role.WEIGHT}
+    kernels: list[Kernel] = []
+    for k in encoder.kernels:
+        fixed = sum(encoder.buffers[b].bytes for b in k.reads if b in resident) if s >= 1 else 0
+        sk = _scaled_kernel(k, s, fixed, k.id)
+        kernels.append(_with(sk, reads=tuple(remap[b] for b in k.reads), writes=tuple(remap[b] for b in k.writes)))
+    out = {remap[b.id] for b in encoder.buffers if b.role == Role.OUTPUT}
+    n = len(kernels)
+    for i, k in enumerate(lm.kernels):
+        reads = k.reads + tuple(sorted(out)) if i == 0 else k.reads
+        kernels.append(_with(k, id=n + i, reads=reads))
+    return build_graph(model=lm.model, phase=lm.phase, shape={**lm.shape, "encode_images": images},
+                       kernels=kernels, buffers=[*lm.buffers, *extra],
+                       meta={**lm.meta, "encoder_from": dict(encoder.shape)})

@@ -301,9 +301,11 @@ def markdown(data: dict[str, Any]) -> str:
              f"(this invocation {data.get('run_wall_s', 0):.0f} s; machine load {data.get('load_1min', 0):.1f}, "
              "2 shared cores). Goodput: output tokens/s (flux-dev: images/s) of requests meeting TTFT ≤ 2 s and "
              "TPOT ≤ 100 ms (images ≤ 60 s). Command: `tessera evaluate` (or `bench/bench_eval.py`).", "",
-             "## Shapes", "", "| shape | prompt | output | steps | source |", "|---|---|---|---|---|"]
+             "## Shapes", "", "| shape | prompt | of which image tokens | output | steps | source |",
+             "|---|---|---|---|---|---|"]
     for n, sh in data.get("shapes", {}).items():
-        lines.append(f"| {n} | {sh['prompt']} | {sh['output']} | {sh['steps']} | {sh['source']} |")
+        lines.append(f"| {n} | {sh['prompt']} | {sh.get('image_tokens', 0)} | {sh['output']} | {sh['steps']} | "
+                     f"{sh['source']} |")
     lines += ["", "## Gains (base link pcie5)", "", "| | best | median | worst | paper |", "|---|---|---|---|---|",
               _stats_row("goodput vs best baseline, same pool", g["goodput"], g.get("goodput_best_cell"),
                          PAPER["throughput"]),

@@ -83,7 +83,7 @@ def study_config(s: Shape, link: str = BASE_LINK):
     from tessera.plan.serve import PlannerConfig
     from tessera.plan.serving import Traffic
 
-    t = Traffic(prompt=s.prompt, output=s.output, steps=s.steps)
+    t = Traffic(prompt=s.prompt, output=s.output, steps=s.steps, image_tokens=s.image_tokens)
     return PlannerConfig(traffic=t, link=link, microbatches=(1, 2, 4), time_limit_s=3.0, mip_rel_gap=0.02)
 
 
@@ -327,7 +327,8 @@ def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, sim
     data = {"cells": cells, "summary": summary(cells), "run_wall_s": run_s,
             "cells_wall_s": sum(c.get("wall_s", 0.0) for c in cells), "complete": len(cells) >= len(matrix(quick)),
             "planned_cells": len(matrix(quick)), "load_1min": os.getloadavg()[0],
-            "shapes": {n: {"prompt": s.prompt, "output": s.output, "steps": s.steps, "source": s.source}
+            "shapes": {n: {"prompt": s.prompt, "output": s.output, "steps": s.steps, "image_tokens": s.image_tokens,
+                           "source": s.source}
                        for n, s in all_shapes.items()}}
     (out_dir / f"{stem}.json").write_text(json.dumps(data, indent=1))
     (out_dir / f"{stem}.md").write_text(markdown(data))

@@ -28,6 +28,7 @@ class Shape:
     output: int = 1  # generated tokens per request
     steps: int = 28  # denoising steps per image (diffusion)
     images: bool = False  # an image-generation shape (diffusion models only)
+    image_tokens: int = 0  # of the prompt, one input image's tokens (a VLM's vision tower encodes it)
     source: str
 
     def __post_init__(self) -> None:
@@ -72,7 +73,7 @@ REASON = Shape(name="reason", prompt=256, output=3072, source=(
 # Qwen2.5-VL turns an image into one token per 28×28 pixels (14-pixel patches merged 2×2): a COCO image
 # (typically 640×480) becomes 23×17 = 391 tokens; with a short instruction ≈ 400. COCO captions average
 # about 10.5 words (Chen et al., "Microsoft COCO Captions", 2015) ≈ 14 tokens; 16 with the end token.
-CAPTION = Shape(name="caption", prompt=400, output=16, source=(
+CAPTION = Shape(name="caption", prompt=400, output=16, image_tokens=391, source=(
     "image + caption, COCO-captions-like: a 640×480 image as 391 Qwen2.5-VL tokens (28×28 pixels each) plus "
     "a short instruction; a caption of ≈ 10.5 words (Chen et al. 2015) ≈ 16 tokens with the end token"))
 # FLUX.1-dev's default in diffusers' FluxPipeline is 28 steps; the capture's step is a 1024² image (4,096

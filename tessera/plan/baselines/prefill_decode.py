@@ -33,8 +33,10 @@ def _fits(mem: dict[str, int], unit: GpuSpec) -> bool:
     return sum(mem.values()) <= unit.mem_bytes
 
 
-def prefill_shape(n: int, prompt: int) -> IterShape:
-    return IterShape(chunk=n * prompt, chunk_len=prompt, prefix=0, kv_tokens=n * prompt)
+def prefill_shape(n: int, t) -> IterShape:
+    """A prefill step of n whole prompts (a VLM's vision tower on their n images first, if they hold one)."""
+    return IterShape(chunk=n * t.prompt, chunk_len=t.prompt, prefix=0, kv_tokens=n * t.prompt,
+                     encode_images=float(n) if t.image_tokens else 0.0)
 
 
 def decode_shape(batch: int, t) -> IterShape:
@@ -51,7 +53,7 @@ def rate_matched(shapes, specs: tuple[GpuSpec, ...], a: int, b: int, lk: LinkSpe
     for n in BATCHES:
         if cfg.batch_cap and n > cfg.batch_cap:
             break
-        s, mem, _ = _step(shapes, prefill_shape(n, t.prompt), specs[a], lk, cost)
+        s, mem, _ = _step(shapes, prefill_shape(n, t), specs[a], lk, cost)
         if not _fits(mem, specs[a]) or 2 * s + xfer > slo.ttft_s:  # wait for the step in flight, then its own
             break
         if pre is None or n / s > pre[0] / pre[1]:
@@ -98,7 +100,7 @@ def _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit)
         for n in sorted(set(sizes)):
             ctxs = [t.prompt] if kind == "prefill" else [t.prompt, t.prompt + t.output // 2, t.prompt + t.output]
             for c in ctxs:
-                sh = prefill_shape(n, t.prompt) if kind == "prefill" else replace(decode_shape(n, t), context=c)
+                sh = prefill_shape(n, t) if kind == "prefill" else replace(decode_shape(n, t), context=c)
                 dev = a if kind == "prefill" else b
                 s, _, ev = _step(shapes, sh, specs[dev], lk, cost)
                 busy = [0.0, 0.0]
@@ -110,9 +112,9 @@ def _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit)
         return tuple(out)
 
     n_pre, n_dec = pre[0], dec[0]
-    g_pre = shapes.at(prefill_shape(n_pre, t.prompt))
+    g_pre = shapes.at(prefill_shape(n_pre, t))
     g_dec = shapes.at(decode_shape(n_dec, t))
-    _, mem_p, _ = _step(shapes, prefill_shape(n_pre, t.prompt), specs[a], lk, cost)
+    _, mem_p, _ = _step(shapes, prefill_shape(n_pre, t), specs[a], lk, cost)
     _, mem_d, _ = _step(shapes, decode_shape(n_dec, t), specs[b], lk, cost)
     memory = [dict.fromkeys(("weight", "kv", "state", "activation"), 0) for _ in specs]
     memory[a], memory[b] = dict(mem_p), dict(mem_d)
@@ -128,7 +130,8 @@ def _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit)
         kv_capacity_tokens=int(max(0, free_d) // max(1, per_tok)),
         throughput_tokens_per_s=thr, latency_s=dec[1], usd_per_hour=usd,
         usd_per_million_tokens=usd / 3600 / thr * 1e6,
-        workload={"batch": n_dec, "prompt": t.prompt, "output": t.output, "steps": t.steps},
+        workload={"batch": n_dec, "prompt": t.prompt, "output": t.output, "steps": t.steps,
+                  "image_tokens": t.image_tokens},
         batch=n_dec, microbatches=1, tpot_s=dec[1], ttft_s=2 * pre[1] + cost.transfer_time_s(kv_req, lk),
         sync_throughput=thr, device_busy=_busy(a, b, pre, dec, thr, t),
         slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s},
