@@ -92,7 +92,9 @@ def cell(model: str, gpus: str) -> dict:
 
 
 def markdown(cells: list[dict], wall: float, fit_s: float | None = None) -> str:
-    caps = {c["model"]: c["capture_s"] for c in cells if c.get("capture_s")}
+    caps: dict[str, float] = {}
+    for c in cells:  # the model's first cell captured it; later ones found it cached
+        caps[c["model"]] = max(caps.get(c["model"], 0.0), c.get("capture_s", 0.0))
     once = ("Once per process, before the cells: the cost model's fit " + (f"{fit_s:.1f} s" if fit_s else "(not timed)") +
             "; each model's capture " + ", ".join(f"{m} {s:.1f} s" for m, s in caps.items()) + ".") if caps else ""
     lines = [f"# Planner vs simulator, serving model (Poisson, {REQUESTS} requests, prompt 1024 / output 256, "
