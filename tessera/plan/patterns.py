@@ -151,8 +151,10 @@ def generate_patterns(prob: PhaseProblem, seg: Segment) -> list[tuple[int, ...]]
     for d in range(D):
         found[tuple(sub.pinned.get(g, d) for g in range(sub.G))] = None
     ratios = [2.0 ** (k / 2) for k in range(-12, 13)]
-    grid = ([(1.0, r) for r in ratios] if D == 2 else
-            [tuple(w) for w in itertools.product([1.0, 2.0, 4.0, 8.0], repeat=D)])
+    # device weights α: 4^D vectors up to 3 devices; from 4 devices on (a 16-GPU pool's five TP groups)
+    # 2^D, else the sweep grows to thousands of LPs per layer pattern (minutes per search point)
+    levels = [1.0, 2.0, 4.0, 8.0] if D <= 3 else [1.0, 4.0]
+    grid = ([(1.0, r) for r in ratios] if D == 2 else [tuple(w) for w in itertools.product(levels, repeat=D)])
     # memory prices γ_d (seconds per byte, scaled to the layer's time per byte): patterns that keep bytes
     # off a device at some cost in time, for pools where weights barely fit
     scale = float(sub.t.mean()) * sub.G / max(1.0, float(sum(w.bytes for w in sub.residents)))
