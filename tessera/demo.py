@@ -7,7 +7,7 @@
    at 50–125% of it (one seed) for goodput-vs-rate curves;
 4. advise a GPU mix for llama-3-8b at three budgets (throughput–cost frontier, alternatives to rent);
 5. build the self-contained HTML report, with the compare matrix `tessera compare` wrote to
-   bench/results/compare.json (that matrix takes ~50 min here, so the demo reads it rather than redo it).
+   bench/results/compare.json (that matrix takes ~10 min here, so the demo reads it rather than redo it).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tessera.progress import Steps
 
 OUT = Path(os.environ.get("TESSERA_DEMO_OUT", "out"))
 COMPARE = Path(__file__).resolve().parent.parent / "bench" / "results" / "compare.json"
-# the evaluation study (`tessera evaluate`, hours here), read like the compare matrix
+# the evaluation study (`tessera evaluate`, about an hour here), read like the compare matrix
 EVALUATION = COMPARE.with_name("eval.json")
 MODEL, GPUS, LINK = "llama-3-8b", ("H100", "L40S"), "pcie5"
 # Each plan is simulated at SIM_LOAD of its own predicted goodput (its capacity at the SLO), once per seed:
