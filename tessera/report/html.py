@@ -449,8 +449,9 @@ def _weights_by_strategy(data: ReportData, model_bytes: int) -> str:
     plans = [data.plan, *data.baseline_plans]
     rows = []
     for p in plans:
-        cells = [c.plan for c in p.cells] if isinstance(p, PoolPlan) else [p]  # each different cell its own copy
-        held = sum(m.get("weight", 0) for c in cells for m in c.memory_bytes)
+        # every independent replica holds its own copy: count × replicas of each different cell
+        cells = [(c.plan, c.count) for c in p.cells] if isinstance(p, PoolPlan) else [(p, 1)]
+        held = sum(n * c.replicas * m.get("weight", 0) for c, n in cells for m in c.memory_bytes)
         rows.append([p.strategy, fmt_gb(held), f"{held / model_bytes:.2f}×" if model_bytes else "—",
                      fmt_gb(max(0, held - model_bytes))])
     if len(rows) < 2:
