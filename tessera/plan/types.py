@@ -189,7 +189,7 @@ class PoolPlan:
 
     @property
     def lead(self) -> Plan:
-        """The first cell's plan (the planner puts the fastest cell first): what the pictures of one cell show."""
+        """The first cell's plan (homogeneous puts its fastest cell first): what pictures of one cell show."""
         return self.cells[0].plan
 
     @property
