@@ -39,7 +39,8 @@ def strategy_json(r, name: str) -> dict[str, Any]:
         "idle_reason": s.detail.get("idle"),
         "memory_bytes": {f"{i}:{d.gpu}": sum(p.memory_bytes[i].values()) for i, d in enumerate(p.devices)} if p else {},
         "bound_ratio": p.bound_ratio if p else None,
-        "notes": list(p.notes) + ([f"independent replicas: {s.detail['replicas']}"] if s.pool else []) if p else [],
+        # a pool's notes are about the pool (its cells' own notes are in pool[i]'s plan)
+        "notes": [f"independent replicas: {s.detail['replicas']}"] if s.pool else list(p.notes) if p else [],
         "detail": {k: v for k, v in s.detail.items() if k != "idle"},
         # several different cells (homogeneous on a mixed pool): each cell once, with its count; the
         # figures above that are per device (batch, busy, memory) are the lead cell's, pool[0]
