@@ -82,7 +82,7 @@ def cell(model: str, gpus: str) -> dict:
     out["milp_goodput"] = mil if mil is not None else r.tessera.goodput
     for name, s in r.strategies.items():
         ent = {"goodput_tokens_per_s": s.goodput, "usd_per_hour": s.usd_per_hour, "reason": s.reason}
-        if s.feasible and s.plan is not None and not s.plan.members:
+        if s.feasible and s.plan is not None and s.pool is None:
             cap = s.plan.throughput_tokens_per_s or s.goodput  # capacity: the saturation prediction
             ent["capacity_tokens_per_s"] = cap
             ent["sim"] = [sim_point(s.plan, cfg, s.goodput, 0.95), sim_point(s.plan, cfg, cap, 1.2)]

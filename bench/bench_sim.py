@@ -87,12 +87,14 @@ def real_plan() -> dict:
         if not (o.feasible and o.plan is not None):
             continue
         p = o.plan
-        n = 40 * max(pt.batch for ph in p.phases.values() for pt in ph.points) * max(1, len(p.members))
+        n_cells = len(o.pool.cells) if o.pool is not None else 1  # a pool of different cells: each its own load
+        n = 40 * max(pt.batch for ph in p.phases.values() for pt in ph.points) * n_cells
         wl = WorkloadSpec(kind="offline", requests=n, prompt=LengthSpec(lo=t.prompt, hi=t.prompt),
                           output=LengthSpec(lo=t.output, hi=t.output))
-        sim = simulate(p, wl, seed=0).to_json()["throughput_tokens_per_s"]
-        out[name] = {"predicted_tokens_per_s": p.throughput_tokens_per_s, "simulated_tokens_per_s": sim,
-                     "gap": sim / p.throughput_tokens_per_s - 1, "requests": n}
+        sim = simulate(o.deployment, wl, seed=0).to_json()["throughput_tokens_per_s"]
+        predicted = o.pool.throughput_per_s if o.pool is not None else p.throughput_tokens_per_s
+        out[name] = {"predicted_tokens_per_s": predicted, "simulated_tokens_per_s": sim,
+                     "gap": sim / predicted - 1, "requests": n}
     return out
 
 

@@ -93,7 +93,7 @@ def simulate_at(result: Any, progress: Steps, load: float, seeds: tuple[int, ...
                           prompt=LengthSpec(lo=t.prompt, hi=t.prompt), output=LengthSpec(lo=t.output, hi=t.output))
         for seed in seeds:
             r = _step(progress, f"simulate {name} at {rate:.1f} req/s ({load:.0%} of its capacity), seed {seed}",
-                      lambda p=o.plan, w=wl, s=seed: simulate(p, w, seed=s, slo=SLO(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)))
+                      lambda p=o.deployment, w=wl, s=seed: simulate(p, w, seed=s, slo=SLO(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)))
             sims.append({"label": name, "rate_per_s": rate, "seed": seed, "capacity_tokens_per_s": o.goodput,
                          "output_tokens": t.output, "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s, **r.to_json()})
     return sims
@@ -168,7 +168,7 @@ def main() -> None:
     graphs = ()
     if "mixed" in plan.phases:  # the iteration graph at the plan's operating point (its assignment's kernels)
         graphs = (Shapes(MODEL, capture_source(MODEL), cfg, images=False).graph(plan.batch, plan.microbatches),)
-    baselines = tuple(o.plan for n, o in result.strategies.items() if n != "tessera" and o.feasible and o.plan is not None)
+    baselines = tuple(o.deployment for n, o in result.strategies.items() if n != "tessera" and o.feasible and o.plan is not None)
     data = report_data(plan, baselines, graphs, sims, sweep, advice)
     with Steps("report", stream=sys.stdout) as step:
         path = build_report(data, OUT, on_section=step)

@@ -206,7 +206,7 @@ class CellPlanner:
                             plan=None, chosen=None, strategy_goodput={}, eval_s=0.0)
         o = res.tessera
         every = {n: s.goodput for n, s in res.strategies.items()}
-        if o.plan is not None and o.plan.members:
+        if o.pool is not None:
             # Tessera's answer is one independent replica per GPU: those are the single-GPU cells (searched
             # over at least the micro-batch counts homogeneous uses), so the pair adds nothing of its own.
             return CellEval(gpus=gpus, feasible=False, reason="Tessera's answer is one replica per GPU (the "

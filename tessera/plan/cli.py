@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         if save is not None:
             if r.tessera.plan is None:
                 raise UserError(f"no feasible plan to write to {save}")
-            r.tessera.plan.save(save)
+            r.tessera.deployment.save(save)  # a PoolPlan file when the answer is several different cells
         if as_json:
             print(json.dumps(r.to_json()))
         else:

@@ -8,7 +8,7 @@ from typing import Any
 
 from tessera.errors import UserError
 from tessera.plan.serving import Point, Slo, Traffic
-from tessera.plan.types import Plan
+from tessera.plan.types import Plan, PoolPlan
 
 STRATEGIES = ("tessera", "homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
 MICROBATCHES = (1, 2, 4, 8)
@@ -39,10 +39,16 @@ class PlannerConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class StrategyResult:
+    """One strategy's answer. ``plan`` is one cell (its devices, phases, ``replicas`` identical copies);
+    when the deployment is several *different* cells (homogeneous on a mixed pool) ``pool`` holds them with
+    their counts and ``plan`` is its lead cell (the fastest type's replica, for the pictures of one cell).
+    ``goodput`` and ``usd_per_hour`` are always the whole deployment's."""
+
     name: str
     applicable: bool
     reason: str | None = None  # not applicable, nothing fits, or no point meets the SLO
     plan: Plan | None = None
+    pool: PoolPlan | None = None  # several different cells; None when the deployment is ``plan`` alone
     point: Point | None = None  # the cell's operating point (None for composite strategies)
     goodput: float = 0.0  # whole pool, output tokens/s (images/s) meeting the SLO
     usd_per_hour: float = 0.0
@@ -50,9 +56,19 @@ class StrategyResult:
     chosen: str | None = None  # Tessera: "milp" or the adopted baseline's name
     detail: dict[str, Any] = field(default_factory=dict, hash=False)
 
+    def __post_init__(self) -> None:
+        if self.pool is not None and self.plan != self.pool.lead:
+            raise ValueError(f"strategy {self.name}: plan must be the pool's lead cell "
+                             f"({self.pool.lead.devices[0].gpu}), got {self.plan and self.plan.devices[0].gpu}")
+
     @property
     def feasible(self) -> bool:
         return self.goodput > 0
+
+    @property
+    def deployment(self) -> Plan | PoolPlan | None:
+        """What serves the traffic (what to simulate or save): the pool when there is one, else the plan."""
+        return self.pool if self.pool is not None else self.plan
 
     @property
     def tokens_per_usd(self) -> float:

@@ -33,16 +33,28 @@ def strategy_json(r, name: str) -> dict[str, Any]:
         "batch": p.batch if p else None, "microbatches": p.microbatches if p else None, "tp": list(s.tp),
         "ttft_s": p.ttft_s if p else None, "tpot_s": p.tpot_s if p else None,
         "latency_s": p.latency_s if p else None,
-        f"sync_throughput_{unit}": p.sync_throughput if p and not p.members else None,
+        f"sync_throughput_{unit}": p.sync_throughput if p and s.pool is None else None,
         "device_busy": {f"{i}:{d.gpu}": b for i, (d, b) in enumerate(zip(p.devices, p.device_busy, strict=False))}
         if p else {},
         "idle_reason": s.detail.get("idle"),
         "memory_bytes": {f"{i}:{d.gpu}": sum(p.memory_bytes[i].values()) for i, d in enumerate(p.devices)} if p else {},
         "bound_ratio": p.bound_ratio if p else None,
-        "notes": list(p.notes) if p else [],
+        # a pool's notes are about the pool (its cells' own notes are in pool[i]'s plan)
+        "notes": [f"independent replicas: {s.detail['replicas']}"] if s.pool else list(p.notes) if p else [],
         "detail": {k: v for k, v in s.detail.items() if k != "idle"},
+        # several different cells (homogeneous on a mixed pool): each cell once, with its count; the
+        # figures above that are per device (batch, busy, memory) are the lead cell's, pool[0]
+        "pool": [_cell_json(c, unit) for c in s.pool.cells] if s.pool else None,
     }
     return ent
+
+
+def _cell_json(c, unit: str) -> dict[str, Any]:
+    p = c.plan
+    return {"count": c.count, "replicas": p.replicas, "gpus": [d.gpu for d in p.devices],
+            f"throughput_{unit}": p.throughput_images_per_s if unit == "images_per_s" else p.throughput_tokens_per_s,
+            "usd_per_hour": p.usd_per_hour, "batch": p.batch, "microbatches": p.microbatches,
+            "device_busy": list(p.device_busy), "memory_bytes": [sum(m.values()) for m in p.memory_bytes]}
 
 
 def result_json(r) -> dict[str, Any]:
@@ -73,10 +85,11 @@ def result_table(r) -> Table:
             t.add_row(label(r, name), "n/a" if not s.applicable else "0", f"{s.usd_per_hour:.2f}", "", "", "", "",
                       "", "", "", s.reason or "")
             continue
+        cells = [c.plan for c in s.pool.cells] if s.pool else [p]  # memory and busy: every different cell
         mem = " / ".join(f"{sum(m.values()) / 1e9:.0f} of {d.mem_bytes / 1e9:.0f}"
-                         for m, d in zip(p.memory_bytes, p.devices, strict=True))
+                         for c in cells for m, d in zip(c.memory_bytes, c.devices, strict=True))
         lat = (f"{p.tpot_s * 1e3:.1f}" if p.tpot_s is not None else "") if not r.images else f"{p.ttft_s:.1f}"
-        busy = " / ".join(f"{b:.0%}" for b in p.device_busy)
+        busy = " / ".join(f"{b:.0%}" for c in cells for b in c.device_busy)
         note = s.detail.get("idle") or (s.detail.get("replicas") or s.detail.get("orientation") or "")
         t.add_row(label(r, name), f"{s.goodput:,.1f}", f"{s.usd_per_hour:.2f}", f"{s.tokens_per_usd:,.0f}",
                   f"{p.batch} × {p.microbatches}", "/".join(str(x) for x in s.tp),

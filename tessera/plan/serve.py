@@ -159,9 +159,10 @@ def adopt_best(mil: StrategyResult, out: dict[str, StrategyResult]) -> StrategyR
             best = r
     if best is mil:
         return replace(mil, chosen="milp", detail={**mil.detail, "idle": idle_reason(mil)})
-    plan = replace(best.plan, strategy="tessera") if best.plan else None
+    pool = best.pool.relabelled("tessera") if best.pool is not None else None
+    plan = pool.lead if pool is not None else replace(best.plan, strategy="tessera") if best.plan else None
     milp_ratio = mil.plan.bound_ratio if mil.plan is not None else None
-    return replace(best, name="tessera", plan=plan, chosen=best.name,
+    return replace(best, name="tessera", plan=plan, pool=pool, chosen=best.name,
                    detail={**best.detail, "milp_goodput": mil.goodput, "milp_reason": mil.reason,
                            "milp_bound_ratio": milp_ratio})
 
@@ -199,7 +200,7 @@ def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, sou
     if placement not in ("same", "milp"):
         raise ValueError(f"latency_variant placement={placement!r} must be 'same' or 'milp'")
     s = res.strategies[name]
-    if s.plan is None or s.point is None or s.plan.members or len(s.plan.phases) != 1:
+    if s.plan is None or s.point is None or s.pool is not None or len(s.plan.phases) != 1:
         return None
     cfg = res.config
     shapes = Shapes(res.model, source or capture_source(res.model), cfg, res.images)

@@ -1,17 +1,23 @@
-"""The Plan file: what plan hands to sim, runtime and report (versioned JSON).
+"""The plan files: what plan hands to sim, runtime and report (versioned JSON).
 
 A Plan is one *cell*: a set of devices that together run one model replica under one placement
 (Tessera's or a baseline's). ``replicas`` > 1 means the cell is repeated over identical devices
 (homogeneous baseline: each GPU its own replica). Everything the simulator needs to time an
 iteration is in ``PhasePlan.points`` so that sim never calls back into capture or cost.
+
+A PoolPlan is a pool served by several *different* cells behind one router: cells with counts (a fleet;
+the homogeneous baseline on a mixed pool, one replica per GPU type). ``read_plan_file`` tells the two
+file kinds apart by content.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from tessera.errors import os_error_text
 
 PLAN_VERSION = 1
 
@@ -83,10 +89,6 @@ class Plan:
     sync_throughput: float | None = None
     device_busy: tuple[float, ...] = ()
     slo: dict[str, float] = field(default_factory=dict, hash=False)
-    # Independent replicas of *different* cells (the homogeneous baseline on a mixed pool: one replica
-    # per GPU type). When non-empty the headline figures above are their sum, ``devices`` and
-    # ``memory_bytes`` list one entry per member, and the simulator serves the members as one pool.
-    members: tuple[Plan, ...] = field(default=(), hash=False)
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -102,6 +104,11 @@ class Plan:
     def from_dict(cls, d: dict[str, Any]) -> Plan:
         if not isinstance(d, dict):
             raise ValueError(f"plan must be a JSON object, got {type(d).__name__}")
+        if "cells" in d:
+            raise ValueError("it is a pool plan (cells with counts), not one cell's plan")
+        if d.get("members"):
+            raise ValueError("it is an old plan of independent replicas (\"members\"): read it with "
+                             "read_plan_file, which turns it into the pool plan it describes")
         if d.get("version") != PLAN_VERSION:
             raise ValueError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}")
         phases = {
@@ -116,13 +123,13 @@ class Plan:
             )
             for name, p in d["phases"].items()
         }
+        # "members" (always empty here) is what plan files before the pool plan carried
         rest = {k: v for k, v in d.items()
                 if k not in ("phases", "devices", "memory_bytes", "notes", "members", "device_busy")}
         return cls(
             **rest, phases=phases, devices=tuple(Device(**x) for x in d["devices"]),
             memory_bytes=tuple(dict(m) for m in d["memory_bytes"]), notes=tuple(d.get("notes", ())),
             device_busy=tuple(d.get("device_busy", ())),
-            members=tuple(cls.from_dict(m) for m in d.get("members", ())),
         )
 
     def save(self, path: str | Path) -> None:
@@ -149,9 +156,6 @@ class PoolCell:
     def __post_init__(self) -> None:
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
             raise ValueError(f"pool cell count={self.count!r} must be an integer >= 1")
-        if self.plan.members:
-            raise ValueError("a pool cell must be one cell, not a plan of independent replicas (members); "
-                             "use PoolPlan.from_plan")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,13 +177,33 @@ class PoolPlan:
             raise ValueError("a pool plan's cells must all serve images or all serve tokens")
 
     @classmethod
-    def from_plan(cls, plan: Plan, count: int = 1) -> PoolPlan:
-        """One plan as a pool: its members (each once per ``count``) or the plan itself."""
-        return cls(cells=tuple(PoolCell(plan=m, count=count) for m in (plan.members or (plan,))))
+    def of(cls, plan: Plan | PoolPlan, count: int = 1) -> PoolPlan:
+        """Either file kind as a pool: a pool plan itself (``count`` times over), or one cell's plan."""
+        if isinstance(plan, PoolPlan):
+            return cls(cells=tuple(PoolCell(plan=c.plan, count=c.count * count) for c in plan.cells))
+        return cls(cells=(PoolCell(plan=plan, count=count),))
+
+    def relabelled(self, strategy: str) -> PoolPlan:
+        """The same pool with every cell's plan labelled ``strategy`` (Tessera adopting a baseline's pool)."""
+        return replace(self, cells=tuple(replace(c, plan=replace(c.plan, strategy=strategy)) for c in self.cells))
+
+    @property
+    def lead(self) -> Plan:
+        """The first cell's plan (homogeneous puts its fastest cell first): what pictures of one cell show."""
+        return self.cells[0].plan
 
     @property
     def model(self) -> str:
-        return self.cells[0].plan.model
+        return self.lead.model
+
+    @property
+    def strategy(self) -> str:
+        return self.lead.strategy
+
+    @property
+    def replicas(self) -> int:
+        """Independent replicas behind the router: every cell's count × its plan's own replicas."""
+        return sum(c.count * c.plan.replicas for c in self.cells)
 
     @property
     def images(self) -> bool:
@@ -212,6 +236,12 @@ class PoolPlan:
                              f"{POOL_PLAN_VERSION}")
         return cls(cells=tuple(PoolCell(plan=Plan.from_dict(c["plan"]), count=c["count"]) for c in d["cells"]))
 
+    @classmethod
+    def from_members(cls, d: dict[str, Any]) -> PoolPlan:
+        """An old plan file's "members" (independent replicas of different cells, each a Plan with its own
+        replicas) as the pool plan it describes: one cell per member, count 1."""
+        return cls(cells=tuple(PoolCell(plan=Plan.from_dict(m), count=1) for m in d["members"]))
+
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))
 
@@ -221,3 +251,31 @@ class PoolPlan:
             return cls.from_dict(json.loads(Path(path).read_text()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:
             raise ValueError(f"cannot read pool plan {path}: {e}") from None
+
+
+def plan_from_dict(d: Any) -> Plan | PoolPlan:
+    """Either file kind, told apart by content: "cells" is a pool plan, "phases" one cell's plan (an old
+    file whose "members" are independent replicas of different cells is read as that pool plan)."""
+    if not isinstance(d, dict):
+        raise ValueError(f"a plan file holds a JSON object, not a JSON {type(d).__name__}")
+    if "cells" in d:
+        return PoolPlan.from_dict(d)
+    if "phases" in d:
+        return PoolPlan.from_members(d) if d.get("members") else Plan.from_dict(d)
+    raise ValueError("it is neither a plan (no \"phases\") nor a pool plan (no \"cells\"); "
+                     "write one with `tessera plan MODEL --gpus A,B -o FILE`")
+
+
+def read_plan_file(path: str | Path) -> Plan | PoolPlan:
+    """The plan or pool plan in ``path`` (either file kind); any problem is one ValueError line."""
+    try:
+        return plan_from_dict(json.loads(Path(path).read_text()))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"cannot read plan {path}: not JSON ({e.msg}, line {e.lineno})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"cannot read plan {path}: not a text file") from None
+    except OSError as e:
+        raise ValueError(f"cannot read plan {path}: {os_error_text(e)}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as e:
+        msg = f"missing field {e}" if isinstance(e, KeyError) else (str(e).splitlines() or [type(e).__name__])[0]
+        raise ValueError(f"cannot read plan {path}: {msg}") from None

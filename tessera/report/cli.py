@@ -13,7 +13,7 @@ import typer
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
 from tessera.plan.options import DenoiseSteps, Output, Prompt, SloImageS, SloTpotMs, SloTtftMs, config_of
-from tessera.plan.types import Plan
+from tessera.plan.types import PoolPlan, plan_from_dict
 from tessera.progress import Steps
 from tessera.text import stdout_console
 
@@ -36,7 +36,8 @@ def _load(path: Path, what: str, from_dict: Callable[[dict[str, Any]], T]) -> T:
 
 def report(
     compare: Path | None = typer.Option(None, "--compare", help="`tessera compare --json` (or plan --json) output."),
-    plan: Path | None = typer.Option(None, "--plan", help="Plan file (tessera plan -o plan.json)."),
+    plan: Path | None = typer.Option(None, "--plan", help="Plan file (tessera plan -o plan.json); a pool plan of "
+                                     "different cells is shown by its lead cell."),
     graph: list[Path] = typer.Option([], "--graph", help="Kernel graph of a plan phase; repeat per phase."),
     sim: list[str] = typer.Option([], "--sim", help="Simulator JSON (one result, or a list of results each with "
                                   "a label, as make demo writes), as LABEL=path or path (label: file stem)."),
@@ -61,7 +62,9 @@ def report(
         raise UserError("nothing to report: give at least one of --compare, --plan, --sim, --evaluation")
     if gantt is not None and not gantt.is_file():
         raise UserError(f"gantt image {gantt} does not exist")
-    the_plan = _load(plan, "plan", Plan.from_dict) if plan is not None else None
+    the_plan = _load(plan, "plan", plan_from_dict) if plan is not None else None
+    if isinstance(the_plan, PoolPlan):  # the plan sections draw one cell: the pool's lead (fastest) cell
+        the_plan = the_plan.lead
     graphs = tuple(_load(g, "kernel graph", KernelGraph.from_dict) for g in graph)
     # the report's own command line; the inputs' commands are stated as far as the files record them
     cmds = [f"tessera compare --json > {shlex.quote(str(compare))}"] if compare is not None else []

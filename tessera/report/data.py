@@ -11,7 +11,7 @@ from typing import Any
 
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
-from tessera.plan.types import Plan
+from tessera.plan.types import Plan, PoolPlan
 
 # Order in which strategies appear everywhere (tables, bars, legends); unknown names follow, sorted.
 STRATEGIES = ("tessera", "homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
@@ -204,7 +204,7 @@ class ReportData:
     frontier_title: str = "Advisor: GPU mixes on the throughput–cost plane"
     commands: tuple[str, ...] = ()  # shell commands that reproduce the inputs
     options: tuple[RentOption, ...] = ()  # alternatives to the plan's pool (same-size homogeneous, advisor)
-    baseline_plans: tuple[Plan, ...] = ()  # the other strategies' plans on the plan's pool (memory comparison)
+    baseline_plans: tuple[Plan | PoolPlan, ...] = ()  # the other strategies' deployments (memory comparison)
     evaluation: dict[str, Any] | None = None  # `tessera evaluate --json` output (the study of shapes × pools)
     evaluation_maps: tuple[tuple[str, Path], ...] = ()  # (label, PNG): the study's best and worst placements
 

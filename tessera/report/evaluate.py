@@ -221,7 +221,7 @@ def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, s
                          for g in dict.fromkeys([*(g for g, _ in pool.gpus), *REFERENCES])]
     for g in REFERENCES:
         cell["prices"][g] = catalog_gpu(g).usd_per_hour
-    if cell["tessera"]["source"] == "cell" and t.plan is not None and t.point is not None and not t.plan.members:
+    if cell["tessera"]["source"] == "cell" and t.plan is not None and t.point is not None and t.pool is None:
         cell["placement"] = {"batch": t.point.batch, "microbatches": t.point.microbatches,
                              "devices": [d.gpu for d in t.plan.devices], "assignment": list(t.point.assignment),
                              "summary": _placement_summary(r)}

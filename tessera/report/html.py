@@ -12,6 +12,7 @@ from typing import Any
 
 from tessera.errors import UserError
 from tessera.hardware import catalog
+from tessera.plan.types import PoolPlan
 from tessera.report import plots
 from tessera.report.answer import Answer, Spread, answer_of, matrix_gains, weight_copies
 from tessera.report.data import CompareCell, FrontierPoint, ReportData, SimResult, strategy_order
@@ -408,7 +409,7 @@ def _memory_html(data: ReportData, fig_dir: Path) -> str:
     tp = (fmt_rate(p.throughput_images_per_s, "images/s") if p.throughput_images_per_s is not None
           else fmt_rate(p.throughput_tokens_per_s, "tokens/s"))
     facts = [f"{p.model}: {p.strategy} plan, {p.mode} mode", f"{plural(len(p.devices), 'device')} over {p.link}",
-             plural(len(p.members) or p.replicas, "replica"), f"{tp} at ${p.usd_per_hour:.2f}/h"]
+             plural(p.replicas, "replica"), f"{tp} at ${p.usd_per_hour:.2f}/h"]
     if p.solve_s > 0:
         facts.append(f"solved in {p.solve_s:.2f} s")
     if p.bound_ratio is not None:
@@ -448,8 +449,9 @@ def _weights_by_strategy(data: ReportData, model_bytes: int) -> str:
     plans = [data.plan, *data.baseline_plans]
     rows = []
     for p in plans:
-        cells = p.members or (p,)  # independent replicas each hold their own copy
-        held = sum(m.get("weight", 0) for c in cells for m in c.memory_bytes)
+        # every independent replica holds its own copy: count × replicas of each different cell
+        cells = [(c.plan, c.count) for c in p.cells] if isinstance(p, PoolPlan) else [(p, 1)]
+        held = sum(n * c.replicas * m.get("weight", 0) for c, n in cells for m in c.memory_bytes)
         rows.append([p.strategy, fmt_gb(held), f"{held / model_bytes:.2f}×" if model_bytes else "—",
                      fmt_gb(max(0, held - model_bytes))])
     if len(rows) < 2:

@@ -296,8 +296,6 @@ def plot_gantt(plan: Plan, path: Path) -> Path:
     out there, not here); this drawing adds the legend: one colour per micro-batch, transfers hatched."""
     from tessera.sim.gantt import plot_plan  # the sim stage lays the iterations out
 
-    if plan.members:  # independent replicas of different GPUs: each runs alone, draw the fastest (members[0])
-        plan = plan.members[0]
     phase = "decode" if "decode" in plan.phases else "mixed" if "mixed" in plan.phases else next(iter(plan.phases))
     spans = plot_plan(plan, path, phase=phase)
     return draw_gantt(spans, path, title=f"{plan.model}, {plan.strategy} plan, phase {phase}: 3 iterations, "

@@ -117,7 +117,7 @@ def plan_summary_table(plan: Plan, graphs: tuple[KernelGraph, ...] | None = None
     caption = [f"{tp}, ${plan.usd_per_hour:.2f}/h"]
     if plan.bound_ratio is not None:
         caption.append(f"plan/bound {plan.bound_ratio:.3f}")
-    caption.append(f"solved in {plan.solve_s:.2f} s, link {plan.link}, {plural(len(plan.members) or plan.replicas, 'replica')}")
+    caption.append(f"solved in {plan.solve_s:.2f} s, link {plan.link}, {plural(plan.replicas, 'replica')}")
     if graphs:
         caption.append("graphs: " + ", ".join(f"{g.phase} {len(g.kernels)} kernels" for g in graphs))
     t = Table(title=f"{plan.model}: {plan.strategy} plan ({plan.mode} mode)", caption="; ".join(caption))

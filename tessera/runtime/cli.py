@@ -42,13 +42,14 @@ def register(app: typer.Typer) -> None:
         from tessera.runtime.steps import Job, capture_steps
 
         devs = tuple(d.strip() for d in devices.split(",") if d.strip())
-        if target.endswith(".json") and Path(target).exists() and "phases" in json.loads(Path(target).read_text()):
-            from tessera.plan.types import Plan
+        if target.endswith(".json") and Path(target).exists() and any(
+                k in json.loads(Path(target).read_text()) for k in ("phases", "cells")):
+            from tessera.plan.types import PoolPlan, read_plan_file
 
-            plan = Plan.load(target)
-            if plan.members:
-                raise ValueError(f"plan {target} is {plural(len(plan.members), 'independent replica')} ({plan.strategy}); "
-                                 "each runs alone: run one of them on one device")
+            plan = read_plan_file(target)
+            if isinstance(plan, PoolPlan):
+                raise ValueError(f"plan {target} is a pool of {plural(len(plan.cells), 'different cell')} "
+                                 f"({plan.strategy}); each runs alone: plan one cell and run that")
             model = plan.model
             by_phase = {ph: tuple(p.assignment) for ph, p in plan.phases.items()}
             if len(plan.devices) != len(devs):

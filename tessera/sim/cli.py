@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.errors import UserError
-from tessera.plan.types import Plan
+from tessera.plan.types import Plan, PoolPlan, read_plan_file
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run
 from tessera.sim.failure import Failure
@@ -53,9 +53,10 @@ def _table(r: SimResult, title: str) -> Table:
     return t
 
 
-def _warn_overload(plan: Plan, spec: WorkloadSpec, replicas: int) -> None:
+def _warn_overload(plan: Plan | PoolPlan, spec: WorkloadSpec, replicas: int) -> None:
     """A rate far beyond what the plan serves is allowed (a saturation test) but said out loud."""
-    thr = plan.throughput_tokens_per_s
+    thr = (plan.throughput_per_s if not plan.images else None) if isinstance(plan, PoolPlan) \
+        else plan.throughput_tokens_per_s
     if spec.kind == "offline" or not thr or spec.output.trace:
         return
     cap = thr * replicas / ((spec.output.lo + spec.output.hi) / 2)  # requests/s the plan predicts
@@ -64,23 +65,36 @@ def _warn_overload(plan: Plan, spec: WorkloadSpec, replicas: int) -> None:
               f"capacity ({cap:.2f} req/s): the queue grows for the whole run", file=sys.stderr)
 
 
-def _failure(plan: Plan, fail_at: float | None, fail_replica: int, replacement: str, replan_s: float,
+def _failure(plan: Plan | PoolPlan, fail_at: float | None, fail_replica: int, replacement: str, replan_s: float,
              replicas: int = 1) -> list:
     if fail_at is None:
         return []
     if replacement not in ("none", "same"):
         raise UserError(f"unknown --fail-replacement {replacement!r}; valid: none, same")
-    # "same": a spare cell of the same plan joins after the re-plan time; "none": one fewer replica
-    # a plan of independent replicas (members) serves member i as replicas i·n .. i·n+n−1
-    lost = plan.members[min(fail_replica // replicas, len(plan.members) - 1)] if plan.members else plan
+    # "same": a spare cell of the lost replica's plan joins after the re-plan time; "none": one fewer replica
+    lost = _replica_plan(plan, fail_replica, replicas)
     cell = (replace(lost, replicas=1), 1) if replacement == "same" else None
     return [Failure(at_s=fail_at, replica=fail_replica, replacement=cell, replan_s=replan_s)]
+
+
+def _replica_plan(plan: Plan | PoolPlan, replica: int, replicas: int) -> Plan:
+    """The cell plan serving replica index ``replica``: the simulator numbers replicas cell by cell, each
+    cell count × replicas × plan.replicas times (an index past the end is the simulator's error to give)."""
+    if isinstance(plan, Plan):
+        return plan
+    first = 0
+    for c in plan.cells:
+        first += c.count * replicas * c.plan.replicas
+        if replica < first:
+            return c.plan
+    return plan.cells[-1].plan
 
 
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
     def simulate_cmd(
-        plan_path: Path = typer.Argument(..., metavar="PLAN.json", help="plan file from `tessera plan`"),
+        plan_path: Path = typer.Argument(..., metavar="PLAN.json", help="plan file from `tessera plan -o` (one "
+                                         "cell's plan, or a pool plan of different cells)"),
         workload: str = typer.Option("offline", help="offline | poisson | bursty"),
         rate: float = typer.Option(0.0, help="mean arrival rate, requests/s (poisson, bursty)"),
         requests: int = typer.Option(1000, help="number of requests"),
@@ -116,7 +130,7 @@ def register(app: typer.Typer) -> None:
                                               "simulated span / 100)"),
     ) -> None:
         """Serve a workload on a plan (discrete-event simulation) and report serving metrics."""
-        plan = Plan.load(plan_path)
+        plan = read_plan_file(plan_path)
         spec = WorkloadSpec(kind=workload, requests=requests, rate_per_s=rate, prompt=LengthSpec.parse(prompt),
                             output=LengthSpec.parse(output), burst=burst, burst_cv=burst_cv)
         _warn_overload(plan, spec, replicas)
@@ -150,17 +164,23 @@ def register(app: typer.Typer) -> None:
 
             pm = r.models["throughput"]
             ctx = float(spec.prompt.lo or 0) + float(spec.output.lo or 0) / 2
-            plot_plan(plan.members[0] if plan.members else plan, gantt, phase=pm.iter.phase,
+            plot_plan(plan.lead if isinstance(plan, PoolPlan) else plan, gantt, phase=pm.iter.phase,
                       tokens=pm.max_batch * pm.iter.tokens_per_item, context=0.0 if pm.image else ctx)
         res = r.result
+        kv = max(p.kv_capacity_tokens for p in _cell_plans(plan))
         if res.lost == res.requests:
             raise UserError(f"all {res.requests} requests lost: prompt + output ({spec.prompt} + {spec.output} tokens) "
-                            f"exceed the plan's KV capacity of {plan.kv_capacity_tokens:,} tokens per cell; "
+                            f"exceed the plan's KV capacity of {kv:,} tokens per cell; "
                             "give shorter requests or a plan with more memory for KV")
         if res.lost:
             print(f"note: {res.lost} of {res.requests} requests lost: prompt + output exceed the plan's KV "
-                  f"capacity of {plan.kv_capacity_tokens:,} tokens per cell", file=sys.stderr)
+                  f"capacity of {kv:,} tokens per cell", file=sys.stderr)
         if json_out:
             print(json.dumps(res.to_dict() if detail else res.to_json()))
         else:
-            out.print(_table(res, f"{plan.model} / {plan.strategy} / {workload}"))
+            kind = f" (pool of {plural(len(plan.cells), 'different cell')})" if isinstance(plan, PoolPlan) else ""
+            out.print(_table(res, f"{plan.model} / {plan.strategy}{kind} / {workload}"))
+
+
+def _cell_plans(plan: Plan | PoolPlan) -> list[Plan]:
+    return [c.plan for c in plan.cells] if isinstance(plan, PoolPlan) else [plan]

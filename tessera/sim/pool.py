@@ -1,5 +1,6 @@
 """`simulate_pool(cells, workload, ...)`: replicas of different plans behind one router, with device
-loss injected as data (``Failure``). `simulate(plan, replicas=N)` is the one-entry case."""
+loss injected as data (``Failure``). `simulate(plan, replicas=N)` is the one-entry case; a PoolPlan's
+``sim_cells()`` are the cells."""
 
 from __future__ import annotations
 
@@ -57,14 +58,8 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
              policy: AdaptivePolicy | None = None, window_s: float | None = None,
              trace_window_s: tuple[float, float] | None = None) -> Run:
     cfg = config or SchedulerConfig()
-    # A plan of independent replicas of different cells (Plan.members: homogeneous on a mixed pool) is
-    # served as those cells, each `n` times.
-    cells = tuple((m, n) for p, n in cells for m in (getattr(p, "members", ()) or (p,)))
+    cells = tuple(cells)
     failures = tuple(failures)
-    if policy is not None and any(p.members for p, _ in ((policy.latency_plan, 1), *cells)):
-        raise UserError("a plan of independent replicas (members) cannot take part in plan switching")
-    if any(p.members for f in failures for p, _ in f.cells):
-        raise UserError("a failure's replacement must be a single cell, not a plan of independent replicas")
     if not cells:
         raise UserError("a pool needs at least one (plan, count) cell")
     for plan, n in cells:

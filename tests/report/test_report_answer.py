@@ -12,6 +12,7 @@ import pytest
 from report_inputs import compare_cells, sim_result, toy_plan
 
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
+from tessera.plan.types import PoolCell, PoolPlan
 from tessera.report.answer import Spread, answer_of, matrix_gains, weight_copies
 from tessera.report.data import RentOption, ReportData, parse_cell, parse_sim
 from tessera.report.html import build_report
@@ -198,8 +199,8 @@ def test_weights_held_per_strategy_against_the_model(tmp_path) -> None:
     plan = toy_plan()
     plan = replace(plan, phases={"decode": replace(plan.phases["decode"], assignment=(0, 1, 0))})
     pd = replace(plan, strategy="prefill_decode", memory_bytes=({"weight": 4 * 10**9}, {"weight": 4 * 10**9}))
-    homog = replace(plan, strategy="homogeneous", memory_bytes=({"weight": 4 * 10**9},),
-                    members=(replace(pd, memory_bytes=({"weight": 4 * 10**9},)),) * 2)
+    one = replace(pd, strategy="homogeneous", memory_bytes=({"weight": 4 * 10**9},))
+    homog = PoolPlan(cells=(PoolCell(plan=one, count=2),))  # two independent replicas of one cell
     data = ReportData(plan=plan, graphs=(two_weight_graph(10**9, 3 * 10**9),), baseline_plans=(pd, homog))
     page = build_report(data, tmp_path).read_text()
     # model 4 GB; tessera's table 30 + 12 = 42 GB; prefill/decode 8 GB (2×); two replicas of 4 GB each (2×)

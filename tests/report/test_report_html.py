@@ -106,7 +106,7 @@ def test_cli_builds_report_and_bad_files_exit_2(tmp_path, capsys) -> None:
     capsys.readouterr()
     for args, msg in ((["--compare", str(tmp_path / "nope.json")], "cannot read compare file"),
                       (["--plan", str(tmp_path / "compare.json")], "holds a JSON list, not an object"),
-                      (["--plan", str(tmp_path / "graph.json")], "plan version None is not 1"),
+                      (["--plan", str(tmp_path / "graph.json")], "neither a plan (no \"phases\") nor a pool plan"),
                       (["--sim", str(tmp_path / "plan.json")], "field 'requests' must be a number"),
                       ([], "nothing to report")):
         with pytest.raises(SystemExit) as e:

@@ -13,7 +13,7 @@ from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.cell import Shapes, cell_strategy
 from tessera.plan.config import PlannerConfig, StrategyResult
 from tessera.plan.pool import Pool
-from tessera.plan.types import Plan
+from tessera.plan.types import Plan, PoolCell, PoolPlan
 from tessera.plan.units import UnitCost, make_unit
 
 
@@ -24,10 +24,11 @@ def uniform(device: int = 0) -> Callable[[KernelGraph, int, int], tuple[int, ...
 
 def homogeneous(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost, cfg: PlannerConfig) -> StrategyResult:
     """Each GPU type of the pool as vLLM users deploy it: the tensor-parallel degree (a power of two up to
-    the type's count) with the most goodput, replicas = count / tp, each replica at its own best batch."""
+    the type's count) with the most goodput, replicas = count / tp, each replica at its own best batch. One GPU type is one cell (a Plan with
+    replicas); several types are a PoolPlan of different cells with counts, the fastest first."""
     counts = Counter(s.name for s in specs)
     by_name = {s.name: s for s in specs}
-    members: list[tuple[StrategyResult, int]] = []
+    per_type: list[tuple[StrategyResult, int]] = []
     whys = []
     for name, n in counts.items():
         best_t: tuple[float, StrategyResult, int] | None = None
@@ -45,34 +46,32 @@ def homogeneous(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost, 
             elif not r.feasible:
                 whys.append(f"{name} TP={tp}: {r.reason}")
         if best_t is not None:
-            members.append((best_t[1], best_t[2]))
+            per_type.append((best_t[1], best_t[2]))
     usd = sum(s.usd_per_hour for s in specs)
-    if not members:
+    if not per_type:
         return StrategyResult(name="homogeneous", applicable=True, usd_per_hour=usd,
                               reason="no GPU type holds a replica at any TP degree: " + "; ".join(whys))
-    total = sum(r.goodput * k for r, k in members)
-    members.sort(key=lambda x: -x[0].goodput)
-    lead = members[0][0]
+    total = sum(r.goodput * k for r, k in per_type)
+    per_type.sort(key=lambda x: -x[0].goodput)
+    desc = ", ".join(f"{k}×{r.plan.devices[0].gpu} ({r.goodput:,.0f}/s each)" for r, k in per_type if r.plan)
+    tps = tuple(r.tp[0] for r, k in per_type for _ in range(k))
+    lead, k_lead = per_type[0]
     assert lead.plan is not None
-
-    def capacity(p: Plan) -> float:  # one replica's saturation throughput (a Plan's headline figure)
-        return p.throughput_images_per_s if shapes.images else p.throughput_tokens_per_s
-
-    plans = tuple(_times(r.plan, k, capacity(r.plan), shapes.images) for r, k in members if r.plan is not None)
-    cap = sum(capacity(p) for p in plans)
-    desc = ", ".join(f"{k}×{r.plan.devices[0].gpu} ({r.goodput:,.0f}/s each)" for r, k in members if r.plan)
-    plan = replace(plans[0] if len(plans) == 1 else lead.plan, strategy="homogeneous",
-                   members=plans if len(plans) > 1 else (), replicas=members[0][1] if len(plans) == 1 else 1,
-                   usd_per_hour=usd, throughput_tokens_per_s=None if shapes.images else cap,
-                   throughput_images_per_s=cap if shapes.images else None,
-                   usd_per_million_tokens=usd / 3600 / cap * 1e6, notes=(f"independent replicas: {desc}",))
-    tps = tuple(r.tp[0] for r, k in members for _ in range(k))
-    return StrategyResult(name="homogeneous", applicable=True, plan=plan, point=lead.point, goodput=total,
-                          usd_per_hour=usd, tp=tps, detail={"replicas": desc})
+    common = dict(name="homogeneous", applicable=True, point=lead.point, goodput=total, usd_per_hour=usd, tp=tps,
+                  detail={"replicas": desc})
+    if len(per_type) == 1:  # one GPU type: one cell, its replicas identical copies
+        cap = _capacity(lead.plan, shapes.images) * k_lead
+        plan = replace(lead.plan, strategy="homogeneous", replicas=k_lead, usd_per_hour=usd,
+                       throughput_tokens_per_s=None if shapes.images else cap,
+                       throughput_images_per_s=cap if shapes.images else None,
+                       usd_per_million_tokens=usd / 3600 / cap * 1e6, notes=(f"independent replicas: {desc}",))
+        return StrategyResult(plan=plan, **common)
+    # several GPU types: a pool of different cells, each one replica of its type, counted
+    pool = PoolPlan(cells=tuple(PoolCell(plan=replace(r.plan, strategy="homogeneous"), count=k)
+                                for r, k in per_type if r.plan is not None))
+    return StrategyResult(plan=pool.lead, pool=pool, **common)
 
 
-def _times(p: Plan, k: int, capacity: float, images: bool) -> Plan:
-    """``p`` (one replica) as k identical replicas: price and capacity × k."""
-    thr = capacity * k
-    return replace(p, replicas=k, usd_per_hour=p.usd_per_hour * k,
-                   throughput_tokens_per_s=None if images else thr, throughput_images_per_s=thr if images else None)
+def _capacity(p: Plan, images: bool) -> float:
+    """One replica's saturation throughput (a Plan's headline figure)."""
+    return (p.throughput_images_per_s if images else p.throughput_tokens_per_s) or 0.0
