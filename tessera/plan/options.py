@@ -19,6 +19,11 @@ DenoiseSteps = Annotated[int, typer.Option("--steps", help="denoising steps per 
 SloTtftMs = Annotated[float, typer.Option("--slo-ttft-ms", help="SLO: time to first token, ms")]
 SloTpotMs = Annotated[float, typer.Option("--slo-tpot-ms", help="SLO: time per output token, ms")]
 SloImageS = Annotated[float, typer.Option("--slo-image-s", help="SLO: latency of one image, s (diffusion)")]
+
+# the flags' defaults, read from PlannerConfig's (one place for them)
+DEFAULTS = PlannerConfig()
+PROMPT, OUTPUT, STEPS = DEFAULTS.traffic.prompt, DEFAULTS.traffic.output, DEFAULTS.traffic.steps
+TTFT_MS, TPOT_MS, IMAGE_S = DEFAULTS.slo.ttft_s * 1e3, DEFAULTS.slo.tpot_s * 1e3, DEFAULTS.slo.image_s
 ImageTokens = Annotated[int, typer.Option(
     "--image-tokens", help="of the prompt, one image's LM tokens (a vision-language model encodes that image with "
                            "its vision tower once per request; e.g. 391 for a 640×480 image on Qwen2.5-VL)")]

@@ -12,7 +12,21 @@ import typer
 
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
-from tessera.plan.options import DenoiseSteps, Output, Prompt, SloImageS, SloTpotMs, SloTtftMs, config_of
+from tessera.plan.options import (
+    IMAGE_S,
+    OUTPUT,
+    PROMPT,
+    STEPS,
+    TPOT_MS,
+    TTFT_MS,
+    DenoiseSteps,
+    Output,
+    Prompt,
+    SloImageS,
+    SloTpotMs,
+    SloTtftMs,
+    config_of,
+)
 from tessera.plan.types import PoolPlan, plan_from_dict
 from tessera.progress import Steps
 from tessera.text import stdout_console
@@ -121,12 +135,12 @@ def compare(
     quick: bool = typer.Option(False, "--quick", help="one model per family on three pairs (a few minutes)"),
     as_json: bool = typer.Option(False, "--json", help="print the cells as JSON"),
     out_dir: Path = typer.Option(Path("bench/results"), "--out-dir", help="where compare.json/.md go"),
-    prompt: Prompt = 1024,
-    output: Output = 256,
-    steps: DenoiseSteps = 28,
-    slo_ttft_ms: SloTtftMs = 2000.0,
-    slo_tpot_ms: SloTpotMs = 100.0,
-    slo_image_s: SloImageS = 60.0,
+    prompt: Prompt = PROMPT,
+    output: Output = OUTPUT,
+    steps: DenoiseSteps = STEPS,
+    slo_ttft_ms: SloTtftMs = TTFT_MS,
+    slo_tpot_ms: SloTpotMs = TPOT_MS,
+    slo_image_s: SloImageS = IMAGE_S,
     link: str = typer.Option("pcie5", "--link", help="link between the GPUs of each pair"),
 ) -> None:
     """Tessera vs every baseline at equal SLO, one model per family on GPU pairs: compare.json and compare.md."""
