@@ -64,9 +64,7 @@ def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = 
     step("homogeneous: TP degree and batch per GPU type")
     out["homogeneous"] = homogeneous(shapes, specs, lk, cost, cfg)
     step("prefill/decode: rate-matched pair")
-    out["prefill_decode"] = (prefill_decode(shapes, specs, lk, cost, cfg) if pd_ok and len(specs) == 2 else
-                             StrategyResult(name="prefill_decode", applicable=False, reason=(
-                                 "no prefill/decode phases (an image model)" if not pd_ok else "needs a pair of GPUs")))
+    out["prefill_decode"] = prefill_decode_sides(shapes, specs, lk, cost, cfg, pd_ok)
     solve_log: list[float] = []
     per_layout = []
     for units, ucost in layouts(specs, cost, cfg):
@@ -120,6 +118,24 @@ def layouts(specs: tuple[GpuSpec, ...], cost, cfg: PlannerConfig) -> list[tuple[
             groups = tuple((by[n], k) for n, k in counts.items())
             out.append((tuple(make_unit(g, k) for g, k in groups), UnitCost.over(cost, groups)))
     return out
+
+
+def prefill_decode_sides(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost, cfg: PlannerConfig,
+                         pd_ok: bool) -> StrategyResult:
+    """Prefill/decode on every layout of the pool with two devices: a pair of GPUs, or two GPU types each
+    as one tensor-parallel group (4×H100 prefilling, 4×H20 decoding); the best of them."""
+    if not pd_ok:
+        return StrategyResult(name="prefill_decode", applicable=False,
+                              reason="no prefill/decode phases (an image model)")
+    sides = [(u, c) for u, c in layouts(specs, cost, cfg) if len(u) == 2]
+    if not sides:
+        return StrategyResult(name="prefill_decode", applicable=False, reason=(
+            "needs two devices: a pair of GPUs, or two GPU types whose counts form tensor-parallel groups"))
+    results = []
+    for units, ucost in sides:
+        tp = tuple(ucost.tp_of(u) if isinstance(ucost, UnitCost) else 1 for u in units)
+        results.append(replace(prefill_decode(shapes, units, lk, ucost, cfg), tp=tp))
+    return best_of(results)
 
 
 def cell_strategies(shapes: Shapes, units: tuple[GpuSpec, ...], cost, lk: LinkSpec, cfg: PlannerConfig,
