@@ -101,3 +101,32 @@ def test_floor_skips_points_without_changing_the_search(tpot_s: float) -> None:
         if p is not None:
             assert (p.batch, p.microbatches, p.assignment, p.period_s) == (q.batch, q.microbatches, q.assignment,
                                                                           q.period_s)
+
+
+def test_prefill_decode_on_two_tp_groups() -> None:
+    """Four GPUs of two types: prefill/decode runs with each type as one tensor-parallel group of 2 (the
+    devices are the groups, the price the pool's); a pool of one type keeps the pair of single GPUs."""
+    from tessera.plan.baselines.prefill_decode import prefill_decode
+    from tessera.plan.cell import Shapes
+    from tessera.plan.planner import capture_source
+    from tessera.plan.pool import resolve_gpu, resolve_link
+    from tessera.plan.problem import default_cost
+    from tessera.plan.serve import PlannerConfig, prefill_decode_sides
+    from tessera.plan.serving import Traffic
+
+    cfg = PlannerConfig(traffic=Traffic(prompt=16, output=8))
+    shapes = Shapes("llama-tiny", capture_source("llama-tiny"), cfg, False)
+    h, l4 = resolve_gpu("H100"), resolve_gpu("L40S")
+    lk, cost = resolve_link("pcie5"), default_cost()
+    r = prefill_decode_sides(shapes, (h, h, l4, l4), lk, cost, cfg, True)
+    assert r.applicable and r.feasible, r.reason
+    assert r.tp == (2, 2)
+    assert r.usd_per_hour == pytest.approx(2 * h.usd_per_hour + 2 * l4.usd_per_hour)
+    assert {d.gpu for d in r.plan.devices} == {"2xH100-SXM", "2xL40S"}
+    # each side holds twice one GPU's memory: the decode side's batch is at least the single-GPU pair's
+    pair = prefill_decode(shapes, (h, l4), lk, cost, cfg)
+    if pair.feasible and pair.detail["orientation"].endswith(r.detail["orientation"].split("decode on 2x")[-1]):
+        assert r.detail["decode_batch"] >= pair.detail["decode_batch"]
+    # a pool of one type has no two-device layout of two types, only the pair of GPUs
+    one = prefill_decode_sides(shapes, (h, h), lk, cost, cfg, True)
+    assert one.tp == (1, 1)
