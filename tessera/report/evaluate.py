@@ -13,6 +13,7 @@ link sensitivity) is computed from the cells alone (``tessera.report.evalsummary
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -73,7 +74,8 @@ LINKS = ("pcie4", "nvlink4")  # the pair link's sensitivity, beside the base pci
 QUICK = (("llama-3-8b", "conversation", 0), ("llama-3-8b", "code", 0), ("llama-3-8b", "summarise", 0),
          ("llama-3-8b", "reason", 0), ("llama-3-8b", "conversation", 3), ("mamba2-2.7b", "code", 0),
          ("qwen2.5-vl-7b", "caption", 1), ("flux-dev", "image-1024", 0))
-SIM_REQUESTS = 1500
+SIM_REQUESTS = 1500  # at least; more when a request lives long (sim_agreement)
+SIM_MAX_REQUESTS = 20000  # keeps one simulation to seconds here
 SIM_LOAD = 0.95
 
 
@@ -252,7 +254,11 @@ def sim_agreement(plan, cfg, goodput: float, images: bool) -> dict[str, Any]:
     out_len = t.steps if images else t.output
     per_req = 1 if images else t.output  # images/s count one per request; tokens/s count its output tokens
     rate = SIM_LOAD * goodput / per_req
-    wl = WorkloadSpec(kind="poisson", requests=SIM_REQUESTS, rate_per_s=rate,
+    # a request's life in the plan (first token, then one per period; an image: its steps): the served
+    # rate ramps up over one life, so the run spans at least six and is measured after the first
+    life = plan.latency_s * t.steps if images else (plan.ttft_s or 0.0) + t.output * (plan.tpot_s or 0.0)
+    requests = min(SIM_MAX_REQUESTS, max(SIM_REQUESTS, math.ceil(6 * life * rate)))
+    wl = WorkloadSpec(kind="poisson", requests=requests, rate_per_s=rate,
                       prompt=LengthSpec(lo=max(1, t.prompt), hi=max(1, t.prompt)), output=LengthSpec(lo=out_len, hi=out_len))
     t0 = time.perf_counter()
     try:
@@ -260,13 +266,14 @@ def sim_agreement(plan, cfg, goodput: float, images: bool) -> dict[str, Any]:
     except (UserError, ValueError) as e:
         return {"error": str(e).splitlines()[0]}
     ser = np.array(res.series_per_s, dtype=float)
-    span, w = SIM_REQUESTS / rate, res.series_window_s
-    i0 = int(0.25 * span / w) + 1
+    span, w = requests / rate, res.series_window_s
+    i0 = int(max(0.25 * span, life) / w) + 1
     i1 = max(int(span / w), i0 + 1)
     steady = float(ser[i0:i1].mean()) if len(ser) > i0 else float("nan")  # tokens/s (image plans: images/s)
     offered = SIM_LOAD * goodput
     return {"offered_per_s": offered, "steady_per_s": steady, "ratio": steady / offered if offered else None,
-            "slo_attainment": res.slo_attainment, "requests": SIM_REQUESTS, "sim_s": time.perf_counter() - t0}
+            "slo_attainment": res.slo_attainment, "requests": requests, "life_s": life,
+            "sim_s": time.perf_counter() - t0}
 
 
 # ---- the run ----------------------------------------------------------------------------------------------------
