@@ -151,10 +151,16 @@ def generate_patterns(prob: PhaseProblem, seg: Segment) -> list[tuple[int, ...]]
     for d in range(D):
         found[tuple(sub.pinned.get(g, d) for g in range(sub.G))] = None
     ratios = [2.0 ** (k / 2) for k in range(-12, 13)]
-    # device weights α: 4^D vectors up to 3 devices; from 4 devices on (a 16-GPU pool's five TP groups)
-    # 2^D, else the sweep grows to thousands of LPs per layer pattern (minutes per search point)
-    levels = [1.0, 2.0, 4.0, 8.0] if D <= 3 else [1.0, 4.0]
-    grid = ([(1.0, r) for r in ratios] if D == 2 else [tuple(w) for w in itertools.product(levels, repeat=D)])
+    # device weights α: 4^D vectors up to 3 devices; from 4 devices on (a 16-GPU pool's five TP groups) all
+    # ones and each device 4× cheaper or dearer than the rest (2D + 1), else the sweep grows to thousands of
+    # LPs per layer pattern (minutes per search point)
+    if D == 2:
+        grid = [(1.0, r) for r in ratios]
+    elif D == 3:
+        grid = [tuple(w) for w in itertools.product([1.0, 2.0, 4.0, 8.0], repeat=D)]
+    else:
+        grid = [(1.0,) * D] + [tuple(x if d == e else y for d in range(D)) for e in range(D)
+                               for x, y in ((1.0, 4.0), (4.0, 1.0))]
     # memory prices γ_d (seconds per byte, scaled to the layer's time per byte): patterns that keep bytes
     # off a device at some cost in time, for pools where weights barely fit
     scale = float(sub.t.mean()) * sub.G / max(1.0, float(sum(w.bytes for w in sub.residents)))
