@@ -370,7 +370,8 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-SIM_REQUESTS_TEXT = "1,500 requests, steady window from 25% of the arrival span"
+SIM_REQUESTS_TEXT = ("at least 1,500 requests and six request lives, steady window from the later of 25% of the arrival "
+                     "span and one life")
 
 
 def _pct(v: float | None) -> str:
