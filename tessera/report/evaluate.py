@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tessera.errors import UserError
+from tessera.plan.types import Plan, PoolPlan
 from tessera.report.workloads import Shape, shapes
 
 FAMILIES = {"llama-3-8b": "dense LLM", "mixtral-8x7b": "MoE LLM", "mamba2-2.7b": "state-space LLM",
@@ -147,23 +148,41 @@ def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> dict[
     return cache[key]
 
 
-def fleet_answer(model: str, pool: StudyPool, cfg) -> dict[str, Any] | None:
-    """The pool planned as replicated cells of up to 8 GPUs (tessera.fleet); None if nothing serves."""
+def fleet_answer(model: str, pool: StudyPool, cfg) -> tuple[dict[str, Any], PoolPlan | None]:
+    """The pool planned as replicated cells of up to 8 GPUs (tessera.fleet): its summary, and its cells'
+    plans with their counts (None if nothing serves)."""
     from tessera.fleet.fleet import plan_fleet
     from tessera.fleet.spec import FleetSpec
 
     try:
         f = plan_fleet(model, FleetSpec(gpus=pool.gpus, link=cfg.link), cfg, budget_s=20.0, max_gpus=8)
     except UserError as e:
-        return {"goodput_per_s": 0.0, "reason": str(e).splitlines()[0]}
+        return {"goodput_per_s": 0.0, "reason": str(e).splitlines()[0]}, None
     used: dict[str, int] = {}
     for c in f.cells:
         for g in c.gpus:
             used[g] = used.get(g, 0) + c.count
     desc = ", ".join(f"{c.count}x({'+'.join(c.gpus)}{' = ' + c.chosen if c.chosen != 'milp' else ''})"
                      for c in f.cells)
-    return {"goodput_per_s": f.goodput_per_s, "usd_per_hour": f.usd_per_hour, "used": used, "cells": desc,
-            "gap": f.gap, "milp_cells": sum(1 for c in f.cells if c.chosen == "milp")}
+    return ({"goodput_per_s": f.goodput_per_s, "usd_per_hour": f.usd_per_hour, "used": used, "cells": desc,
+             "gap": f.gap, "milp_cells": sum(1 for c in f.cells if c.chosen == "milp")}, f.plans)
+
+
+def sim_of_answer(cell: dict[str, Any], t, cfg, images: bool, fleet_pool: PoolPlan | None,
+                  pair_cell: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The planner-vs-simulator check of the cell's Tessera answer: its deployment (one cell's Plan, a
+    prefill/decode pair, or a pool of cells) simulated at 95% of its goodput. A replicated pair carries its
+    pair cell's check: k identical cells behind a random router each serve a Poisson stream of 1/k the
+    rate, which is the pair's own check. None when nothing serves (or the answer has no plans)."""
+    ans = cell["tessera"]
+    if ans["goodput_per_s"] <= 0:
+        return None
+    if ans["source"] == "cell":
+        return sim_agreement(t.deployment, cfg, t.goodput, images) if t.deployment is not None else None
+    if (cell.get("fleet") or {}).get("replicated"):
+        pair_sim = (pair_cell or {}).get("sim")
+        return {**pair_sim, "from_pair": pair_cell["pool"]} if pair_sim else None
+    return sim_agreement(fleet_pool, cfg, ans["goodput_per_s"], images) if fleet_pool is not None else None
 
 
 def replicated_pair(pool: StudyPool, pair: dict[str, Any]) -> dict[str, Any]:
@@ -213,8 +232,10 @@ def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, s
     used = {g: n for g, n in pool.gpus}
     cell["tessera"] = {"goodput_per_s": t.goodput, "usd_per_hour": t.usd_per_hour, "chosen": t.chosen,
                        "source": "cell", "used": used}
+    fleet_pool = None
     if pool.size > 2:
-        f = replicated_pair(pool, pair_cell) if pair_cell is not None else fleet_answer(model, pool, cfg)
+        f, fleet_pool = (replicated_pair(pool, pair_cell), None) if pair_cell is not None else \
+            fleet_answer(model, pool, cfg)
         cell["fleet"] = f
         if f and f["goodput_per_s"] > t.goodput * (1 + 1e-9):
             cell["tessera"] = {"goodput_per_s": f["goodput_per_s"], "usd_per_hour": f["usd_per_hour"],
@@ -227,8 +248,8 @@ def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, s
         cell["placement"] = {"batch": t.point.batch, "microbatches": t.point.microbatches,
                              "devices": [d.gpu for d in t.plan.devices], "assignment": list(t.point.assignment),
                              "summary": _placement_summary(r)}
-        if simulate_plan and t.feasible:
-            cell["sim"] = sim_agreement(t.plan, cfg, t.goodput, s.images)
+    if simulate_plan:
+        cell["sim"] = sim_of_answer(cell, t, cfg, s.images, fleet_pool, pair_cell)
     cell["wall_s"] = time.perf_counter() - t0
     cell["solve_s"] = r.solve_s
     cell["load_1min"] = os.getloadavg()[0]
@@ -244,8 +265,14 @@ def _placement_summary(r) -> dict[str, Any]:
         return {}
 
 
-def sim_agreement(plan, cfg, goodput: float, images: bool) -> dict[str, Any]:
-    """Poisson arrivals at 95% of the predicted goodput: steady simulated rate against the offered one."""
+def request_life_s(plan: Plan, t, images: bool) -> float:
+    """A request's life in ``plan``: its first token, then one per period (an image: its steps)."""
+    return plan.latency_s * t.steps if images else (plan.ttft_s or 0.0) + t.output * (plan.tpot_s or 0.0)
+
+
+def sim_agreement(deployment: Plan | PoolPlan, cfg, goodput: float, images: bool) -> dict[str, Any]:
+    """Poisson arrivals at 95% of the predicted goodput: steady simulated rate against the offered one.
+    ``deployment``: one cell's Plan, or a PoolPlan of cells behind one router."""
     import numpy as np
 
     from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
@@ -254,15 +281,16 @@ def sim_agreement(plan, cfg, goodput: float, images: bool) -> dict[str, Any]:
     out_len = t.steps if images else t.output
     per_req = 1 if images else t.output  # images/s count one per request; tokens/s count its output tokens
     rate = SIM_LOAD * goodput / per_req
-    # a request's life in the plan (first token, then one per period; an image: its steps): the served
-    # rate ramps up over one life, so the run spans at least six and is measured after the first
-    life = plan.latency_s * t.steps if images else (plan.ttft_s or 0.0) + t.output * (plan.tpot_s or 0.0)
+    # the served rate ramps up over one request life, so the run spans at least six and is measured after
+    # the first (a pool: its longest-lived cell's)
+    cells = [c.plan for c in deployment.cells] if isinstance(deployment, PoolPlan) else [deployment]
+    life = max(request_life_s(p, t, images) for p in cells)
     requests = min(SIM_MAX_REQUESTS, max(SIM_REQUESTS, math.ceil(6 * life * rate)))
     wl = WorkloadSpec(kind="poisson", requests=requests, rate_per_s=rate,
                       prompt=LengthSpec(lo=max(1, t.prompt), hi=max(1, t.prompt)), output=LengthSpec(lo=out_len, hi=out_len))
     t0 = time.perf_counter()
     try:
-        res = simulate(plan, wl, seed=0, slo=SLO(ttft_s=cfg.slo.ttft_s, tpot_s=cfg.slo.tpot_s) if not images else None)
+        res = simulate(deployment, wl, seed=0, slo=SLO(ttft_s=cfg.slo.ttft_s, tpot_s=cfg.slo.tpot_s) if not images else None)
     except (UserError, ValueError) as e:
         return {"error": str(e).splitlines()[0]}
     ser = np.array(res.series_per_s, dtype=float)
