@@ -21,7 +21,9 @@ from tessera.runtime.serving import Fault, ServeConfig
 from tessera.sim.workload import LengthSpec, WorkloadSpec
 
 OUT = Path(__file__).parent / "results"
-MODELS = ("llama-tiny", "mamba2-tiny", "moe-tiny")
+# llama-wide (hidden 1024, 4 layers): a batch-1 step is ~14 ms of GEMMs on one core, so the work scales with
+# the requests in an iteration; on the tiny models per-kernel dispatch and per-step set-up dominate
+MODELS = ("llama-tiny", "mamba2-tiny", "moe-tiny", "llama-wide")
 PLACEMENTS = ("plan", "layer_split")
 
 
@@ -71,7 +73,8 @@ def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = 
         "ttft_p50_s": r.ttft_s["p50"], "ttft_p99_s": r.ttft_s["p99"],
         "runs_tokens_per_s": e["runs_throughput_tokens_per_s"], "runs_load_avg": e["runs_load_avg"],
         "mixed_iterations": e["mixed_iterations"], "recoveries": e["recoveries"], "link": e["link"],
-        "prediction": e["prediction"], "wall_s": time.monotonic() - t0, "load_avg": os.getloadavg(),
+        "prediction": e["prediction"], "utilisation": e["utilisation"], "wall_s": time.monotonic() - t0,
+        "load_avg": os.getloadavg(),
     }
     print(json.dumps({k: out[k] for k in ("model", "placement", "verified", "measured_tokens_per_s",
                                           "sync_tokens_per_s", "predicted_tokens_per_s", "simulated_tokens_per_s",
@@ -86,6 +89,32 @@ def pct(x: float | None) -> str:
 
 def ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.1f}"
+
+
+def shares(u: dict[str, Any]) -> str:
+    """Per worker busy / CPU share of the stream's wall time, then the driver's CPU share."""
+    ws = " ".join(f"{w['busy']:.2f}/{w['cpu']:.2f}" for w in u["workers"])
+    return f"{ws} · {u['driver_cpu']:.2f}"
+
+
+def join(xs: Any) -> str:
+    return " ".join(f"{x:.2f}" for x in xs)
+
+
+def time_table(rows: list[dict[str, Any]]) -> str:
+    """Where each schedule's time went (the median run): busy = the worker inside a step, CPU = its process
+    actually on a core; outside = per micro-batch step, time in a step neither in kernels nor blocked."""
+    lines = ["| model | placement | schedule | workers busy/CPU · driver CPU | kernels | outside ms per request-step "
+             "| steps per worker |", "|" + "---|" * 7]
+    for r in rows:
+        for sched, u in r["utilisation"].items():
+            if not u:
+                continue
+            lines.append(f"| {r['model']} | {r['placement']} | {sched} | {shares(u)} | "
+                         f"{join(w['kernels'] for w in u['workers'])} | "
+                         f"{join(w['outside_ms'] for w in u['workers'])} | "
+                         f"{' '.join(str(w['steps']) for w in u['workers'])} |")
+    return "\n".join(lines)
 
 
 def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
@@ -122,10 +151,12 @@ def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
               "Predicted: the serving model's period max(m·T, L + control) over kernel times taken from the same "
               "median run's worker events (per-kernel means, each device's time outside kernels per kernel, the "
               "driver's round trip) and the gloo link probed at start-up (median of 31 ping-pongs per size); "
-              "simulated: tessera.sim on a mixed-phase Plan priced by the same costs, same workload and seed. "
+              "simulated: tessera.sim on a mixed-phase Plan priced by the same costs, same workload and seed, under "
+              "the run's own admission (its slots; a request prefills one chunk per iteration, each group one "
+              "prompt at a time). "
               "Profile-only: the same two predictions from the single-process CPU profile instead (independent "
               "of the run, taken at another moment's load)."]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + time_table(rows)
 
 
 def main() -> None:

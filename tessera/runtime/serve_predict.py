@@ -177,14 +177,24 @@ def profile_plan(model: str, mix: StreamMix, slots: int, m: int, control_s: floa
                 microbatches=m, workload={"prompt": p, "output": o})
 
 
-def simulated(plan: Plan, w: WorkloadSpec, seed: int, trace: str | None = None) -> dict[str, object]:
-    """tessera.sim serving the same workload (same seed: the same arrivals and lengths) on the plan;
-    ``trace``: write the simulator's Chrome trace of the whole stream there."""
+def run_scheduler(slots: int, groups: int, prefills: int, chunk_tokens: int) -> SchedulerConfig:
+    """The runtime's admission and chunking in the simulator's terms: ``slots`` requests at once (decoding
+    or prefilling); a request prefills ``chunk_tokens`` prompt tokens per iteration; each of the ``groups``
+    prefills at most ``prefills`` prompts at a time, so an iteration's token budget is the decodes plus
+    groups·prefills·chunk. (The simulator's default is the planner's chunk ⌈B·P/O⌉ spread over the
+    micro-batches, 2 tokens per request for B = 4, P = O = 10: prompts would hold their slots 4x longer.)"""
+    return SchedulerConfig(max_batch=slots, max_prefill_tokens=slots + groups * prefills * chunk_tokens,
+                           chunk_tokens=chunk_tokens)
+
+
+def simulated(plan: Plan, w: WorkloadSpec, seed: int, scheduler: SchedulerConfig, trace: str | None = None
+              ) -> dict[str, object]:
+    """tessera.sim serving the same workload (same seed: the same arrivals and lengths) on the plan under
+    the runtime's admission (``run_scheduler``); ``trace``: write the simulator's Chrome trace there."""
     from tessera.sim.api import run
     from tessera.sim.trace import write_chrome_trace
 
-    got = run(plan, w, seed=seed, config=SchedulerConfig(max_batch=plan.batch),
-              trace_window_s=(0.0, math.inf) if trace else None)
+    got = run(plan, w, seed=seed, config=scheduler, trace_window_s=(0.0, math.inf) if trace else None)
     if trace:
         write_chrome_trace(trace, {m: pm.plan for m, pm in got.models.items()}, got.trace)
     r = got.result
@@ -193,4 +203,4 @@ def simulated(plan: Plan, w: WorkloadSpec, seed: int, trace: str | None = None) 
 
 
 __all__ = ["KernelTimes", "StepCost", "StreamMix", "iteration_s", "predicted_period_s", "predicted_tokens_per_s",
-           "profile", "profile_plan", "profiled_times", "simulated", "step_costs", "stream_mix"]
+           "profile", "profile_plan", "profiled_times", "run_scheduler", "simulated", "step_costs", "stream_mix"]

@@ -258,6 +258,7 @@ class StreamResult:
     history: tuple[dict[str, Any], ...]  # per iteration: keys, slots, submit/finish times, worker events
     recoveries: tuple[dict[str, Any], ...] = ()  # per lost worker: who, detection and recovery seconds
     load_avg: tuple[float, ...] = ()  # os.getloadavg() as the stream ended (the machine may be shared)
+    driver_cpu_s: float = 0.0  # the driving process's CPU seconds during the stream (all its threads)
 
 
 class Group:
@@ -322,7 +323,7 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
     history: list[dict[str, Any]] = []
     recoveries: list[dict[str, Any]] = []
     by_step: dict[int, Group] = {}
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     killed_s: float | None = None
     while waiting or any(g.running for g in groups):
         now = time.perf_counter() - t0
@@ -386,7 +387,8 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
     last = max((t for s in served for t in s.token_s), default=first)
     return StreamResult(schedule=cfg.schedule, served=tuple(sorted(served, key=lambda s: s.request.rid)),
                         wall_s=last - first, iterations=len(history), history=tuple(history),
-                        recoveries=tuple(recoveries), load_avg=os.getloadavg())
+                        recoveries=tuple(recoveries), load_avg=os.getloadavg(),
+                        driver_cpu_s=time.process_time() - cpu0)
 
 
 def reference(programs: dict[str, Program], requests: list[Request], threads: int = 1,
@@ -442,6 +444,36 @@ def latency_stats(result: StreamResult) -> dict[str, Any]:
             if result.history else 0.0}
 
 
+def utilisation(result: StreamResult) -> dict[str, Any]:
+    """Where the stream's time went, as shares of its wall time (first worker start to last worker end):
+    per worker, its steps' spans (``busy``), the kernels in them, the time blocked on transfers, the idle
+    gaps between steps, its process's CPU seconds (``cpu``: below ``busy`` when it waited for a core or a
+    peer), and per micro-batch step the setup before the first kernel (``setup_ms``) and the time outside
+    kernels and waits (``outside_ms``); the driver's CPU share. Shares on 2 cores: 1.0 = one core. After
+    a recovery: the survivors' iterations (a cluster's size tells them apart; workers only ever leave)."""
+    if not result.history:
+        return {}
+    size = len(result.history[-1]["workers"])
+    hist = sorted((h for h in result.history if len(h["workers"]) == size),
+                  key=lambda h: min(w["start_s"] for w in h["workers"]))
+    t0 = min(w["start_s"] for h in hist for w in h["workers"])
+    wall = max(w["end_s"] for h in hist for w in h["workers"]) - t0
+    out: dict[str, Any] = {"wall_s": wall, "driver_cpu": result.driver_cpu_s / wall, "workers": []}
+    for d in range(len(hist[0]["workers"])):
+        ws = sorted((h["workers"][d] for h in hist), key=lambda w: w["start_s"])
+        span = sum(w["end_s"] - w["start_s"] for w in ws)
+        kernels = sum(b - a for w in ws for _, _, a, b in w["kernels"])
+        waits = sum(b - a for w in ws for a, b in w["waits"])
+        mbs = sum(len({k[1] for k in w["kernels"]}) for w in ws) or 1
+        cpu = ws[-1]["cpu_s"] - ws[0]["cpu_s"] if "cpu_s" in ws[0] else None
+        out["workers"].append({
+            "busy": span / wall, "kernels": kernels / wall, "waits": waits / wall, "idle": 1 - span / wall,
+            "cpu": None if cpu is None else cpu / wall,
+            "setup_ms": 1e3 * sum(w.get("stored_s", w["start_s"]) - w["start_s"] for w in ws) / len(ws),
+            "outside_ms": 1e3 * (span - kernels - waits) / mbs, "steps": len(ws)})
+    return out
+
+
 def serve_trace(result: StreamResult, programs: dict[str, Program], parts: dict[tuple[str, str], Partition]
                 ) -> dict[str, Any]:
     """A Chrome/Perfetto trace of a served stream: process "devices" one track per worker (kernels named
@@ -490,4 +522,5 @@ def start_cluster(programs: dict[str, Program], assign: dict[str, tuple[int, ...
 
 __all__ = ["SCHEDULES", "Request", "ServeConfig", "StreamResult", "WorkerFailure", "by_key", "capture_serving", "check",
            "group_graphs", "kernel_groups", "serve_partitions", "serve_trace",
-           "latency_stats", "make_requests", "reference", "serve_stream", "serving_keys", "start_cluster"]
+           "latency_stats", "make_requests", "reference", "serve_stream", "serving_keys", "share_weights", "start_cluster",
+           "utilisation"]

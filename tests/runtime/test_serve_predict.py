@@ -16,9 +16,11 @@ from tessera.runtime.serve_predict import (
     predicted_period_s,
     predicted_tokens_per_s,
     profile_plan,
+    run_scheduler,
     stream_mix,
 )
 from tessera.runtime.serving import Request
+from tessera.sim.model import PlanModel, SchedulerConfig
 from tessera.sim.workload import LengthSpec, WorkloadSpec
 
 DEC = StepCost(busy_s=(1.0, 2.0), latency_s=3.0)  # one request's decode step: device 1 is the bottleneck
@@ -91,3 +93,15 @@ def test_in_run_times_from_worker_events_by_hand() -> None:
     assert got.dispatch_s == pytest.approx((0.007, 0.005))
     # control: submit -> first start 0.002, last end -> driver 0.003
     assert got.control_s == pytest.approx(0.005)
+
+
+def test_simulator_takes_the_runs_chunk_not_the_planners() -> None:
+    reqs, costs = two_requests()
+    plan = profile_plan("llama-tiny", stream_mix(costs, reqs), slots=4, m=2)
+    # the planner's chunk ceil(4 · 5 / 1.5) = 14 over 2 micro-batches: 7 prompt tokens per request per iteration
+    assert PlanModel.build(plan, SchedulerConfig(max_batch=4)).chunk_cap == 7
+    # the run's: 3 tokens per request per iteration; 2 groups, one prompt each: budget 4 decodes + 2 · 3
+    pm = PlanModel.build(plan, run_scheduler(slots=4, groups=2, prefills=1, chunk_tokens=3))
+    assert (pm.chunk_cap, pm.max_prefill_tokens, pm.max_batch) == (3, 10, 4)
+    with pytest.raises(Exception, match="chunk_tokens=0"):
+        SchedulerConfig(chunk_tokens=0)
