@@ -35,6 +35,10 @@ def test_iteration_period_by_hand() -> None:
     assert iteration_s(DEC, PRE, 2, 0.5, 2) == 10.0
     # a control round trip of 4 joins the latency: max(2·4, 5 + 4)
     assert iteration_s(DEC, PRE, 2, 0, 2, control_s=4.0) == 9.0
+    # a worker's gap between queued steps joins its busy time where groups run back to back:
+    # devices (2 + 3, 4 + 0.5) -> T = 5, max(2·5, 5) = 10; with one group the latency bounds it (5)
+    assert iteration_s(DEC, PRE, 2, 0, 2, gap_s=(3.0, 0.5)) == 10.0
+    assert iteration_s(DEC, PRE, 2, 0, 1, gap_s=(3.0, 0.5)) == 5.0
 
 
 def two_requests() -> tuple[list[Request], dict[str, StepCost]]:
@@ -105,3 +109,15 @@ def test_simulator_takes_the_runs_chunk_not_the_planners() -> None:
     assert (pm.chunk_cap, pm.max_prefill_tokens, pm.max_batch) == (3, 10, 4)
     with pytest.raises(Exception, match="chunk_tokens=0"):
         SchedulerConfig(chunk_tokens=0)
+
+
+def test_gap_between_queued_steps_by_hand() -> None:
+    programs = {"decode@4": SimpleNamespace(ops=[0])}
+    fallback = KernelTimes(kernel_s={"decode@4": [1.0]})
+    k = [(0, 0, 0.0, 0.0)]
+    # one worker, three steps: step 1 was submitted (at 0.5) before step 0 ended (1.0) and started at 1.2:
+    # gap 0.2; step 2 was submitted at 3.0, after step 1 ended (2.0): the worker waited for the driver
+    steps = [(0.0, 0.1, 1.0), (0.5, 1.2, 2.0), (3.0, 3.1, 4.0)]
+    hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=end + 0.1,
+                      workers=[dict(start_s=a, end_s=end, kernels=k, waits=[])]) for sub, a, end in steps)
+    assert in_run_times(hist, programs, fallback).step_gap_s == pytest.approx((0.2,))  # type: ignore[arg-type]
