@@ -58,6 +58,9 @@ def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = 
         "verified": r.verified, "tokens_identical": r.tokens_identical, "max_abs_diff": r.max_abs_diff,
         "measured_tokens_per_s": meas, "sync_tokens_per_s": sync,
         "async_over_sync": meas / sync if sync else None,
+        # what the serving model expects of the same comparison, each schedule priced from its own run
+        "predicted_async_over_sync": (r.predicted_throughput_tokens_per_s / ps["in_run"]["throughput_tokens_per_s"]
+                                      if ps else None),
         "predicted_tokens_per_s": r.predicted_throughput_tokens_per_s,
         "simulated_tokens_per_s": r.simulated_throughput_tokens_per_s,
         "predicted_error": err(r.predicted_throughput_tokens_per_s, meas),
@@ -97,6 +100,10 @@ def shares(u: dict[str, Any]) -> str:
     return f"{ws} · {u['driver_cpu']:.2f}"
 
 
+def times(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
 def join(xs: Any) -> str:
     return " ".join(f"{x:.2f}" for x in xs)
 
@@ -105,7 +112,7 @@ def time_table(rows: list[dict[str, Any]]) -> str:
     """Where each schedule's time went (the median run): busy = the worker inside a step, CPU = its process
     actually on a core; outside = per micro-batch step, time in a step neither in kernels nor blocked."""
     lines = ["| model | placement | schedule | workers busy/CPU · driver CPU | kernels | outside ms per request-step "
-             "| steps per worker |", "|" + "---|" * 7]
+             "| kernel slowdown while the other worker computes | steps per worker |", "|" + "---|" * 8]
     for r in rows:
         for sched, u in r["utilisation"].items():
             if not u:
@@ -113,20 +120,23 @@ def time_table(rows: list[dict[str, Any]]) -> str:
             lines.append(f"| {r['model']} | {r['placement']} | {sched} | {shares(u)} | "
                          f"{join(w['kernels'] for w in u['workers'])} | "
                          f"{join(w['outside_ms'] for w in u['workers'])} | "
+                         f"{' '.join(times(w['corun_slowdown']) for w in u['workers'])} | "
                          f"{' '.join(str(w['steps']) for w in u['workers'])} |")
     return "\n".join(lines)
 
 
 def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
     lines = ["| model | placement | requests | lost | tokens identical | async tok/s | sync tok/s | async/sync | "
+             "model's async/sync | "
              "predicted | err | simulated | err | sync predicted err | TPOT p50 ms | predicted | err | simulated | "
              "err | profile-only err (pred/sim) | TTFT p50 ms | runs async / sync tok/s | load (1/5/15 min) |",
-             "|" + "---|" * 22]
+             "|" + "---|" * 23]
     for r in rows:
         runs = r["runs_tokens_per_s"]
         lines.append(
             f"| {r['model']} | {r['placement']} | {r['requests']} | {r['lost']} | {r['tokens_identical']} | "
             f"{r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | {r['async_over_sync']:.2f}x | "
+            f"{r['predicted_async_over_sync']:.2f}x | "
             f"{r['predicted_tokens_per_s']:.0f} | {pct(r['predicted_error'])} | {r['simulated_tokens_per_s']:.0f} | "
             f"{pct(r['simulated_error'])} | {pct(r['predicted_sync_error'])} | {ms(r['tpot_p50_s'])} | "
             f"{ms(r['predicted_tpot_s'])} | {pct(r['predicted_tpot_error'])} | {ms(r['simulated_tpot_p50_s'])} | "

@@ -17,6 +17,7 @@ requests advance in lock-step, re-synchronised at every iteration.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import signal
@@ -24,6 +25,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -444,12 +446,33 @@ def latency_stats(result: StreamResult) -> dict[str, Any]:
             if result.history else 0.0}
 
 
+def corun_slowdown(hist: list[dict[str, Any]], d: int) -> float | None:
+    """How much slower worker d's kernels ran while another worker was inside a kernel than while none was:
+    Σ co-run durations / Σ the same kernels' (program, op) mean solo durations, over kernels seen both ways.
+    1.0: the workers do not slow each other (the serving model's assumption); on 2 shared cores it is not."""
+    others = sorted((a, b) for h in hist for e, w in enumerate(h["workers"]) if e != d for _, _, a, b in w["kernels"])
+    starts = [a for a, _ in others]
+    reach = list(accumulate((b for _, b in others), max))  # the latest end among intervals starting before
+    solo: dict[tuple[str, int], list[float]] = {}
+    corun: list[tuple[tuple[str, int], float]] = []
+    for h in hist:
+        for k, mb, a, b in h["workers"][d]["kernels"]:
+            i = bisect.bisect_right(starts, (a + b) / 2) - 1  # another kernel covers the midpoint?
+            if i >= 0 and reach[i] > (a + b) / 2:
+                corun.append(((h["keys"][mb], k), b - a))
+            else:
+                solo.setdefault((h["keys"][mb], k), []).append(b - a)
+    both = [(solo[key], t) for key, t in corun if key in solo]
+    base = sum(statistics.mean(s) for s, _ in both)
+    return sum(t for _, t in both) / base if base > 0 else None
+
+
 def utilisation(result: StreamResult) -> dict[str, Any]:
     """Where the stream's time went, as shares of its wall time (first worker start to last worker end):
     per worker, its steps' spans (``busy``), the kernels in them, the time blocked on transfers, the idle
     gaps between steps, its process's CPU seconds (``cpu``: below ``busy`` when it waited for a core or a
     peer), and per micro-batch step the setup before the first kernel (``setup_ms``) and the time outside
-    kernels and waits (``outside_ms``); the driver's CPU share. Shares on 2 cores: 1.0 = one core. After
+    kernels and waits (``outside_ms``), ``corun_slowdown``; the driver's CPU share. Shares on 2 cores: 1.0 = one core. After
     a recovery: the survivors' iterations (a cluster's size tells them apart; workers only ever leave)."""
     if not result.history:
         return {}
@@ -470,7 +493,8 @@ def utilisation(result: StreamResult) -> dict[str, Any]:
             "busy": span / wall, "kernels": kernels / wall, "waits": waits / wall, "idle": 1 - span / wall,
             "cpu": None if cpu is None else cpu / wall,
             "setup_ms": 1e3 * sum(w.get("stored_s", w["start_s"]) - w["start_s"] for w in ws) / len(ws),
-            "outside_ms": 1e3 * (span - kernels - waits) / mbs, "steps": len(ws)})
+            "outside_ms": 1e3 * (span - kernels - waits) / mbs, "steps": len(ws),
+            "corun_slowdown": corun_slowdown(hist, d) if size > 1 else None})
     return out
 
 

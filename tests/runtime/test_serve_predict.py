@@ -19,7 +19,7 @@ from tessera.runtime.serve_predict import (
     run_scheduler,
     stream_mix,
 )
-from tessera.runtime.serving import Request
+from tessera.runtime.serving import Request, corun_slowdown
 from tessera.sim.model import PlanModel, SchedulerConfig
 from tessera.sim.workload import LengthSpec, WorkloadSpec
 
@@ -121,3 +121,13 @@ def test_gap_between_queued_steps_by_hand() -> None:
     hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=end + 0.1,
                       workers=[dict(start_s=a, end_s=end, kernels=k, waits=[])]) for sub, a, end in steps)
     assert in_run_times(hist, programs, fallback).step_gap_s == pytest.approx((0.2,))  # type: ignore[arg-type]
+
+
+def test_corun_slowdown_by_hand() -> None:
+    # worker 0 runs op 0 of decode@4 three times: alone at [0, 1) and [10, 11) (1 s each), and at [4, 5.5)
+    # while worker 1 is inside a kernel [3, 6): 1.5 s against its solo mean 1 s -> 1.5x
+    w0 = [dict(kernels=[(0, 0, 0.0, 1.0)]), dict(kernels=[(0, 0, 4.0, 5.5)]), dict(kernels=[(0, 0, 10.0, 11.0)])]
+    w1 = [dict(kernels=[]), dict(kernels=[(0, 0, 3.0, 6.0)]), dict(kernels=[])]
+    hist = [dict(keys=["decode@4"], workers=[a, b]) for a, b in zip(w0, w1, strict=True)]
+    assert corun_slowdown(hist, 0) == pytest.approx(1.5)
+    assert corun_slowdown(hist, 1) is None  # worker 1's one kernel never ran alone: no baseline
