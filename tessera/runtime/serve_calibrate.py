@@ -51,7 +51,8 @@ def _step_gap_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[floa
     off the queue and handing the outputs back. Means: throughput pays every one."""
     out = []
     for d in range(devices):
-        steps = sorted(((h["submit_abs_s"], h["workers"][d]) for h in history), key=lambda x: x[1]["start_s"])
+        steps = sorted(((h["submit_abs_s"], h["workers"][d]) for h in history if d < len(h["workers"])),
+                       key=lambda x: x[1]["start_s"])  # after a recovery the cluster is smaller
         gaps = [nxt["start_s"] - prev["end_s"] for (_, prev), (sub, nxt) in pairwise(steps)
                 if sub < prev["end_s"] <= nxt["start_s"]]
         out.append(statistics.mean(gaps) if gaps else 0.0)
