@@ -214,8 +214,9 @@ class Worker:
                     self.state[cmd.slot_of(mb)][progs[mb].name(b)] = stores[mb][b]
         outputs = {(mb, i): to_wire(view_of(stores[mb], r)) for mb in range(m)
                    for i, r in enumerate(progs[mb].outputs) if parts[mb].output_device[i] == me}
-        return dict(step_id=cmd.step_id, outputs=outputs, **ev, start_s=t_start, stored_s=t_stored, end_s=time.perf_counter(),
-                    cpu_s=time.process_time())  # this process's CPU seconds so far (all its threads)
+        # stored_s: storages set up, first kernel next; cpu_s: this process's CPU seconds so far (all threads)
+        return dict(step_id=cmd.step_id, outputs=outputs, **ev, start_s=t_start, stored_s=t_stored,
+                    end_s=time.perf_counter(), cpu_s=time.process_time())
 
 
 def _watch(heartbeat: Any, rank: int, parent: int) -> None:
