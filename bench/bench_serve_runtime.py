@@ -108,6 +108,14 @@ def _corun_worker(n: int, out: Any) -> None:
     out.put(((t1 - t0) / n * 1e3, (time.perf_counter() - t1) / (20 * n) * 1e3))
 
 
+def cpu_jiffies() -> list[int]:
+    """/proc/stat's first line: user, nice, system, idle, iowait, irq, softirq, steal (all CPUs); [] elsewhere."""
+    try:
+        return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except OSError:
+        return []
+
+
 def corun_check(n: int = 60) -> dict[str, Any]:
     """What a second busy worker costs the first on this machine: the same kernels in 1 process, then in 2
     at once. On 2 free cores the 2-process times equal the 1-process ones; the asynchronous schedule's gain
@@ -115,6 +123,7 @@ def corun_check(n: int = 60) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     got: dict[str, Any] = {}
     for k in (1, 2):
+        before = cpu_jiffies()
         q = ctx.Queue()
         procs = [ctx.Process(target=_corun_worker, args=(n, q)) for _ in range(k)]
         for p in procs:
@@ -124,6 +133,9 @@ def corun_check(n: int = 60) -> dict[str, Any]:
             p.join()
         got[f"{k}_proc_gemv_ms"] = statistics.mean(r[0] for r in res)
         got[f"{k}_proc_gemm_ms"] = statistics.mean(r[1] for r in res)
+        delta = [b - a for a, b in zip(before, cpu_jiffies(), strict=False)]
+        if delta and sum(delta) > 0:  # niced processes' (the background evaluation's) and idle shares meanwhile
+            got[f"{k}_proc_niced_share"], got[f"{k}_proc_idle_share"] = delta[1] / sum(delta), delta[3] / sum(delta)
     got["load_avg"] = os.getloadavg()
     return got
 
@@ -131,8 +143,10 @@ def corun_check(n: int = 60) -> dict[str, Any]:
 def corun_cell(c: dict[str, Any] | None) -> str:
     if not c:
         return "-"
+    niced = c.get("2_proc_niced_share")
     return (f"{c['2_proc_gemv_ms'] / c['1_proc_gemv_ms']:.2f}x / {c['2_proc_gemm_ms'] / c['1_proc_gemm_ms']:.2f}x "
-            f"({c['1_proc_gemv_ms']:.1f}→{c['2_proc_gemv_ms']:.1f} ms)")
+            f"({c['1_proc_gemv_ms']:.1f}→{c['2_proc_gemv_ms']:.1f} ms"
+            + ("" if niced is None else f"; niced jobs {niced:.0%} of the cores") + ")")
 
 
 def pct(x: float | None) -> str:
@@ -216,7 +230,9 @@ def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
               "2nd process slowdown: a decode-shaped 46 MB GEMV and a 256² GEMM timed in one process, then in two "
               "at once, just before the row (1.0x: the second core is free, and the asynchronous schedule can fill "
               "the idle time the synchronous one leaves on a worker; 2.0x: the two workers share one core's worth, "
-              "a worker idle in the synchronous schedule only speeds the other up, and there is nothing to fill). "
+              "a worker idle in the synchronous schedule only speeds the other up, and there is nothing to fill); "
+              "niced jobs: the share of both cores' time /proc/stat counted for niced processes (the background "
+              "evaluation at nice 10) while the two processes ran. "
               "Profile-only: the same two predictions from the single-process CPU profile instead (independent "
               "of the run, taken at another moment's load)."]
     return "\n".join(lines) + "\n\n" + time_table(rows)
