@@ -12,16 +12,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import torch
+import torch.multiprocessing as mp
 
 from tessera.runtime.serve_api import ServeRunSpec, serve_run
 from tessera.runtime.serving import Fault, ServeConfig
 from tessera.sim.workload import LengthSpec, WorkloadSpec
 
 OUT = Path(__file__).parent / "results"
-MODELS = ("llama-tiny", "mamba2-tiny", "moe-tiny")
+# llama-wide (hidden 1024, 4 layers): a batch-1 step is ~14 ms of GEMMs on one core, so the work scales with
+# the requests in an iteration; on the tiny models per-kernel dispatch and per-step set-up dominate
+MODELS = ("llama-tiny", "mamba2-tiny", "moe-tiny", "llama-wide")
 PLACEMENTS = ("plan", "layer_split")
 
 
@@ -44,6 +50,7 @@ def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = 
                                           chunk_tokens=CHUNK),
                         placement=placement, compare_sync=fault is None, repeats=repeats if fault is None else 1,
                         recover=fault is not None, fault=fault)
+    corun = corun_check() if fault is None else None  # this machine's second core, just before the row
     t0 = time.monotonic()
     r = serve_run(spec)
     e = r.extra
@@ -56,6 +63,9 @@ def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = 
         "verified": r.verified, "tokens_identical": r.tokens_identical, "max_abs_diff": r.max_abs_diff,
         "measured_tokens_per_s": meas, "sync_tokens_per_s": sync,
         "async_over_sync": meas / sync if sync else None,
+        # what the serving model expects of the same comparison, each schedule priced from its own run
+        "predicted_async_over_sync": (r.predicted_throughput_tokens_per_s / ps["in_run"]["throughput_tokens_per_s"]
+                                      if ps else None),
         "predicted_tokens_per_s": r.predicted_throughput_tokens_per_s,
         "simulated_tokens_per_s": r.simulated_throughput_tokens_per_s,
         "predicted_error": err(r.predicted_throughput_tokens_per_s, meas),
@@ -71,13 +81,72 @@ def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = 
         "ttft_p50_s": r.ttft_s["p50"], "ttft_p99_s": r.ttft_s["p99"],
         "runs_tokens_per_s": e["runs_throughput_tokens_per_s"], "runs_load_avg": e["runs_load_avg"],
         "mixed_iterations": e["mixed_iterations"], "recoveries": e["recoveries"], "link": e["link"],
-        "prediction": e["prediction"], "wall_s": time.monotonic() - t0, "load_avg": os.getloadavg(),
+        "prediction": e["prediction"], "utilisation": e["utilisation"], "corun": corun, "wall_s": time.monotonic() - t0,
+        "load_avg": os.getloadavg(),
     }
     print(json.dumps({k: out[k] for k in ("model", "placement", "verified", "measured_tokens_per_s",
                                           "sync_tokens_per_s", "predicted_tokens_per_s", "simulated_tokens_per_s",
                                           "tpot_p50_s", "predicted_tpot_s", "runs_tokens_per_s", "load_avg")}),
           flush=True)
     return out
+
+
+def _corun_worker(n: int, out: Any) -> None:
+    """Time a decode-shaped GEMV (46 MB of fp32 weights, memory-bound) and a cache-resident 256² GEMM
+    (compute-bound) on one thread; ms per call."""
+    torch.set_num_threads(1)
+    w, x = torch.randn(2816, 4096), torch.randn(4096, 1)
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    for _ in range(3):
+        w @ x, a @ b
+    t0 = time.perf_counter()
+    for _ in range(n):
+        w @ x
+    t1 = time.perf_counter()
+    for _ in range(20 * n):
+        a @ b
+    out.put(((t1 - t0) / n * 1e3, (time.perf_counter() - t1) / (20 * n) * 1e3))
+
+
+def cpu_jiffies() -> list[int]:
+    """/proc/stat's first line: user, nice, system, idle, iowait, irq, softirq, steal (all CPUs); [] elsewhere."""
+    try:
+        return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except OSError:
+        return []
+
+
+def corun_check(n: int = 60) -> dict[str, Any]:
+    """What a second busy worker costs the first on this machine: the same kernels in 1 process, then in 2
+    at once. On 2 free cores the 2-process times equal the 1-process ones; the asynchronous schedule's gain
+    assumes that (a worker's idle time in the synchronous schedule is a core left unused)."""
+    ctx = mp.get_context("spawn")
+    got: dict[str, Any] = {}
+    for k in (1, 2):
+        before = cpu_jiffies()
+        q = ctx.Queue()
+        procs = [ctx.Process(target=_corun_worker, args=(n, q)) for _ in range(k)]
+        for p in procs:
+            p.start()
+        res = [q.get() for _ in procs]
+        for p in procs:
+            p.join()
+        got[f"{k}_proc_gemv_ms"] = statistics.mean(r[0] for r in res)
+        got[f"{k}_proc_gemm_ms"] = statistics.mean(r[1] for r in res)
+        delta = [b - a for a, b in zip(before, cpu_jiffies(), strict=False)]
+        if delta and sum(delta) > 0:  # niced processes' (the background evaluation's) and idle shares meanwhile
+            got[f"{k}_proc_niced_share"], got[f"{k}_proc_idle_share"] = delta[1] / sum(delta), delta[3] / sum(delta)
+    got["load_avg"] = os.getloadavg()
+    return got
+
+
+def corun_cell(c: dict[str, Any] | None) -> str:
+    if not c:
+        return "-"
+    niced = c.get("2_proc_niced_share")
+    return (f"{c['2_proc_gemv_ms'] / c['1_proc_gemv_ms']:.2f}x / {c['2_proc_gemm_ms'] / c['1_proc_gemm_ms']:.2f}x "
+            f"({c['1_proc_gemv_ms']:.1f}→{c['2_proc_gemv_ms']:.1f} ms"
+            + ("" if niced is None else f"; niced jobs {niced:.0%} of the cores") + ")")
 
 
 def pct(x: float | None) -> str:
@@ -88,16 +157,49 @@ def ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.1f}"
 
 
+def shares(u: dict[str, Any]) -> str:
+    """Per worker busy / CPU share of the stream's wall time, then the driver's CPU share."""
+    ws = " ".join(f"{w['busy']:.2f}/{w['cpu']:.2f}" for w in u["workers"])
+    return f"{ws} · {u['driver_cpu']:.2f}"
+
+
+def times(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def join(xs: Any) -> str:
+    return " ".join(f"{x:.2f}" for x in xs)
+
+
+def time_table(rows: list[dict[str, Any]]) -> str:
+    """Where each schedule's time went (the median run): busy = the worker inside a step, CPU = its process
+    actually on a core; outside = per micro-batch step, time in a step neither in kernels nor blocked."""
+    lines = ["| model | placement | schedule | workers busy/CPU · driver CPU | kernels | outside ms per request-step "
+             "| kernel slowdown while the other worker computes | steps per worker |", "|" + "---|" * 8]
+    for r in rows:
+        for sched, u in r["utilisation"].items():
+            if not u:
+                continue
+            lines.append(f"| {r['model']} | {r['placement']} | {sched} | {shares(u)} | "
+                         f"{join(w['kernels'] for w in u['workers'])} | "
+                         f"{join(w['outside_ms'] for w in u['workers'])} | "
+                         f"{' '.join(times(w['corun_slowdown']) for w in u['workers'])} | "
+                         f"{' '.join(str(w['steps']) for w in u['workers'])} |")
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
     lines = ["| model | placement | requests | lost | tokens identical | async tok/s | sync tok/s | async/sync | "
+             "model's async/sync | 2nd process GEMV / GEMM slowdown | "
              "predicted | err | simulated | err | sync predicted err | TPOT p50 ms | predicted | err | simulated | "
              "err | profile-only err (pred/sim) | TTFT p50 ms | runs async / sync tok/s | load (1/5/15 min) |",
-             "|" + "---|" * 22]
+             "|" + "---|" * 24]
     for r in rows:
         runs = r["runs_tokens_per_s"]
         lines.append(
             f"| {r['model']} | {r['placement']} | {r['requests']} | {r['lost']} | {r['tokens_identical']} | "
             f"{r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | {r['async_over_sync']:.2f}x | "
+            f"{r['predicted_async_over_sync']:.2f}x | {corun_cell(r['corun'])} | "
             f"{r['predicted_tokens_per_s']:.0f} | {pct(r['predicted_error'])} | {r['simulated_tokens_per_s']:.0f} | "
             f"{pct(r['simulated_error'])} | {pct(r['predicted_sync_error'])} | {ms(r['tpot_p50_s'])} | "
             f"{ms(r['predicted_tpot_s'])} | {pct(r['predicted_tpot_error'])} | {ms(r['simulated_tpot_p50_s'])} | "
@@ -122,10 +224,18 @@ def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
               "Predicted: the serving model's period max(m·T, L + control) over kernel times taken from the same "
               "median run's worker events (per-kernel means, each device's time outside kernels per kernel, the "
               "driver's round trip) and the gloo link probed at start-up (median of 31 ping-pongs per size); "
-              "simulated: tessera.sim on a mixed-phase Plan priced by the same costs, same workload and seed. "
+              "simulated: tessera.sim on a mixed-phase Plan priced by the same costs, same workload and seed, under "
+              "the run's own admission (its slots; a request prefills one chunk per iteration, each group one "
+              "prompt at a time). "
+              "2nd process slowdown: a decode-shaped 46 MB GEMV and a 256² GEMM timed in one process, then in two "
+              "at once, just before the row (1.0x: the second core is free, and the asynchronous schedule can fill "
+              "the idle time the synchronous one leaves on a worker; 2.0x: the two workers share one core's worth, "
+              "a worker idle in the synchronous schedule only speeds the other up, and there is nothing to fill); "
+              "niced jobs: the share of both cores' time /proc/stat counted for niced processes (the background "
+              "evaluation at nice 10) while the two processes ran. "
               "Profile-only: the same two predictions from the single-process CPU profile instead (independent "
               "of the run, taken at another moment's load)."]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + time_table(rows)
 
 
 def main() -> None:
@@ -144,9 +254,10 @@ def main() -> None:
         print(table(rows, fault))
         return
     OUT.mkdir(exist_ok=True)
+    text = table(rows, fault)
     (OUT / "serve_runtime.json").write_text(json.dumps({"rows": rows, "fault": fault}, indent=1))
-    (OUT / "serve_runtime.md").write_text(table(rows, fault) + "\n")
-    print(table(rows, fault))
+    (OUT / "serve_runtime.md").write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":

@@ -143,30 +143,32 @@ def end_to_end() -> dict[str, Any]:
     return {"ok": bool(out["verified"]), **{k: out[k] for k in keys}}
 
 
-def serve_case(name: str) -> dict[str, Any]:
+def serve_case(name: str, model: str = "llama-tiny") -> dict[str, Any]:
     """`tessera serve-run llama-tiny --devices D,D --compare-sync --verify`: a Poisson stream of 16 requests
     (prompts 4-12 prefilled in chunks of 4 over up to three iterations, outputs 4-12) on two workers sharing
     the device over gloo; every request's tokens and
     logits must equal the request run alone in one process on the same device (placement: the layer
-    split)."""
+    split). ``llama-wide``: the compute-bound model, where the serving model expects async to gain."""
     from tessera.runtime.serve_api import ServeRunSpec, serve_run
     from tessera.runtime.serving import ServeConfig
     from tessera.sim.workload import LengthSpec, WorkloadSpec
 
     wl = WorkloadSpec(kind="poisson", requests=16, rate_per_s=100.0, prompt=LengthSpec(lo=4, hi=12),
                       output=LengthSpec(lo=4, hi=12))
-    spec = ServeRunSpec(model="llama-tiny", devices=(name, name), workload=wl, serve=ServeConfig(slots=8, chunk_tokens=4),
-                        compare_sync=True)
+    spec = ServeRunSpec(model=model, devices=(name, name), workload=wl, serve=ServeConfig(slots=8, chunk_tokens=4),
+                        compare_sync=True, placement="layer_split")
     try:
         r = serve_run(spec)
     except Exception as e:  # noqa: BLE001
-        return {"name": "serve_run_two_workers", "ok": False, "error": f"{type(e).__name__}: {e}",
+        return {"name": f"serve_run_two_workers_{model}", "ok": False, "error": f"{type(e).__name__}: {e}",
                 "traceback": traceback.format_exc()[-4000:]}
     keys = ("requests", "completed", "lost", "verified", "tokens_identical", "max_abs_diff",
             "measured_throughput_tokens_per_s", "sync_throughput_tokens_per_s", "predicted_throughput_tokens_per_s",
             "simulated_throughput_tokens_per_s", "ttft_s", "tpot_s")
     d = asdict(r)
-    return {"name": "serve_run_two_workers", "ok": bool(r.verified and r.lost == 0), **{k: d[k] for k in keys}}
+    return {"name": f"serve_run_two_workers_{model}", "ok": bool(r.verified and r.lost == 0),
+            "model_async_over_sync": r.predicted_throughput_tokens_per_s
+            / r.extra["prediction"]["sync"]["in_run"]["throughput_tokens_per_s"], **{k: d[k] for k in keys}}
 
 
 def main() -> None:
@@ -207,8 +209,9 @@ def main() -> None:
         check_cluster("two_workers_gloo_staged_nccl_issue_order", programs, plans, (name, name), 2, want,
                       ordered=True),
     ]
-    cases.append(serve_case(name))
-    print("serving loop:", {k: v for k, v in cases[-1].items() if k != "traceback"})
+    for model in ("llama-tiny",) if dry else ("llama-tiny", "llama-wide"):
+        cases.append(serve_case(name, model))
+        print("serving loop:", {k: v for k, v in cases[-1].items() if k != "traceback"})
     result["cases"] = cases
     if dry:
         print("dry run:", "PASSED" if all(c["ok"] for c in cases) else "FAILED")

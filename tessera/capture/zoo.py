@@ -107,6 +107,12 @@ SPECS: dict[str, ModelSpec] = {s.name: s for s in (
               source="black-forest-labs/FLUX.1-dev transformer/config.json"),
     ModelSpec(name="llama-tiny", family="llm", tiny=True, source="llama-3 shape, shrunk",
               config=dict(_LLAMA3_8B, **_TINY_LLM)),
+    # wide enough that a batch-1 step's GEMMs, not per-kernel dispatch, dominate on a CPU core (the runtime's
+    # asynchronous-schedule check needs work that scales with the micro-batch); still seconds to capture
+    ModelSpec(name="llama-wide", family="llm", tiny=True, source="llama-3 shape, hidden 1024, 4 layers",
+              config=dict(_LLAMA3_8B, **_TINY_LLM | dict(hidden_size=1024, intermediate_size=2816,
+                                                        num_attention_heads=16, num_key_value_heads=4,
+                                                        num_hidden_layers=4))),
     ModelSpec(name="qwen-tiny", family="llm", tiny=True, source="qwen2.5 shape, shrunk",
               config=dict(_QWEN25_7B, **_TINY_LLM)),
     ModelSpec(name="moe-tiny", family="moe", tiny=True, source="mixtral shape, shrunk",

@@ -34,6 +34,7 @@ from tessera.runtime.serve_predict import (
     profile,
     profile_plan,
     profiled_times,
+    run_scheduler,
     simulated,
     step_costs,
     stream_mix,
@@ -57,6 +58,7 @@ from tessera.runtime.serving import (
     serve_trace,
     serving_keys,
     start_cluster,
+    utilisation,
     warmup_requests,
 )
 from tessera.runtime.steps import LocalExecutor
@@ -228,12 +230,16 @@ def predict_one(spec: ServeRunSpec, programs: dict[str, Program], parts: dict[tu
     costs = step_costs(programs, parts, PLAN, times, link)
     mix = stream_mix(costs, requests)
     m = spec.serve.microbatches if schedule == "async" else 1
-    sim = simulated(profile_plan(spec.model, mix, spec.serve.slots, m, times.control_s), spec.workload,
-                    spec.seed, trace)
+    chunk = spec.serve.chunk_tokens or max(r.prompt.shape[1] for r in requests)
+    scheduler = run_scheduler(spec.serve.slots, m, spec.serve.prefills_per_iteration, chunk)
+    gap = times.step_gap_s
+    sim = simulated(profile_plan(spec.model, mix, spec.serve.slots, m, times.control_s, gap), spec.workload,
+                    spec.seed, scheduler, trace)
     return {"kernel_times": times.source, "dispatch_s": times.dispatch_s, "control_s": times.control_s,
+            "step_gap_s": gap,
             "throughput_tokens_per_s": predicted_tokens_per_s(mix, spec.workload, spec.serve.slots, m,
-                                                              times.control_s),
-            "tpot_s": predicted_period_s(mix, spec.serve.slots, m, times.control_s),
+                                                              times.control_s, gap),
+            "tpot_s": predicted_period_s(mix, spec.serve.slots, m, times.control_s, gap),
             "simulated": sim, "mean_step": {"busy_s": mix.step.busy_s, "latency_s": mix.step.latency_s}}
 
 
@@ -300,6 +306,7 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
              "runs_throughput_tokens_per_s": {s: [latency_stats(r)["throughput_tokens_per_s"] for r in rs]
                                               for s, rs in runs.items()},
              "runs_load_avg": {s: [r.load_avg for r in rs] for s, rs in runs.items()},
+             "utilisation": {s: utilisation(r) for s, r in results.items()},
              "prediction_source": "serving model period max(m*T, L + control) over each program's kernel times "
                                   "taken from the same (median) run's worker events (per-kernel means, per-device "
                                   "time outside kernels per kernel, the driver's control round trip), the "

@@ -9,6 +9,8 @@ events give, under the same conditions:
 - per device, the worker's time per kernel outside kernels and outside waits (dispatch, the receive
   threads, gloo's copies, storage set-up): (step span − kernel time − blocked time) / kernels run, over
   the whole run;
+- per device, the time between two steps when the next was already queued (its command off the queue,
+  the last outputs handed back): what a worker pays per iteration when groups run back to back;
 - the control round trip per iteration: the driver's submit to the first worker's start (when that worker
   was idle, so not queueing behind another group's iteration), plus the last worker's end to the driver
   holding the outputs; medians.
@@ -21,6 +23,7 @@ occupancy, and tessera.sim's queueing), which is what the serving model claims.
 from __future__ import annotations
 
 import statistics
+from itertools import pairwise
 from typing import Any
 
 from tessera.runtime.program import Program
@@ -40,6 +43,20 @@ def _control_s(history: tuple[dict[str, Any], ...]) -> float:
         for d, w in enumerate(ws):
             prev_end[d] = w["end_s"]
     return (statistics.median(launch) if launch else 0.0) + (statistics.median(back) if back else 0.0)
+
+
+def _step_gap_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[float, ...]:
+    """Per device, the mean time from the end of one step to the start of the next when the next had been
+    submitted before the first ended (so the worker was not waiting for the driver): taking a command
+    off the queue and handing the outputs back. Means: throughput pays every one."""
+    out = []
+    for d in range(devices):
+        steps = sorted(((h["submit_abs_s"], h["workers"][d]) for h in history if d < len(h["workers"])),
+                       key=lambda x: x[1]["start_s"])  # after a recovery the cluster is smaller
+        gaps = [nxt["start_s"] - prev["end_s"] for (_, prev), (sub, nxt) in pairwise(steps)
+                if sub < prev["end_s"] <= nxt["start_s"]]
+        out.append(statistics.mean(gaps) if gaps else 0.0)
+    return tuple(out)
 
 
 def in_run_times(history: tuple[dict[str, Any], ...], programs: dict[str, Program], fallback: KernelTimes
@@ -64,7 +81,7 @@ def in_run_times(history: tuple[dict[str, Any], ...], programs: dict[str, Progra
     kernel_s = {k: [s / c if c else f for s, c, f in zip(sums[k], counts[k], fallback.kernel_s[k], strict=True)]
                 for k in programs}
     return KernelTimes(kernel_s=kernel_s, dispatch_s=tuple(o / n if n else 0.0 for o, n in zip(outside, ran, strict=True)),
-                       control_s=_control_s(history), source="in-run")
+                       control_s=_control_s(history), step_gap_s=_step_gap_s(history, devices), source="in-run")
 
 
 __all__ = ["in_run_times"]

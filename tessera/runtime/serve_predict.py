@@ -58,11 +58,13 @@ class KernelTimes:
     setup_s: dict[str, float] = field(default_factory=dict, hash=False)
     dispatch_s: tuple[float, ...] = ()
     control_s: float = 0.0
+    step_gap_s: tuple[float, ...] = ()  # per device: between two queued steps (see iteration_s)
     source: str = "profile"
 
     def __post_init__(self) -> None:
-        if self.control_s < 0 or any(d < 0 for d in self.dispatch_s):
-            raise ValueError(f"negative overheads: control_s={self.control_s}, dispatch_s={self.dispatch_s}")
+        if self.control_s < 0 or any(d < 0 for d in (*self.dispatch_s, *self.step_gap_s)):
+            raise ValueError(f"negative overheads: control_s={self.control_s}, dispatch_s={self.dispatch_s}, "
+                             f"step_gap_s={self.step_gap_s}")
 
 
 def profile(local: LocalExecutor, programs: dict[str, Program], repeats: int = 5) -> None:
@@ -101,13 +103,19 @@ def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partit
 
 
 def iteration_s(decode: StepCost, prefill: StepCost, n_decode: float, n_prefill: float, m: int,
-                control_s: float = 0.0) -> float:
+                control_s: float = 0.0, gap_s: tuple[float, ...] = ()) -> float:
     """The serving model's period with m groups in flight, each iterating n_decode decode steps and
-    n_prefill prefill steps (fractions: a prompt every O tokens); ``control_s`` adds to the latency."""
+    n_prefill prefill steps (fractions: a prompt every O tokens); ``control_s`` adds to the latency.
+
+    ``gap_s``: per device, the worker's time between two steps when the next is already queued (taking its
+    command off the queue, handing the last outputs back). With groups queued back to back (m·T bounds the
+    period) each device pays it once per iteration; when the latency bounds the period it lies inside the
+    control round trip, which already counts it."""
     busy = [n_decode * d + n_prefill * p for d, p in zip(decode.busy_s, prefill.busy_s, strict=True)]
     t = max(busy)
+    t_queued = max(b + g for b, g in zip(busy, gap_s or [0.0] * len(busy), strict=True))
     lat = decode.latency_s + t - decode.bottleneck_s if n_decode else prefill.latency_s + t - prefill.bottleneck_s
-    return max(m * t, lat + control_s)
+    return max(m * t_queued, lat + control_s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,20 +148,23 @@ def stream_mix(costs: dict[str, StepCost], requests: Sequence[Request]) -> Strea
                      output_tokens=statistics.mean(r.output_tokens for r in requests))
 
 
-def predicted_period_s(mix: StreamMix, slots: int, m: int, control_s: float = 0.0) -> float:
+def predicted_period_s(mix: StreamMix, slots: int, m: int, control_s: float = 0.0, gap_s: tuple[float, ...] = ()
+                       ) -> float:
     """The serving model's period (TPOT) with every slot busy: m groups of B/m slots, each slot one step of
     the stream's mean mix per iteration."""
-    return iteration_s(mix.step, mix.step, slots / m, 0, m, control_s)
+    return iteration_s(mix.step, mix.step, slots / m, 0, m, control_s, gap_s)
 
 
-def predicted_tokens_per_s(mix: StreamMix, w: WorkloadSpec, slots: int, m: int, control_s: float = 0.0) -> float:
+def predicted_tokens_per_s(mix: StreamMix, w: WorkloadSpec, slots: int, m: int, control_s: float = 0.0,
+                           gap_s: tuple[float, ...] = ()) -> float:
     """B·(tokens per step) per period at capacity, capped by the offered load (arrival rate · mean output)
     for an open stream."""
-    capacity = slots * mix.tokens_per_step / predicted_period_s(mix, slots, m, control_s)
+    capacity = slots * mix.tokens_per_step / predicted_period_s(mix, slots, m, control_s, gap_s)
     return min(capacity, w.rate_per_s * mix.output_tokens) if w.kind != "offline" else capacity
 
 
-def profile_plan(model: str, mix: StreamMix, slots: int, m: int, control_s: float = 0.0) -> Plan:
+def profile_plan(model: str, mix: StreamMix, slots: int, m: int, control_s: float = 0.0,
+                 gap_s: tuple[float, ...] = ()) -> Plan:
     """A serving-model Plan ("mixed" phase) priced by these costs, for tessera.sim: a point per token
     count t at the workload's mean context, t = decode tokens (up to B) then prompt tokens (a mean prompt,
     all its chunks, per P of them)."""
@@ -164,7 +175,7 @@ def profile_plan(model: str, mix: StreamMix, slots: int, m: int, control_s: floa
     for t in sorted({1, max(1, slots // 2), slots, slots + chunk, 2 * (slots + chunk)}):
         n_dec = min(t, slots)
         n_pre = (t - n_dec) / p
-        step = iteration_s(dec, pre, n_dec / m, n_pre / m, m, control_s)
+        step = iteration_s(dec, pre, n_dec / m, n_pre / m, m, control_s, gap_s)
         busy = tuple((n_dec * d + n_pre * q) / m for d, q in zip(dec.busy_s, pre.busy_s, strict=True))
         points.append(StepPoint(batch=max(1, n_dec), tokens=t, context=int(p + o / 2), microbatches=m,
                                 device_busy_s=busy, link_busy_s=(), latency_s=dec.latency_s + control_s,
@@ -177,14 +188,24 @@ def profile_plan(model: str, mix: StreamMix, slots: int, m: int, control_s: floa
                 microbatches=m, workload={"prompt": p, "output": o})
 
 
-def simulated(plan: Plan, w: WorkloadSpec, seed: int, trace: str | None = None) -> dict[str, object]:
-    """tessera.sim serving the same workload (same seed: the same arrivals and lengths) on the plan;
-    ``trace``: write the simulator's Chrome trace of the whole stream there."""
+def run_scheduler(slots: int, groups: int, prefills: int, chunk_tokens: int) -> SchedulerConfig:
+    """The runtime's admission and chunking in the simulator's terms: ``slots`` requests at once (decoding
+    or prefilling); a request prefills ``chunk_tokens`` prompt tokens per iteration; each of the ``groups``
+    prefills at most ``prefills`` prompts at a time, so an iteration's token budget is the decodes plus
+    groups·prefills·chunk. (The simulator's default is the planner's chunk ⌈B·P/O⌉ spread over the
+    micro-batches, 2 tokens per request for B = 4, P = O = 10: prompts would hold their slots 4x longer.)"""
+    return SchedulerConfig(max_batch=slots, max_prefill_tokens=slots + groups * prefills * chunk_tokens,
+                           chunk_tokens=chunk_tokens)
+
+
+def simulated(plan: Plan, w: WorkloadSpec, seed: int, scheduler: SchedulerConfig, trace: str | None = None
+              ) -> dict[str, object]:
+    """tessera.sim serving the same workload (same seed: the same arrivals and lengths) on the plan under
+    the runtime's admission (``run_scheduler``); ``trace``: write the simulator's Chrome trace there."""
     from tessera.sim.api import run
     from tessera.sim.trace import write_chrome_trace
 
-    got = run(plan, w, seed=seed, config=SchedulerConfig(max_batch=plan.batch),
-              trace_window_s=(0.0, math.inf) if trace else None)
+    got = run(plan, w, seed=seed, config=scheduler, trace_window_s=(0.0, math.inf) if trace else None)
     if trace:
         write_chrome_trace(trace, {m: pm.plan for m, pm in got.models.items()}, got.trace)
     r = got.result
@@ -193,4 +214,4 @@ def simulated(plan: Plan, w: WorkloadSpec, seed: int, trace: str | None = None) 
 
 
 __all__ = ["KernelTimes", "StepCost", "StreamMix", "iteration_s", "predicted_period_s", "predicted_tokens_per_s",
-           "profile", "profile_plan", "profiled_times", "simulated", "step_costs", "stream_mix"]
+           "profile", "profile_plan", "profiled_times", "run_scheduler", "simulated", "step_costs", "stream_mix"]

@@ -17,6 +17,7 @@ requests advance in lock-step, re-synchronised at every iteration.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import signal
@@ -24,6 +25,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -137,12 +139,28 @@ def capture_serving(model: str, keys: list[str], seed: int = 0) -> dict[str, Pro
     if family not in ("llm", "ssm", "moe"):
         raise UserError(f"model {model}: family {family} cannot be served yet; valid families: llm, moe, ssm")
     out: dict[str, Program] = {}
+    weights: dict[str, torch.Tensor] = {}
     for key in keys:
         past, n = key_tokens(key)
         cap = (capture(model, "decode", batch=1, context=past, seed=seed) if phase_of(key) == "decode"
                else capture(model, "prefill", batch=1, seq=n, context=past or None, seed=seed))
-        out[key] = Program.from_capture(cap)
+        out[key] = share_weights(Program.from_capture(cap), weights)
     return out
+
+
+def share_weights(prog: Program, seen: dict[str, torch.Tensor]) -> Program:
+    """Point the program's weights at the equal tensors of programs captured before (name -> tensor in
+    ``seen``): every program is built with the same seed, and one copy per program would hold the model
+    once per prompt length and decode position (a 180 MB model over 40 programs: 7 GB)."""
+    for b, t in prog.initial.items():
+        if prog.role(b) is not Role.WEIGHT:
+            continue
+        name = prog.name(b)
+        if name in seen and torch.equal(seen[name], t):
+            prog.initial[b] = seen[name]
+        else:
+            seen.setdefault(name, t)
+    return prog
 
 
 def kernel_groups(programs: dict[str, Program]) -> dict[str, list[str]]:
@@ -242,6 +260,7 @@ class StreamResult:
     history: tuple[dict[str, Any], ...]  # per iteration: keys, slots, submit/finish times, worker events
     recoveries: tuple[dict[str, Any], ...] = ()  # per lost worker: who, detection and recovery seconds
     load_avg: tuple[float, ...] = ()  # os.getloadavg() as the stream ended (the machine may be shared)
+    driver_cpu_s: float = 0.0  # the driving process's CPU seconds during the stream (all its threads)
 
 
 class Group:
@@ -306,7 +325,7 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
     history: list[dict[str, Any]] = []
     recoveries: list[dict[str, Any]] = []
     by_step: dict[int, Group] = {}
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     killed_s: float | None = None
     while waiting or any(g.running for g in groups):
         now = time.perf_counter() - t0
@@ -370,7 +389,8 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
     last = max((t for s in served for t in s.token_s), default=first)
     return StreamResult(schedule=cfg.schedule, served=tuple(sorted(served, key=lambda s: s.request.rid)),
                         wall_s=last - first, iterations=len(history), history=tuple(history),
-                        recoveries=tuple(recoveries), load_avg=os.getloadavg())
+                        recoveries=tuple(recoveries), load_avg=os.getloadavg(),
+                        driver_cpu_s=time.process_time() - cpu0)
 
 
 def reference(programs: dict[str, Program], requests: list[Request], threads: int = 1,
@@ -426,6 +446,58 @@ def latency_stats(result: StreamResult) -> dict[str, Any]:
             if result.history else 0.0}
 
 
+def corun_slowdown(hist: list[dict[str, Any]], d: int) -> float | None:
+    """How much slower worker d's kernels ran while another worker was inside a kernel than while none was:
+    Σ co-run durations / Σ the same kernels' (program, op) mean solo durations, over kernels seen both ways.
+    1.0: the workers do not slow each other (the serving model's assumption); on 2 shared cores it is not."""
+    others = sorted((a, b) for h in hist for e, w in enumerate(h["workers"]) if e != d for _, _, a, b in w["kernels"])
+    starts = [a for a, _ in others]
+    reach = list(accumulate((b for _, b in others), max))  # the latest end among intervals starting before
+    solo: dict[tuple[str, int], list[float]] = {}
+    corun: list[tuple[tuple[str, int], float]] = []
+    for h in hist:
+        for k, mb, a, b in h["workers"][d]["kernels"]:
+            i = bisect.bisect_right(starts, (a + b) / 2) - 1  # another kernel covers the midpoint?
+            if i >= 0 and reach[i] > (a + b) / 2:
+                corun.append(((h["keys"][mb], k), b - a))
+            else:
+                solo.setdefault((h["keys"][mb], k), []).append(b - a)
+    both = [(solo[key], t) for key, t in corun if key in solo]
+    base = sum(statistics.mean(s) for s, _ in both)
+    return sum(t for _, t in both) / base if base > 0 else None
+
+
+def utilisation(result: StreamResult) -> dict[str, Any]:
+    """Where the stream's time went, as shares of its wall time (first worker start to last worker end):
+    per worker, its steps' spans (``busy``), the kernels in them, the time blocked on transfers, the idle
+    gaps between steps, its process's CPU seconds (``cpu``: below ``busy`` when it waited for a core or a
+    peer), and per micro-batch step the setup before the first kernel (``setup_ms``) and the time outside
+    kernels and waits (``outside_ms``), ``corun_slowdown``; the driver's CPU share. Shares on 2 cores: 1.0 = one core. After
+    a recovery: the survivors' iterations (a cluster's size tells them apart; workers only ever leave)."""
+    if not result.history:
+        return {}
+    size = len(result.history[-1]["workers"])
+    hist = sorted((h for h in result.history if len(h["workers"]) == size),
+                  key=lambda h: min(w["start_s"] for w in h["workers"]))
+    t0 = min(w["start_s"] for h in hist for w in h["workers"])
+    wall = max(w["end_s"] for h in hist for w in h["workers"]) - t0
+    out: dict[str, Any] = {"wall_s": wall, "driver_cpu": result.driver_cpu_s / wall, "workers": []}
+    for d in range(len(hist[0]["workers"])):
+        ws = sorted((h["workers"][d] for h in hist), key=lambda w: w["start_s"])
+        span = sum(w["end_s"] - w["start_s"] for w in ws)
+        kernels = sum(b - a for w in ws for _, _, a, b in w["kernels"])
+        waits = sum(b - a for w in ws for a, b in w["waits"])
+        mbs = sum(len({k[1] for k in w["kernels"]}) for w in ws) or 1
+        cpu = ws[-1]["cpu_s"] - ws[0]["cpu_s"] if "cpu_s" in ws[0] else None
+        out["workers"].append({
+            "busy": span / wall, "kernels": kernels / wall, "waits": waits / wall, "idle": 1 - span / wall,
+            "cpu": None if cpu is None else cpu / wall,
+            "setup_ms": 1e3 * sum(w.get("stored_s", w["start_s"]) - w["start_s"] for w in ws) / len(ws),
+            "outside_ms": 1e3 * (span - kernels - waits) / mbs, "steps": len(ws),
+            "corun_slowdown": corun_slowdown(hist, d) if size > 1 else None})
+    return out
+
+
 def serve_trace(result: StreamResult, programs: dict[str, Program], parts: dict[tuple[str, str], Partition]
                 ) -> dict[str, Any]:
     """A Chrome/Perfetto trace of a served stream: process "devices" one track per worker (kernels named
@@ -474,4 +546,5 @@ def start_cluster(programs: dict[str, Program], assign: dict[str, tuple[int, ...
 
 __all__ = ["SCHEDULES", "Request", "ServeConfig", "StreamResult", "WorkerFailure", "by_key", "capture_serving", "check",
            "group_graphs", "kernel_groups", "serve_partitions", "serve_trace",
-           "latency_stats", "make_requests", "reference", "serve_stream", "serving_keys", "start_cluster"]
+           "latency_stats", "make_requests", "reference", "serve_stream", "serving_keys", "share_weights", "start_cluster",
+           "utilisation"]

@@ -130,8 +130,13 @@ def run_threaded(w: Any, lps: Any, stores: list[Storages], step_id: int) -> dict
         for t in lps[mb].end_recvs:
             while not arrived(t, mb):
                 wait_until([(t.index, mb)], f"receive of buffer {t.buffer} from worker {t.src}")
-    for work, _ in sent:
+    # The previous step's sends, not this one's: a send completes only once the peer posts its receive,
+    # i.e. starts that step, and a peer still busy with an earlier queued step (the asynchronous schedule)
+    # would hold this worker here instead of letting it start its next step. By the end of step N+1 every
+    # peer has started step N (its step N needs only sends already made), so this wait does not deadlock.
+    for work, _ in w.unsent:
         work.wait(timeout)
+    w.unsent = sent  # the works and the data they read, kept alive until they complete
     for th in threads:
         th.join(timeout=w.spec.recv_timeout_s)
     return dict(kernels=ev_kernels, sends=ev_sends, recvs=ev_recvs, waits=ev_waits)

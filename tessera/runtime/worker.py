@@ -114,6 +114,7 @@ class Worker:
         # per micro-batch: name -> the Buffer its storage was last shaped as (for carrying)
         self.state_buf: list[dict[str, Buffer]] = [{} for _ in range(spec.max_microbatches)]
         self.local = {pk: self._compile(pk) for pk in spec.partitions}
+        self.unsent: list[tuple[Any, torch.Tensor]] = []  # the last gloo step's sends (see run_threaded)
 
     def _compile(self, pk: tuple[str, str]) -> LocalPlan:
         """This worker's share of one partition as flat lists indexed by position in its kernel order."""
@@ -143,6 +144,11 @@ class Worker:
             got = {n: on_device(t, self.device).untyped_storage() for n, t in self.spec.weights.items()}
         assert set(got) == set(names), f"worker {self.rank}: weights {sorted(set(got) ^ set(names))} misplaced"
         return got
+
+    def flush_sends(self) -> None:
+        for work, _ in self.unsent:
+            work.wait(datetime.timedelta(seconds=self.spec.recv_timeout_s))
+        self.unsent = []
 
     def resident_report(self) -> dict[str, int]:
         return {n: s.nbytes() for n, s in self.weights.items()}
@@ -191,6 +197,7 @@ class Worker:
         lps = [self.local[(cmd.key_of(mb), cmd.plan)] for mb in range(m)]
         t_start = self.clock.begin()
         stores = [self._store(progs[mb], parts[mb], mb, cmd) for mb in range(m)]
+        t_stored = time.perf_counter()
         if self.spec.ordered:
             if len({id(lp) for lp in lps}) > 1:
                 raise ValueError("the ordered (NCCL) schedule runs one program per step; mixed steps need gloo")
@@ -207,7 +214,9 @@ class Worker:
                     self.state[cmd.slot_of(mb)][progs[mb].name(b)] = stores[mb][b]
         outputs = {(mb, i): to_wire(view_of(stores[mb], r)) for mb in range(m)
                    for i, r in enumerate(progs[mb].outputs) if parts[mb].output_device[i] == me}
-        return dict(step_id=cmd.step_id, outputs=outputs, **ev, start_s=t_start, end_s=time.perf_counter())
+        # stored_s: storages set up, first kernel next; cpu_s: this process's CPU seconds so far (all threads)
+        return dict(step_id=cmd.step_id, outputs=outputs, **ev, start_s=t_start, stored_s=t_stored,
+                    end_s=time.perf_counter(), cpu_s=time.process_time())
 
 
 def _watch(heartbeat: Any, rank: int, parent: int) -> None:
@@ -257,6 +266,7 @@ def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, p
         while True:
             cmd = commands.get()
             if cmd is None:
+                worker.flush_sends()
                 break
             results.put(("done", spec.rank, worker.run_step(cmd)))
         dist.destroy_process_group()

@@ -23,11 +23,13 @@ class SchedulerConfig:
     max_prefill_tokens: int | None = None  # tokens per prefill iteration; default: largest sampled prefill
     chunked_prefill: bool = False  # split prompts across iterations, mixed with decode on a shared lane
     router: str = "least_loaded"  # least_loaded | round_robin
+    chunk_tokens: int | None = None  # prompt tokens one request prefills per iteration; default: the plan's
+    # chunk over its micro-batches (a mixed plan), else up to the token budget
 
     def __post_init__(self) -> None:
         if self.router not in ("least_loaded", "round_robin"):
             raise UserError(f"unknown router {self.router!r}; valid: least_loaded, round_robin")
-        for k in ("max_batch", "max_prefill_tokens"):
+        for k in ("max_batch", "max_prefill_tokens", "chunk_tokens"):
             v = getattr(self, k)
             if v is not None and v < 1:
                 raise UserError(f"{k}={v} must be >= 1")
@@ -96,4 +98,4 @@ class PlanModel:
         return cls(plan=plan, first=it, iter=it, shared=True, emits_token=True, image=False, kv_cap=kv_cap,
                    max_batch=cfg.max_batch or batch + prefilling,
                    max_prefill_tokens=cfg.max_prefill_tokens or batch + chunk,
-                   chunked=True, names=("mixed",), mixed=True, chunk_cap=math.ceil(chunk / m))
+                   chunked=True, names=("mixed",), mixed=True, chunk_cap=cfg.chunk_tokens or math.ceil(chunk / m))

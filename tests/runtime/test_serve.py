@@ -20,6 +20,7 @@ from tessera.runtime.serving import (
     serve_stream,
     serving_keys,
     start_cluster,
+    utilisation,
 )
 from tessera.runtime.worker import StepCmd
 from tessera.sim.workload import LengthSpec, WorkloadSpec, generate
@@ -52,6 +53,20 @@ def test_llama_slots_reused_iterations_mixed_async_and_sync_exact() -> None:
     assert sync.history[1]["keys"] == [f"decode@{p0}", f"prefill@{p1}"]
     # async: two groups of one slot each, so no iteration holds two requests
     assert all(len(h["keys"]) == 1 for h in asyn.history)
+    for res in (sync, asyn):  # shares of the stream's wall time: kernels and waits lie inside the steps
+        u = utilisation(res)
+        for w in u["workers"]:
+            assert 0 < w["kernels"] + w["waits"] <= w["busy"] <= 1.0 + 1e-9
+            assert w["steps"] == res.iterations and w["cpu"] is not None and w["cpu"] >= 0
+        assert u["driver_cpu"] >= 0
+
+
+def test_programs_share_one_copy_of_each_weight() -> None:
+    progs = capture_serving("llama-tiny", ["prefill@3", "decode@3", "decode@4"])
+    weights = [{p.name(b): t for b, t in p.initial.items() if p.graph.buffers[b].role.name == "WEIGHT"}
+               for p in progs.values()]
+    assert weights[0] and weights[0].keys() == weights[1].keys() == weights[2].keys()
+    assert all(w[n] is weights[0][n] for w in weights[1:] for n in weights[0])  # the same tensor, not a copy
 
 
 @pytest.mark.parametrize("model", ["moe-tiny", "mamba2-tiny"])

@@ -16,9 +16,11 @@ from tessera.runtime.serve_predict import (
     predicted_period_s,
     predicted_tokens_per_s,
     profile_plan,
+    run_scheduler,
     stream_mix,
 )
-from tessera.runtime.serving import Request
+from tessera.runtime.serving import Request, corun_slowdown
+from tessera.sim.model import PlanModel, SchedulerConfig
 from tessera.sim.workload import LengthSpec, WorkloadSpec
 
 DEC = StepCost(busy_s=(1.0, 2.0), latency_s=3.0)  # one request's decode step: device 1 is the bottleneck
@@ -33,6 +35,10 @@ def test_iteration_period_by_hand() -> None:
     assert iteration_s(DEC, PRE, 2, 0.5, 2) == 10.0
     # a control round trip of 4 joins the latency: max(2·4, 5 + 4)
     assert iteration_s(DEC, PRE, 2, 0, 2, control_s=4.0) == 9.0
+    # a worker's gap between queued steps joins its busy time where groups run back to back:
+    # devices (2 + 3, 4 + 0.5) -> T = 5, max(2·5, 5) = 10; with one group the latency bounds it (5)
+    assert iteration_s(DEC, PRE, 2, 0, 2, gap_s=(3.0, 0.5)) == 10.0
+    assert iteration_s(DEC, PRE, 2, 0, 1, gap_s=(3.0, 0.5)) == 5.0
 
 
 def two_requests() -> tuple[list[Request], dict[str, StepCost]]:
@@ -91,3 +97,37 @@ def test_in_run_times_from_worker_events_by_hand() -> None:
     assert got.dispatch_s == pytest.approx((0.007, 0.005))
     # control: submit -> first start 0.002, last end -> driver 0.003
     assert got.control_s == pytest.approx(0.005)
+
+
+def test_simulator_takes_the_runs_chunk_not_the_planners() -> None:
+    reqs, costs = two_requests()
+    plan = profile_plan("llama-tiny", stream_mix(costs, reqs), slots=4, m=2)
+    # the planner's chunk ceil(4 · 5 / 1.5) = 14 over 2 micro-batches: 7 prompt tokens per request per iteration
+    assert PlanModel.build(plan, SchedulerConfig(max_batch=4)).chunk_cap == 7
+    # the run's: 3 tokens per request per iteration; 2 groups, one prompt each: budget 4 decodes + 2 · 3
+    pm = PlanModel.build(plan, run_scheduler(slots=4, groups=2, prefills=1, chunk_tokens=3))
+    assert (pm.chunk_cap, pm.max_prefill_tokens, pm.max_batch) == (3, 10, 4)
+    with pytest.raises(Exception, match="chunk_tokens=0"):
+        SchedulerConfig(chunk_tokens=0)
+
+
+def test_gap_between_queued_steps_by_hand() -> None:
+    programs = {"decode@4": SimpleNamespace(ops=[0])}
+    fallback = KernelTimes(kernel_s={"decode@4": [1.0]})
+    k = [(0, 0, 0.0, 0.0)]
+    # one worker, three steps: step 1 was submitted (at 0.5) before step 0 ended (1.0) and started at 1.2:
+    # gap 0.2; step 2 was submitted at 3.0, after step 1 ended (2.0): the worker waited for the driver
+    steps = [(0.0, 0.1, 1.0), (0.5, 1.2, 2.0), (3.0, 3.1, 4.0)]
+    hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=end + 0.1,
+                      workers=[dict(start_s=a, end_s=end, kernels=k, waits=[])]) for sub, a, end in steps)
+    assert in_run_times(hist, programs, fallback).step_gap_s == pytest.approx((0.2,))  # type: ignore[arg-type]
+
+
+def test_corun_slowdown_by_hand() -> None:
+    # worker 0 runs op 0 of decode@4 three times: alone at [0, 1) and [10, 11) (1 s each), and at [4, 5.5)
+    # while worker 1 is inside a kernel [3, 6): 1.5 s against its solo mean 1 s -> 1.5x
+    w0 = [dict(kernels=[(0, 0, 0.0, 1.0)]), dict(kernels=[(0, 0, 4.0, 5.5)]), dict(kernels=[(0, 0, 10.0, 11.0)])]
+    w1 = [dict(kernels=[]), dict(kernels=[(0, 0, 3.0, 6.0)]), dict(kernels=[])]
+    hist = [dict(keys=["decode@4"], workers=[a, b]) for a, b in zip(w0, w1, strict=True)]
+    assert corun_slowdown(hist, 0) == pytest.approx(1.5)
+    assert corun_slowdown(hist, 1) is None  # worker 1's one kernel never ran alone: no baseline
