@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import re
 from collections import Counter
 from collections.abc import Callable
 from html import escape
@@ -508,7 +509,52 @@ def _evaluation_html(data: ReportData) -> str:
 
     figs = "".join(f"<figure>{_img(png, label + ' placement map')}<figcaption>{escape(label)} cell"
                    "</figcaption></figure>" for label, png in data.evaluation_maps)
-    return f"<pre>{escape(markdown(data.evaluation))}</pre>{figs}"
+    return markdown_html(markdown(data.evaluation)) + figs
+
+
+def _inline(text: str) -> str:
+    """Escaped text with the study's inline markdown: **bold** and `code`."""
+    out = escape(text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", out)
+
+
+def markdown_html(md: str) -> str:
+    """The study's markdown (evalsummary.markdown: headings, pipe tables, bullets, paragraphs) as HTML."""
+    out: list[str] = []
+    rows: list[list[str]] = []
+    items: list[str] = []
+
+    def flush() -> None:
+        if rows:
+            head, body = rows[0], rows[1:]
+            out.append("<table><tr>" + "".join(f"<th>{_inline(h)}</th>" for h in head) + "</tr>" +
+                       "".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body) +
+                       "</table>")
+            rows.clear()
+        if items:
+            out.append("<ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>")
+            items.clear()
+
+    for line in md.splitlines():
+        text = line.strip()
+        if text.startswith("|"):
+            cells = [c.strip() for c in text.strip("|").split("|")]
+            if not all(set(c) <= set("-: ") for c in cells):  # not the |---| separator
+                rows.append(cells)
+            continue
+        if text.startswith("- "):
+            if rows:
+                flush()
+            items.append(_inline(text[2:]))
+            continue
+        flush()
+        if text.startswith("#"):
+            out.append(f"<h3>{_inline(text.lstrip('#').strip())}</h3>")
+        elif text:
+            out.append(f"<p>{_inline(text)}</p>")
+    flush()
+    return "".join(out)
 
 
 def build_report(data: ReportData, out_dir: Path, *, on_section: Callable[[str], None] | None = None) -> Path:

@@ -114,3 +114,12 @@ def test_cli_builds_report_and_bad_files_exit_2(tmp_path, capsys) -> None:
         assert e.value.code == 2
         err = capsys.readouterr().err.strip()
         assert msg in err and len(err.splitlines()) == 1, err
+
+
+def test_study_markdown_becomes_html_tables() -> None:
+    from tessera.report.html import markdown_html
+
+    md = "# Title\n\n| a | b |\n|---|---|\n| **x** | `y` |\n\n- one\n  - two\ntext <b>\n"
+    assert markdown_html(md) == ("<h3>Title</h3><table><tr><th>a</th><th>b</th></tr><tr><td><b>x</b></td>"
+                                 "<td><code>y</code></td></tr></table><ul><li>one</li><li>two</li></ul>"
+                                 "<p>text &lt;b&gt;</p>")
