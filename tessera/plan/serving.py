@@ -273,7 +273,7 @@ def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units
                 f = floor(g, b, m)
                 if f == math.inf:
                     continue  # nothing fits memory there
-                if floor_misses_slo(f, g, traffic, slo):
+                if f > slo_period_cap(g, traffic, slo):  # misses the SLO whatever the placement
                     missed.append((f, b, m))  # only the fastest-fitting answer can need it (below)
                     continue
             p = place(b, m)
@@ -300,8 +300,3 @@ def slo_period_cap(g: KernelGraph, traffic: Traffic, slo: Slo) -> float:
         return slo.image_s / traffic.steps
     c = max(1, g.shape.get("chunk", 0))
     return min(slo.tpot_s, slo.ttft_s / (max(1, math.ceil(traffic.prompt / c)) + 1))
-
-
-def floor_misses_slo(floor_s: float, g: KernelGraph, traffic: Traffic, slo: Slo) -> bool:
-    """A point whose period is at least ``floor_s`` misses the SLO whatever the placement."""
-    return floor_s > slo_period_cap(g, traffic, slo)
