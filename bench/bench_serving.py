@@ -19,8 +19,6 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
-
 from tessera.errors import UserError
 from tessera.plan.cell import model_kind
 from tessera.plan.planner import capture_source
@@ -35,14 +33,6 @@ QUICK = (("llama-3-8b", "H100,L40S"), ("mixtral-8x7b", "H100,H20"), ("mamba2-2.7
 REQUESTS = 3000
 
 
-def steady(res, requests: int, rate: float) -> float:
-    ser = np.array(res.series_per_s)
-    span = requests / rate
-    w = res.series_window_s
-    i0, i1 = int(0.25 * span / w) + 1, max(int(span / w), int(0.25 * span / w) + 2)
-    return float(ser[i0:i1].mean())
-
-
 def sim_point(plan, cfg: PlannerConfig, base: float, load: float) -> dict:
     """Simulate ``plan`` at ``load`` × ``base`` output tokens/s."""
     t = cfg.traffic
@@ -50,7 +40,8 @@ def sim_point(plan, cfg: PlannerConfig, base: float, load: float) -> dict:
     wl = WorkloadSpec(kind="poisson", requests=REQUESTS, rate_per_s=rate, prompt=LengthSpec(lo=t.prompt, hi=t.prompt),
                       output=LengthSpec(lo=t.output, hi=t.output))
     res = simulate(plan, wl, seed=0, slo=SLO(ttft_s=cfg.slo.ttft_s, tpot_s=cfg.slo.tpot_s))
-    thr = steady(res, REQUESTS, rate)
+    span = REQUESTS / rate
+    thr = res.steady_per_s(0.25 * span, span)
     return {"load": load, "rate_per_s": rate, "steady_tokens_per_s": thr, "vs_offered": thr / (load * base),
             "vs_predicted": thr / base, "slo_attainment": res.slo_attainment, "tpot_p50_s": res.tpot_s["p50"],
             "ttft_p50_s": res.ttft_s["p50"], "lost": res.lost}

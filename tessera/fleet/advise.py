@@ -187,7 +187,6 @@ def simulate_mix(cp: CellPlanner, mix: MixChoice) -> dict[str, Any]:
     """The mix's cells (their Tessera plans) behind one router in tessera.sim, Poisson arrivals at 90% of
     the predicted goodput over four request lifetimes (O · the slowest cell's TPOT), so that most of the run
     is steady state; ``steady_per_s`` is the output rate from a quarter of the arrival span to its end."""
-    import numpy as np
 
     from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate_pool
 
@@ -202,9 +201,8 @@ def simulate_mix(cp: CellPlanner, mix: MixChoice) -> dict[str, Any]:
                         prompt=LengthSpec(lo=t.prompt, hi=t.prompt), output=LengthSpec(lo=t.output, hi=t.output))
     sim_slo = None if cp.images else SLO(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)
     res = simulate_pool(pool.sim_cells(), spec, slo=sim_slo)
-    ser, w, span = np.array(res.series_per_s), res.series_window_s, requests / rate
-    i0 = int(0.25 * span / w) + 1
-    steady = float(ser[i0:max(int(span / w), i0 + 1)].mean()) if len(ser) > i0 else 0.0
+    span = requests / rate
+    steady = res.steady_per_s(0.25 * span, span, default=0.0)
     return {**res.to_json(), "requests": requests, "offered_per_s": rate * per_request,
             "predicted_per_s": mix.throughput_per_s, "capacity_per_s": pool.throughput_per_s, "steady_per_s": steady}
 

@@ -273,8 +273,6 @@ def request_life_s(plan: Plan, t, images: bool) -> float:
 def sim_agreement(deployment: Plan | PoolPlan, cfg, goodput: float, images: bool) -> dict[str, Any]:
     """Poisson arrivals at 95% of the predicted goodput: steady simulated rate against the offered one.
     ``deployment``: one cell's Plan, or a PoolPlan of cells behind one router."""
-    import numpy as np
-
     from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
 
     t = cfg.traffic
@@ -293,11 +291,8 @@ def sim_agreement(deployment: Plan | PoolPlan, cfg, goodput: float, images: bool
         res = simulate(deployment, wl, seed=0, slo=SLO(ttft_s=cfg.slo.ttft_s, tpot_s=cfg.slo.tpot_s) if not images else None)
     except (UserError, ValueError) as e:
         return {"error": str(e).splitlines()[0]}
-    ser = np.array(res.series_per_s, dtype=float)
-    span, w = requests / rate, res.series_window_s
-    i0 = int(max(0.25 * span, life) / w) + 1
-    i1 = max(int(span / w), i0 + 1)
-    steady = float(ser[i0:i1].mean()) if len(ser) > i0 else float("nan")  # tokens/s (image plans: images/s)
+    span = requests / rate
+    steady = res.steady_per_s(max(0.25 * span, life), span)  # tokens/s (image plans: images/s)
     offered = SIM_LOAD * goodput
     return {"offered_per_s": offered, "steady_per_s": steady, "ratio": steady / offered if offered else None,
             "slo_attainment": res.slo_attainment, "requests": requests, "life_s": life,

@@ -58,6 +58,16 @@ class SimResult:
     series_per_s: tuple[float, ...] = ()  # output tokens/s (images/s for image plans) per window
     failures: tuple[dict[str, Any], ...] = field(default=(), hash=False)  # one report per Failure
 
+    def steady_per_s(self, start_s: float, end_s: float, default: float = float("nan")) -> float:
+        """Mean of the throughput series over the whole windows between ``start_s`` and ``end_s`` (seconds
+        from the first arrival): the steady rate once ramp-up is past and before the drain (at least one
+        window; ``default`` when the series ends before ``start_s``)."""
+        w = self.series_window_s
+        i0 = int(start_s / w) + 1
+        if len(self.series_per_s) <= i0:
+            return default
+        return float(np.mean(self.series_per_s[i0:max(int(end_s / w), i0 + 1)]))
+
     def to_json(self) -> dict[str, Any]:
         """Exactly the contract of `tessera simulate --json`."""
         return {k: getattr(self, k) for k in CONTRACT_KEYS}

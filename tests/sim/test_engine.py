@@ -114,3 +114,17 @@ def test_split_plan_prefills_the_next_batch_while_decode_is_full(split_plan):
     r = simulate(split_plan, fixed(4, 128, 50), config=cfg)
     p2 = p_s(256)  # one prefill iteration of two 128-token prompts; it emits each request's first token
     assert r.sim_wall_s == pytest.approx(p2 + 2 * 49 * d_s(2))  # serialised it would be 2·p2 + 98·d_s(2)
+
+
+def test_steady_rate_by_hand() -> None:
+    """Windows of 2 s: from 3 s the first whole window is index 2 (4–6 s); to 10 s, windows up to index 5
+    exclusive (8–10 s the last): mean of 30, 50, 70 = 50. From 9 s: window 5 alone (at least one). A
+    start past the series: the default."""
+    from tessera.sim.metrics import SimResult
+
+    r = SimResult(requests=1, completed=1, lost=0, sim_wall_s=12.0, throughput_tokens_per_s=0.0, ttft_s={},
+                  tpot_s={}, e2e_s={}, slo_attainment=None, usd_per_million_tokens=None, series_window_s=2.0,
+                  series_per_s=(10.0, 20.0, 30.0, 50.0, 70.0, 5.0))
+    assert r.steady_per_s(3.0, 10.0) == pytest.approx(50.0)
+    assert r.steady_per_s(9.0, 9.5) == pytest.approx(5.0)
+    assert r.steady_per_s(11.0, 12.0, default=0.0) == 0.0
