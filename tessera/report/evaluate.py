@@ -168,20 +168,15 @@ def fleet_answer(model: str, pool: StudyPool, cfg) -> tuple[dict[str, Any], Pool
              "gap": f.gap, "milp_cells": sum(1 for c in f.cells if c.chosen == "milp")}, f.plans)
 
 
-def sim_of_answer(cell: dict[str, Any], t, cfg, images: bool, fleet_pool: PoolPlan | None,
-                  pair_cell: dict[str, Any] | None) -> dict[str, Any] | None:
+def sim_of_answer(cell: dict[str, Any], t, cfg, images: bool, fleet_pool: PoolPlan | None) -> dict[str, Any] | None:
     """The planner-vs-simulator check of the cell's Tessera answer: its deployment (one cell's Plan, a
-    prefill/decode pair, or a pool of cells) simulated at 95% of its goodput. A replicated pair carries its
-    pair cell's check: k identical cells behind a random router each serve a Poisson stream of 1/k the
-    rate, which is the pair's own check. None when nothing serves (or the answer has no plans)."""
+    prefill/decode pair, or a pool of cells) simulated at 95% of its goodput. None when nothing serves, or
+    for a replicated pair, whose check is its pair cell's (evalsummary.sim_of)."""
     ans = cell["tessera"]
     if ans["goodput_per_s"] <= 0:
         return None
     if ans["source"] == "cell":
         return sim_agreement(t.deployment, cfg, t.goodput, images) if t.deployment is not None else None
-    if (cell.get("fleet") or {}).get("replicated"):
-        pair_sim = (pair_cell or {}).get("sim")
-        return {**pair_sim, "from_pair": pair_cell["pool"]} if pair_sim else None
     return sim_agreement(fleet_pool, cfg, ans["goodput_per_s"], images) if fleet_pool is not None else None
 
 
@@ -249,7 +244,7 @@ def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, s
                              "devices": [d.gpu for d in t.plan.devices], "assignment": list(t.point.assignment),
                              "summary": _placement_summary(r)}
     if simulate_plan:
-        cell["sim"] = sim_of_answer(cell, t, cfg, s.images, fleet_pool, pair_cell)
+        cell["sim"] = sim_of_answer(cell, t, cfg, s.images, fleet_pool)
     cell["wall_s"] = time.perf_counter() - t0
     cell["solve_s"] = r.solve_s
     cell["load_1min"] = os.getloadavg()[0]
