@@ -120,6 +120,11 @@ def layouts(specs: tuple[GpuSpec, ...], cost, cfg: PlannerConfig) -> list[tuple[
     return out
 
 
+def tp_degrees(units: tuple[GpuSpec, ...], cost) -> tuple[int, ...]:
+    """Tensor-parallel degree of each device of a layout (1 unless its cost model groups GPUs)."""
+    return tuple(cost.tp_of(u) if isinstance(cost, UnitCost) else 1 for u in units)
+
+
 def prefill_decode_sides(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost, cfg: PlannerConfig,
                          pd_ok: bool) -> StrategyResult:
     """Prefill/decode on every layout of the pool with two devices: a pair of GPUs, or two GPU types each
@@ -133,8 +138,7 @@ def prefill_decode_sides(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpe
             "needs two devices: a pair of GPUs, or two GPU types whose counts form tensor-parallel groups"))
     results = []
     for units, ucost in sides:
-        tp = tuple(ucost.tp_of(u) if isinstance(ucost, UnitCost) else 1 for u in units)
-        results.append(replace(prefill_decode(shapes, units, lk, ucost, cfg), tp=tp))
+        results.append(replace(prefill_decode(shapes, units, lk, ucost, cfg), tp=tp_degrees(units, ucost)))
     return best_of(results)
 
 
@@ -143,7 +147,7 @@ def cell_strategies(shapes: Shapes, units: tuple[GpuSpec, ...], cost, lk: LinkSp
     """attention/FFN, layer pipeline and the MILP over one layout of the cell's devices."""
     cell = Pool(gpus=units, link=lk)
     out: dict[str, StrategyResult] = {}
-    tp = tuple(cost.tp_of(u) if isinstance(cost, UnitCost) else 1 for u in units)
+    tp = tp_degrees(units, cost)
     pipe = st.memo(st.layer_pipeline(units, lk, cost))
     af = st.memo(st.attention_ffn(units, lk, cost))
     # one LP floor per shape, shared by the three searches: points it decides are not placed at all
