@@ -8,9 +8,11 @@ import time
 import torch
 import torch.distributed as dist
 
+from tessera.runtime.step_threaded import Waiters
 
-def _recv_like_a_step(buf: torch.Tensor, src: int) -> None:
-    """Receive as a step does. gloo: irecv, a thread blocked in wait(), the main thread woken by a
+
+def _recv_like_a_step(buf: torch.Tensor, src: int, waiters: Waiters) -> None:
+    """Receive as a step does. gloo: irecv, a waiter thread blocked in wait(), the main thread woken by a
     condition. NCCL: the stream waits for the receive, the host for the stream (the clock is the host's)."""
     if buf.device.type == "cuda":
         dist.irecv(buf, src=src).wait()
@@ -24,7 +26,7 @@ def _recv_like_a_step(buf: torch.Tensor, src: int) -> None:
             done.append(True)
             cond.notify_all()
 
-    threading.Thread(target=waiter, daemon=True).start()
+    waiters.run(0, waiter)
     with cond:
         cond.wait_for(lambda: bool(done))
 
@@ -42,6 +44,7 @@ def probe_link(rank: int, world: int, device: torch.device, reps: int = 31, warm
         return None
     peer = 1 - rank
     wall, cpu = [], []
+    waiters = Waiters()
     sizes = (4096, 4 << 20)
     for nbytes in sizes:
         buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
@@ -50,9 +53,9 @@ def probe_link(rank: int, world: int, device: torch.device, reps: int = 31, warm
             c0, t0 = time.process_time(), time.perf_counter()
             if rank == 0:
                 dist.isend(buf, peer).wait()
-                _recv_like_a_step(buf, peer)
+                _recv_like_a_step(buf, peer, waiters)
             else:
-                _recv_like_a_step(buf, peer)
+                _recv_like_a_step(buf, peer, waiters)
                 dist.isend(buf, peer).wait()
             if i >= warmup:
                 ts.append((time.perf_counter() - t0) / 2)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import datetime
 import os
+import queue
 import sys
 import threading
 import time
@@ -39,7 +40,7 @@ from tessera.runtime.probe import probe_link
 from tessera.runtime.program import Program, Storages, Wire, from_wire, to_wire, view_of
 from tessera.runtime.state import carry, load_weights
 from tessera.runtime.step_ordered import Action, ordered_actions, run_ordered
-from tessera.runtime.step_threaded import run_threaded
+from tessera.runtime.step_threaded import Posted, Waiters, post_receives, run_threaded
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
 GIL_SWITCH_S = 2e-4
@@ -115,6 +116,7 @@ class Worker:
         self.state_buf: list[dict[str, Buffer]] = [{} for _ in range(spec.max_microbatches)]
         self.local = {pk: self._compile(pk) for pk in spec.partitions}
         self.unsent: list[tuple[Any, torch.Tensor]] = []  # the last gloo step's sends (see run_threaded)
+        self.waiters = Waiters()  # the gloo path's receive threads
 
     def _compile(self, pk: tuple[str, str]) -> LocalPlan:
         """This worker's share of one partition as flat lists indexed by position in its kernel order."""
@@ -190,7 +192,16 @@ class Worker:
     def landed(self, buf: torch.Tensor) -> torch.UntypedStorage:
         return on_device(buf, self.device).untyped_storage()
 
-    def run_step(self, cmd: StepCmd) -> dict[str, Any]:
+    def post(self, cmd: StepCmd) -> Posted | None:
+        """Post a step's receives ahead of running it (gloo); None on the ordered (NCCL) schedule, which
+        must issue every receive in its one global order."""
+        if self.spec.ordered:
+            return None
+        return post_receives(self, [self.local[(cmd.key_of(mb), cmd.plan)] for mb in range(len(cmd.inputs))],
+                             cmd.step_id)
+
+    def run_step(self, cmd: StepCmd, posted: Posted | None = None) -> dict[str, Any]:
+        """One step; ``posted``: its receives, from ``post`` (else posted now)."""
         m, me = len(cmd.inputs), self.rank
         progs = [self.spec.programs[cmd.key_of(mb)] for mb in range(m)]
         parts = [self.spec.partitions[(cmd.key_of(mb), cmd.plan)] for mb in range(m)]
@@ -203,7 +214,7 @@ class Worker:
                 raise ValueError("the ordered (NCCL) schedule runs one program per step; mixed steps need gloo")
             ev = run_ordered(self, lps[0].ops, lps[0].actions, stores)
         else:
-            ev = run_threaded(self, lps, stores, cmd.step_id)
+            ev = run_threaded(self, lps, stores, cmd.step_id, posted)
         self.clock.finish()
         if self.clock.cuda:  # event tokens -> seconds on the host timeline; the times end each tuple
             sec, n_times = self.clock.seconds, {"kernels": 2, "waits": 2, "sends": 1, "recvs": 1}
@@ -256,6 +267,28 @@ def join_group(spec: WorkerSpec) -> datetime.timedelta:
     return timeout
 
 
+def read_ahead(worker: Worker, commands: Any) -> queue.SimpleQueue:
+    """A thread that takes each command off the driver's queue as it arrives and posts its receives at
+    once, while the worker may still compute an earlier step; returns the queue of (command, its Posted
+    or the exception posting raised), ending with (None, None)."""
+    ahead: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read() -> None:
+        while True:
+            cmd = commands.get()
+            if cmd is None:
+                ahead.put((None, None))
+                return
+            try:
+                ahead.put((cmd, worker.post(cmd)))
+            except Exception as e:  # noqa: BLE001 - re-raised by the worker's main loop, which reports it
+                ahead.put((cmd, e))
+                return
+
+    threading.Thread(target=read, daemon=True, name="tessera-commands").start()
+    return ahead
+
+
 def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, parent: int) -> None:
     threading.Thread(target=_watch, args=(heartbeat, spec.rank, parent), daemon=True).start()
     try:
@@ -263,12 +296,15 @@ def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, p
         worker = Worker(spec, results)
         link = probe_link(spec.rank, spec.world, worker.link)
         results.put(("ready", spec.rank, {"weights": worker.resident_report(), "link": link}))
+        ahead = read_ahead(worker, commands)
         while True:
-            cmd = commands.get()
+            cmd, posted = ahead.get()
+            if isinstance(posted, Exception):
+                raise posted
             if cmd is None:
                 worker.flush_sends()
                 break
-            results.put(("done", spec.rank, worker.run_step(cmd)))
+            results.put(("done", spec.rank, worker.run_step(cmd, posted)))
         dist.destroy_process_group()
     except Exception as e:  # reported to the driver, which names this worker and stops the others
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
