@@ -42,11 +42,12 @@ def workload(n: int) -> WorkloadSpec:
                         output=LengthSpec(lo=4, hi=16))
 
 
-def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = None) -> dict[str, Any]:
+def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = None, *, slots: int = SLOTS,
+        microbatches: int = MICROBATCHES) -> dict[str, Any]:
     # 4 slots in 2 groups: few requests per iteration, so the synchronous schedule's per-iteration bubble
     # (pipeline fill and drain, the driver's round trip) is a visible share that async can overlap
     spec = ServeRunSpec(model=model, devices=("cpu", "cpu"), workload=workload(n),
-                        serve=ServeConfig(slots=SLOTS, microbatches=MICROBATCHES, schedule="async",
+                        serve=ServeConfig(slots=slots, microbatches=microbatches, schedule="async",
                                           chunk_tokens=CHUNK),
                         placement=placement, compare_sync=fault is None, repeats=repeats if fault is None else 1,
                         recover=fault is not None, fault=fault)
@@ -59,7 +60,7 @@ def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = 
     err = lambda x, ref: None if x is None or not ref else x / ref - 1  # noqa: E731
     sim = pa["in_run"]["simulated"]
     out = {
-        "model": model, "placement": placement, "requests": r.requests, "completed": r.completed, "lost": r.lost,
+        "model": model, "placement": placement, "slots": slots, "microbatches": microbatches, "requests": r.requests, "completed": r.completed, "lost": r.lost,
         "verified": r.verified, "tokens_identical": r.tokens_identical, "max_abs_diff": r.max_abs_diff,
         "measured_tokens_per_s": meas, "sync_tokens_per_s": sync,
         "async_over_sync": meas / sync if sync else None,
@@ -188,6 +189,32 @@ def time_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def kernel_seconds(r: dict[str, Any], schedule: str) -> float:
+    """Seconds both workers spent inside kernels over the schedule's median run (the same requests and tokens
+    under either schedule, so a ratio above 1 is kernels running slower while both cores compute)."""
+    u = r["utilisation"][schedule]
+    return sum(w["kernels"] for w in u["workers"]) * u["wall_s"]
+
+
+def sweep_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| model | placement | slots / groups | async tok/s | sync tok/s | async/sync | model's async/sync | "
+             "kernel seconds async/sync | predicted err | simulated err | runs async / sync tok/s | load |",
+             "|" + "---|" * 12]
+    for r in rows:
+        runs = r["runs_tokens_per_s"]
+        lines.append(
+            f"| {r['model']} | {r['placement']} | {r['slots']} / {r['microbatches']} | "
+            f"{r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | {r['async_over_sync']:.2f}x | "
+            f"{r['predicted_async_over_sync']:.2f}x | {kernel_seconds(r, 'async') / kernel_seconds(r, 'sync'):.2f}x | "
+            f"{pct(r['predicted_error'])} | {pct(r['simulated_error'])} | "
+            f"{' '.join(f'{x:.0f}' for x in runs['async'])} / {' '.join(f'{x:.0f}' for x in runs['sync'])} | "
+            f"{' '.join(f'{x:.1f}' for x in r['load_avg'])} |")
+    return ("Asynchronous vs synchronous by slots (async: the slots in groups advancing on their own; sync: one "
+            "group of every slot). With one request per group the synchronous iteration's pipeline fill and "
+            "drain is the largest share of it; kernel seconds: both workers' time inside kernels, async over "
+            "sync, for the same requests and tokens.\n\n" + "\n".join(lines) + "\n")
+
+
 def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
     lines = ["| model | placement | requests | lost | tokens identical | async tok/s | sync tok/s | async/sync | "
              "model's async/sync | 2nd process GEMV / GEMM slowdown | "
@@ -244,10 +271,15 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--sweep-models", default="llama-wide",
+                    help="models also served at 2 slots in 2 groups (one request per group); '' for none")
     a = ap.parse_args()
     n, repeats = (16, 1) if a.quick else (a.requests, a.repeats)
     models = MODELS[:1] if a.quick else tuple(a.models.split(","))
     rows = [row(m, p, n, repeats) for m in models for p in PLACEMENTS]
+    sweep_models = () if a.quick else tuple(x for x in a.sweep_models.split(",") if x)
+    sweep = [row(m, p, n, repeats, slots=2, microbatches=2) for m in sweep_models for p in PLACEMENTS]
+    sweep += [r for r in rows if r["model"] in sweep_models]
     kill_at = min(20, n - 1)
     fault = row("llama-tiny", "layer_split", n, 1, Fault(at_request=kill_at, rank=1)) | {"kill_at": kill_at}
     if a.quick:  # a smoke run: printed, not recorded
@@ -255,7 +287,9 @@ def main() -> None:
         return
     OUT.mkdir(exist_ok=True)
     text = table(rows, fault)
-    (OUT / "serve_runtime.json").write_text(json.dumps({"rows": rows, "fault": fault}, indent=1))
+    if sweep:
+        text += "\n" + sweep_table(sorted(sweep, key=lambda r: (r["model"], r["placement"], r["slots"])))
+    (OUT / "serve_runtime.json").write_text(json.dumps({"rows": rows, "fault": fault, "sweep": sweep}, indent=1))
     (OUT / "serve_runtime.md").write_text(text + "\n")
     print(text)
 

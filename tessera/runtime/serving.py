@@ -383,7 +383,7 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
                     g.free.append(s.slot)
             # *_abs_s: the same instants on the clock the workers stamp their events with (perf_counter)
             history.append(dict(step=sid, keys=keys, submit_s=g.submitted_s, done_s=done_s, workers=per_worker,
-                                submit_abs_s=g.submitted_s + t0, done_abs_s=done_s + t0))
+                                submit_abs_s=g.submitted_s + t0, done_abs_s=done_s + t0, group=groups.index(g)))
             g.step = None
     first = min((r.arrival_s for r in requests), default=0.0)
     last = max((t for s in served for t in s.token_s), default=first)

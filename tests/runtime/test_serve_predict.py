@@ -99,6 +99,20 @@ def test_in_run_times_from_worker_events_by_hand() -> None:
     assert got.control_s == pytest.approx(0.005)
 
 
+def test_control_round_trip_means_and_driver_turnaround_by_hand() -> None:
+    programs = {"decode@4": SimpleNamespace(ops=[0])}
+    fallback = KernelTimes(kernel_s={"decode@4": [1.0]})
+    k = [(0, 0, 0.0, 0.0)]
+    # one worker, group 0 three times: (submit, start, end, outputs at the driver)
+    steps = [(0.0, 0.1, 1.0, 1.2), (1.3, 1.4, 2.0, 2.1), (2.6, 3.3, 4.0, 4.1)]
+    hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=done, group=0,
+                      workers=[dict(start_s=a, end_s=end, kernels=k, waits=[])]) for sub, a, end, done in steps)
+    # launch (0.1 + 0.1 + 0.7) / 3 = 0.3; return (0.2 + 0.1 + 0.1) / 3 = 0.1333; turnaround (1.3 - 1.2, 2.6 - 2.1)
+    # -> 0.3: mean 0.3 + 0.1333 + 0.3 (medians would give 0.1 + 0.1 + 0.3)
+    got = in_run_times(hist, programs, fallback)  # type: ignore[arg-type]
+    assert got.control_s == pytest.approx(0.3 + 0.4 / 3 + 0.3)
+
+
 def test_simulator_takes_the_runs_chunk_not_the_planners() -> None:
     reqs, costs = two_requests()
     plan = profile_plan("llama-tiny", stream_mix(costs, reqs), slots=4, m=2)
