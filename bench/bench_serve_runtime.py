@@ -176,14 +176,15 @@ def time_table(rows: list[dict[str, Any]]) -> str:
     """Where each schedule's time went (the median run): busy = the worker inside a step, CPU = its process
     actually on a core; outside = per micro-batch step, time in a step neither in kernels nor blocked."""
     lines = ["| model | placement | schedule | workers busy/CPU · driver CPU | kernels | outside ms per request-step "
-             "| kernel slowdown while the other worker computes | steps per worker |", "|" + "---|" * 8]
+             "| kernel seconds, both workers | kernel slowdown while the other worker computes | steps per worker |",
+             "|" + "---|" * 9]
     for r in rows:
         for sched, u in r["utilisation"].items():
             if not u:
                 continue
             lines.append(f"| {r['model']} | {r['placement']} | {sched} | {shares(u)} | "
                          f"{join(w['kernels'] for w in u['workers'])} | "
-                         f"{join(w['outside_ms'] for w in u['workers'])} | "
+                         f"{join(w['outside_ms'] for w in u['workers'])} | {kernel_seconds(r, sched):.2f} | "
                          f"{' '.join(times(w['corun_slowdown']) for w in u['workers'])} | "
                          f"{' '.join(str(w['steps']) for w in u['workers'])} |")
     return "\n".join(lines)

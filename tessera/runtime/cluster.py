@@ -143,9 +143,9 @@ class Cluster:
         ctx = mp.get_context("spawn")
         n = len(self.config.devices)
         self.results = ctx.Queue()
-        # SimpleQueue: put pickles and writes in the caller, where Queue hands each command to a feeder
-        # thread (one more thread to wake per submit, on a machine whose cores the workers keep busy)
-        self.commands = [ctx.SimpleQueue() for _ in range(n)]
+        # Queue, not SimpleQueue: a feeder thread writes the pipe, so a stopped worker that stops reading
+        # blocks that thread, never the driver's fault checks (SimpleQueue writes in the caller)
+        self.commands = [ctx.Queue() for _ in range(n)]
         self.heartbeat = ctx.Array("d", [time.monotonic()] * n, lock=False)
         saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
@@ -310,8 +310,6 @@ class Cluster:
         self.abort()
 
     def _close_queues(self) -> None:
-        for q in getattr(self, "commands", []):
+        for q in [*getattr(self, "commands", []), *([self.results] if hasattr(self, "results") else [])]:
             q.close()
-        if hasattr(self, "results"):
-            self.results.close()
-            self.results.cancel_join_thread()
+            q.cancel_join_thread()

@@ -168,7 +168,7 @@ def launch(cfg: LaunchConfig, env: RankEnv) -> dict[str, Any] | None:
                            f"(rank groups {sorted(groups.values())}): capture or placement is not deterministic "
                            "across processes; every rank must build the same plan")
     ex = SpmdExecutor(Worker(wspec, None), programs, control)  # results: unused (no driver queue here)
-    link = probe_link(env.rank, env.world, ex.worker.link)
+    link = probe_link(env.rank, env.world, ex.worker.link, ex.worker.waiters)
     resident = all_gather(ex.worker.resident_report(), env.world, control)
     rounds, switches = serve(ex, job, programs, cfg.requests, spec.policy)
     if env.rank != 0:

@@ -31,8 +31,8 @@ def _recv_like_a_step(buf: torch.Tensor, src: int, waiters: Waiters) -> None:
         cond.wait_for(lambda: bool(done))
 
 
-def probe_link(rank: int, world: int, device: torch.device, reps: int = 31, warmup: int = 3
-               ) -> tuple[float, float, float, float] | None:
+def probe_link(rank: int, world: int, device: torch.device, waiters: Waiters | None = None, reps: int = 31,
+               warmup: int = 3) -> tuple[float, float, float, float] | None:
     """Rank 0 ping-pongs 4 KiB and 4 MiB with rank 1 through the step's send/receive path, with buffers on
     ``device`` (where the transport's tensors live: the host for gloo, the GPU for NCCL; a CUDA worker's
     staging copies over gloo are not included). Returns one direction's (latency_s, bytes_per_s) and the
@@ -44,7 +44,7 @@ def probe_link(rank: int, world: int, device: torch.device, reps: int = 31, warm
         return None
     peer = 1 - rank
     wall, cpu = [], []
-    waiters = Waiters()
+    waiters = waiters or Waiters()  # the worker's own receive threads, as its steps use them
     sizes = (4096, 4 << 20)
     for nbytes in sizes:
         buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)

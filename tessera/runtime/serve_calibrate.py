@@ -33,14 +33,15 @@ from tessera.runtime.serve_predict import KernelTimes
 def _control_s(history: tuple[dict[str, Any], ...]) -> float:
     """Mean launch (submit -> first start on an idle worker) plus mean return (last end -> driver) plus the
     driver's mean turnaround (outputs in hand -> the same group's next submit: tokens taken, next inputs
-    built). Means: throughput pays every round trip, and on a busy 2-core machine their tails are long
-    (mean launch 1.6 ms against a 1.3 ms median, seen on mamba2-tiny)."""
+    built; only for iterations submitted straight after their group's previous one, not after a wait for
+    arrivals or a recovery). Means: throughput pays every round trip, and on a busy 2-core machine their
+    tails are long (mean launch 1.6 ms against a 1.3 ms median, seen on mamba2-tiny)."""
     launch, back, turn = [], [], []
     prev_end: dict[int, float] = {}
     last_done: dict[int, float] = {}  # group -> when its previous iteration's outputs reached the driver
     for h in sorted(history, key=lambda h: h["submit_abs_s"]):
         g = h.get("group")
-        if g is not None and g in last_done:
+        if g is not None and h.get("continued") and g in last_done:
             turn.append(max(0.0, h["submit_abs_s"] - last_done[g]))
         if g is not None:
             last_done[g] = h["done_abs_s"]

@@ -270,6 +270,10 @@ class Group:
         self.step: int | None = None  # the iteration in flight
         self.batch: list[Served] = []  # its requests, in micro-batch order
         self.submitted_s = 0.0
+        # when its last iteration's outputs arrived, if it had work ready then (requests running, or an
+        # arrival already due) and no recovery came between: the driver's turnaround runs from there
+        self.ready_s: float | None = None
+        self.continued = False  # the iteration in flight was submitted straight after the previous one
 
 
 def _feed(programs: dict[str, Program], s: Served) -> tuple[str, dict[int, torch.Tensor], bool]:
@@ -345,6 +349,7 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
                 feeds = [_feed(programs, s) for s in g.running]
                 g.batch = list(g.running)
                 g.submitted_s = time.perf_counter() - t0
+                g.continued, g.ready_s = g.ready_s is not None, None
                 g.step = cluster.submit(PLAN, [f for _, f, _ in feeds], keys=tuple(k for k, _, _ in feeds),
                                         slots=tuple(s.slot for s in g.batch), resets=tuple(r for *_, r in feeds))
                 by_step[g.step] = g
@@ -362,7 +367,7 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
             detected_s = time.perf_counter() - t0
             cluster = recover(failure)
             for g in groups:  # every iteration in flight died with the cluster: replay from the prompt
-                g.step = None
+                g.step, g.ready_s = None, None
                 for s in g.running:
                     s.pos = 0
             by_step.clear()
@@ -383,8 +388,11 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
                     g.free.append(s.slot)
             # *_abs_s: the same instants on the clock the workers stamp their events with (perf_counter)
             history.append(dict(step=sid, keys=keys, submit_s=g.submitted_s, done_s=done_s, workers=per_worker,
-                                submit_abs_s=g.submitted_s + t0, done_abs_s=done_s + t0, group=groups.index(g)))
+                                submit_abs_s=g.submitted_s + t0, done_abs_s=done_s + t0, group=groups.index(g),
+                                continued=g.continued))
             g.step = None
+            due = bool(waiting) and waiting[0].arrival_s <= done_s
+            g.ready_s = done_s if g.running or (due and g.free) else None
     first = min((r.arrival_s for r in requests), default=0.0)
     last = max((t for s in served for t in s.token_s), default=first)
     return StreamResult(schedule=cfg.schedule, served=tuple(sorted(served, key=lambda s: s.request.rid)),

@@ -18,6 +18,7 @@ import datetime
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -74,7 +75,11 @@ class Waiters:
 
 def _serve_jobs(jobs: queue.SimpleQueue) -> None:
     while True:
-        jobs.get()()
+        job = jobs.get()
+        try:
+            job()
+        except BaseException:  # noqa: BLE001 - a job's own errors reach its step; keep serving the next
+            traceback.print_exc()
 
 
 def run_threaded(w: Any, lps: Any, stores: list[Storages], step_id: int, posted: Posted | None = None

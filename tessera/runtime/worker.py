@@ -274,16 +274,15 @@ def read_ahead(worker: Worker, commands: Any) -> queue.SimpleQueue:
     ahead: queue.SimpleQueue = queue.SimpleQueue()
 
     def read() -> None:
-        while True:
-            cmd = commands.get()
-            if cmd is None:
-                ahead.put((None, None))
-                return
-            try:
+        try:
+            while True:
+                cmd = commands.get()
+                if cmd is None:
+                    ahead.put((None, None))
+                    return
                 ahead.put((cmd, worker.post(cmd)))
-            except Exception as e:  # noqa: BLE001 - re-raised by the worker's main loop, which reports it
-                ahead.put((cmd, e))
-                return
+        except BaseException as e:  # noqa: BLE001 - re-raised by the worker's main loop, which reports it
+            ahead.put((None, e if isinstance(e, Exception) else RuntimeError(f"command reader: {e!r}")))
 
     threading.Thread(target=read, daemon=True, name="tessera-commands").start()
     return ahead
@@ -294,7 +293,7 @@ def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, p
     try:
         join_group(spec)
         worker = Worker(spec, results)
-        link = probe_link(spec.rank, spec.world, worker.link)
+        link = probe_link(spec.rank, spec.world, worker.link, worker.waiters)
         results.put(("ready", spec.rank, {"weights": worker.resident_report(), "link": link}))
         ahead = read_ahead(worker, commands)
         while True:

@@ -103,14 +103,19 @@ def test_control_round_trip_means_and_driver_turnaround_by_hand() -> None:
     programs = {"decode@4": SimpleNamespace(ops=[0])}
     fallback = KernelTimes(kernel_s={"decode@4": [1.0]})
     k = [(0, 0, 0.0, 0.0)]
-    # one worker, group 0 three times: (submit, start, end, outputs at the driver)
-    steps = [(0.0, 0.1, 1.0, 1.2), (1.3, 1.4, 2.0, 2.1), (2.6, 3.3, 4.0, 4.1)]
-    hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=done, group=0,
-                      workers=[dict(start_s=a, end_s=end, kernels=k, waits=[])]) for sub, a, end, done in steps)
-    # launch (0.1 + 0.1 + 0.7) / 3 = 0.3; return (0.2 + 0.1 + 0.1) / 3 = 0.1333; turnaround (1.3 - 1.2, 2.6 - 2.1)
-    # -> 0.3: mean 0.3 + 0.1333 + 0.3 (medians would give 0.1 + 0.1 + 0.3)
+    # one worker, two groups interleaved: (group, submitted straight after its previous, submit, start, end,
+    # outputs at the driver)
+    steps = [(0, False, 0.0, 0.1, 1.0, 1.2), (1, False, 1.1, 1.2, 1.4, 1.5), (0, True, 1.3, 1.5, 2.0, 2.1),
+             (1, True, 2.3, 2.4, 2.6, 2.7), (0, True, 2.8, 2.9, 3.0, 3.3), (0, False, 5.0, 5.1, 5.2, 5.3)]
+    hist = tuple(dict(keys=["decode@4"], group=g, continued=c, submit_abs_s=sub, done_abs_s=done,
+                      workers=[dict(start_s=a, end_s=end, kernels=k, waits=[])]) for g, c, sub, a, end, done in steps)
+    # launch, only where the worker was idle at the submit: the third step (1.3) queued behind group 1's
+    # (until 1.4), so 0.1, 0.1, 0.1, 0.1, 0.1 -> mean 0.1; return: 0.2, 0.1, 0.1, 0.1, 0.3, 0.1 -> 0.9 / 6
+    # turnaround (continued only, from the same group's last outputs): 1.3 - 1.2, 2.3 - 1.5, 2.8 - 2.1 ->
+    # 0.1, 0.8, 0.7, mean 1.6 / 3 (the last group-0 step came after a wait: not a turnaround; the median of
+    # the three would be 0.7)
     got = in_run_times(hist, programs, fallback)  # type: ignore[arg-type]
-    assert got.control_s == pytest.approx(0.3 + 0.4 / 3 + 0.3)
+    assert got.control_s == pytest.approx(0.1 + 0.9 / 6 + 1.6 / 3)
 
 
 def test_simulator_takes_the_runs_chunk_not_the_planners() -> None:
