@@ -168,8 +168,14 @@ def times(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def join(xs: Any) -> str:
-    return " ".join(f"{x:.2f}" for x in xs)
+def join(xs: Any, fmt: str = ".2f") -> str:
+    return " ".join(f"{x:{fmt}}" for x in xs)
+
+
+def runs_cell(r: dict[str, Any]) -> str:
+    """Every repeat's throughput, async / sync."""
+    runs = r["runs_tokens_per_s"]
+    return f"{join(runs['async'], '.0f')} / {join(runs.get('sync', []), '.0f')}"
 
 
 def time_table(rows: list[dict[str, Any]]) -> str:
@@ -202,14 +208,12 @@ def sweep_table(rows: list[dict[str, Any]]) -> str:
              "kernel seconds async/sync | predicted err | simulated err | runs async / sync tok/s | load |",
              "|" + "---|" * 12]
     for r in rows:
-        runs = r["runs_tokens_per_s"]
         lines.append(
             f"| {r['model']} | {r['placement']} | {r['slots']} / {r['microbatches']} | "
             f"{r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | {r['async_over_sync']:.2f}x | "
             f"{r['predicted_async_over_sync']:.2f}x | {kernel_seconds(r, 'async') / kernel_seconds(r, 'sync'):.2f}x | "
             f"{pct(r['predicted_error'])} | {pct(r['simulated_error'])} | "
-            f"{' '.join(f'{x:.0f}' for x in runs['async'])} / {' '.join(f'{x:.0f}' for x in runs['sync'])} | "
-            f"{' '.join(f'{x:.1f}' for x in r['load_avg'])} |")
+            f"{runs_cell(r)} | {join(r['load_avg'], '.1f')} |")
     return ("Asynchronous vs synchronous by slots (async: the slots in groups advancing on their own; sync: one "
             "group of every slot). With one request per group the synchronous iteration's pipeline fill and "
             "drain is the largest share of it; kernel seconds: both workers' time inside kernels, async over "
@@ -223,7 +227,6 @@ def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
              "err | profile-only err (pred/sim) | TTFT p50 ms | runs async / sync tok/s | load (1/5/15 min) |",
              "|" + "---|" * 24]
     for r in rows:
-        runs = r["runs_tokens_per_s"]
         lines.append(
             f"| {r['model']} | {r['placement']} | {r['requests']} | {r['lost']} | {r['tokens_identical']} | "
             f"{r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | {r['async_over_sync']:.2f}x | "
@@ -233,8 +236,7 @@ def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
             f"{ms(r['predicted_tpot_s'])} | {pct(r['predicted_tpot_error'])} | {ms(r['simulated_tpot_p50_s'])} | "
             f"{pct(r['simulated_tpot_error'])} | {pct(r['profile_predicted_error'])} / "
             f"{pct(r['profile_simulated_error'])} | {ms(r['ttft_p50_s'])} | "
-            f"{' '.join(f'{x:.0f}' for x in runs['async'])} / {' '.join(f'{x:.0f}' for x in runs.get('sync', []))} | "
-            f"{' '.join(f'{x:.1f}' for x in r['load_avg'])} |")
+            f"{runs_cell(r)} | {join(r['load_avg'], '.1f')} |")
     if fault:
         (rec,) = fault["recoveries"] or [{}]
         lines += ["", f"Fault: {fault['model']} ({fault['placement']}), worker 1 SIGKILLed when request "

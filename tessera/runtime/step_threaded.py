@@ -187,7 +187,6 @@ def run_threaded(w: Any, lps: Any, stores: list[Storages], step_id: int, posted:
     # i.e. starts that step, and a peer still busy with an earlier queued step (the asynchronous schedule)
     # would hold this worker here instead of letting it start its next step. By the end of step N+1 every
     # peer has started step N (its step N needs only sends already made), so this wait does not deadlock.
-    for work, _ in w.unsent:
-        work.wait(timeout)
+    w.flush_sends()
     w.unsent = sent  # the works and the data they read, kept alive until they complete
     return dict(kernels=ev_kernels, sends=ev_sends, recvs=ev_recvs, waits=ev_waits)

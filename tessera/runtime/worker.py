@@ -195,17 +195,17 @@ class Worker:
     def post(self, cmd: StepCmd) -> Posted | None:
         """Post a step's receives ahead of running it (gloo); None on the ordered (NCCL) schedule, which
         must issue every receive in its one global order."""
-        if self.spec.ordered:
-            return None
-        return post_receives(self, [self.local[(cmd.key_of(mb), cmd.plan)] for mb in range(len(cmd.inputs))],
-                             cmd.step_id)
+        return None if self.spec.ordered else post_receives(self, self._local_plans(cmd), cmd.step_id)
+
+    def _local_plans(self, cmd: StepCmd) -> list[LocalPlan]:
+        return [self.local[(cmd.key_of(mb), cmd.plan)] for mb in range(len(cmd.inputs))]
 
     def run_step(self, cmd: StepCmd, posted: Posted | None = None) -> dict[str, Any]:
         """One step; ``posted``: its receives, from ``post`` (else posted now)."""
         m, me = len(cmd.inputs), self.rank
         progs = [self.spec.programs[cmd.key_of(mb)] for mb in range(m)]
         parts = [self.spec.partitions[(cmd.key_of(mb), cmd.plan)] for mb in range(m)]
-        lps = [self.local[(cmd.key_of(mb), cmd.plan)] for mb in range(m)]
+        lps = self._local_plans(cmd)
         t_start = self.clock.begin()
         stores = [self._store(progs[mb], parts[mb], mb, cmd) for mb in range(m)]
         t_stored = time.perf_counter()
