@@ -13,6 +13,9 @@ Steady state of an engine serving requests of P prompt and O output tokens at ba
     link's time per micro-batch and L one micro-batch's latency through it,
         period = max(m·T, L)                      (synchronous form, kept for comparison:
                                                    max(m·T, L + (m−1)·T))
+    (expected_period_s: where T and L vary from iteration to iteration, as a served stream's mixed steps
+    on shared CPUs do, the period is the expectation of that max, not the max of the expectations; a
+    steady-state iteration on a GPU repeats the same kernels, and the planner takes the spreads as 0);
     TPOT = period; output throughput = B / period tokens/s; TTFT = (⌈P / c⌉ + 1)·period (a prompt is
     chunked at c tokens per iteration of its micro-batch, after waiting up to one iteration to join);
   - image models (denoise): B images per step, m micro-batches; images/s = B / (steps·period); the
@@ -27,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
@@ -166,13 +170,30 @@ def slo_rate(slots: int, service_s: float, budget_s: float, target: float = SLO_
     return lo
 
 
+def expected_period_s(queued_s: float, latency_s: float, queued_sd_s: float = 0.0, latency_sd_s: float = 0.0
+                      ) -> float:
+    """E[max(X, Y)], the asynchronous period when its two terms vary from iteration to iteration: X the
+    bottleneck's m queued micro-batches (mean m·T, standard deviation ``queued_sd_s``), Y one micro-batch's
+    path back to its own next iteration (mean L, ``latency_sd_s``), taken as independent normals
+    (Clark, "The greatest of a finite set of random variables", Operations Research 9(2), 1961):
+        θ = √(σ_X² + σ_Y²),  α = (m·T − L) / θ,  E = m·T·Φ(α) + L·Φ(−α) + θ·φ(α).
+    Where the terms meet (α = 0) a micro-batch finds the bottleneck busy with another about half the time
+    and the period exceeds both by θ/√(2π); far apart it is the larger; zero spreads give max(m·T, L)."""
+    theta = math.hypot(queued_sd_s, latency_sd_s)
+    if theta == 0.0:
+        return max(queued_s, latency_s)
+    a = (queued_s - latency_s) / theta
+    n = NormalDist()
+    return queued_s * n.cdf(a) + latency_s * n.cdf(-a) + theta * n.pdf(a)
+
+
 def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: int, units: tuple[GpuSpec, ...],
                 link: LinkSpec, cost, traffic: Traffic, slo: Slo, extra_latency_s: float = 0.0) -> Point:
     """Score a placement of micro-batch graph ``g`` (built at steady_shape(batch, m) or image_shape)."""
     ev = evaluate_cached(g, assignment, units, link, cost)
     mem = whole_step_memory(ev, m)
     t = ev.bottleneck_s
-    period = max(m * t, ev.latency_s)
+    period = expected_period_s(m * t, ev.latency_s)  # spreads 0: max(m·T, L)
     sync = max(m * t, ev.latency_s + (m - 1) * t)
     images = g.phase != "mixed"
     if images:

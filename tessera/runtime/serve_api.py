@@ -232,14 +232,13 @@ def predict_one(spec: ServeRunSpec, programs: dict[str, Program], parts: dict[tu
     m = spec.serve.microbatches if schedule == "async" else 1
     chunk = spec.serve.chunk_tokens or max(r.prompt.shape[1] for r in requests)
     scheduler = run_scheduler(spec.serve.slots, m, spec.serve.prefills_per_iteration, chunk)
-    gap = times.step_gap_s
-    sim = simulated(profile_plan(spec.model, mix, spec.serve.slots, m, times.control_s, gap), spec.workload,
-                    spec.seed, scheduler, trace)
-    return {"kernel_times": times.source, "dispatch_s": times.dispatch_s, "control_s": times.control_s,
-            "step_gap_s": gap,
-            "throughput_tokens_per_s": predicted_tokens_per_s(mix, spec.workload, spec.serve.slots, m,
-                                                              times.control_s, gap),
-            "tpot_s": predicted_period_s(mix, spec.serve.slots, m, times.control_s, gap),
+    over = times.overheads
+    sim = simulated(profile_plan(spec.model, mix, spec.serve.slots, m, over), spec.workload, spec.seed, scheduler,
+                    trace)
+    return {"kernel_times": times.source, "dispatch_s": times.dispatch_s, "control_s": over.control_s,
+            "step_gap_s": over.gap_s, "step_sd_s": over.step_sd_s, "control_sd_s": over.control_sd_s,
+            "throughput_tokens_per_s": predicted_tokens_per_s(mix, spec.workload, spec.serve.slots, m, over),
+            "tpot_s": predicted_period_s(mix, spec.serve.slots, m, over),
             "simulated": sim, "mean_step": {"busy_s": mix.step.busy_s, "latency_s": mix.step.latency_s}}
 
 

@@ -13,25 +13,39 @@ events give, under the same conditions:
   the last outputs handed back): what a worker pays per iteration when groups run back to back;
 - the control round trip per iteration: the driver's submit to the first worker's start (when that worker
   was idle, so not queueing behind another group's iteration), plus the last worker's end to the driver
-  holding the outputs, plus the driver's turnaround to the group's next submit; means.
+  holding the outputs, plus the driver's turnaround to the group's next submit; means;
+- how much a device's busy time per step and the control round trip vary from iteration to iteration
+  (robust standard deviations: the interquartile range / 1.349, so that a rare stall of a hundred
+  milliseconds, already paid in the means, does not also count as spread): a stream mixes prompt chunks
+  and decodes in its steps, and on shared cores the same step varies too.
 
 What stays a prediction: how these costs combine under the placement and the schedule (each device's
-load per iteration, the pipeline latency through the placement over the link, max(m·T, L), the slots'
+load per iteration, the pipeline latency through the placement over the link, the period, the slots'
 occupancy, and tessera.sim's queueing), which is what the serving model claims.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from itertools import pairwise
 from typing import Any
 
 from tessera.runtime.program import Program
-from tessera.runtime.serve_predict import KernelTimes
+from tessera.runtime.serve_predict import KernelTimes, Overheads
 
 
-def _control_s(history: tuple[dict[str, Any], ...]) -> float:
-    """Mean launch (submit -> first start on an idle worker) plus mean return (last end -> driver) plus the
+def spread(xs: list[float]) -> float:
+    """A robust standard deviation: the interquartile range / 1.349 (the normal's); 0 under 4 samples."""
+    if len(xs) < 4:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(xs, n=4)
+    return (q3 - q1) / 1.349
+
+
+def _control(history: tuple[dict[str, Any], ...]) -> tuple[float, float]:
+    """The control round trip's mean and spread (the three parts' spreads combined as independent).
+    Mean launch (submit -> first start on an idle worker) plus mean return (last end -> driver) plus the
     driver's mean turnaround (outputs in hand -> the same group's next submit: tokens taken, next inputs
     built; only for iterations submitted straight after their group's previous one, not after a wait for
     arrivals or a recovery). Means: throughput pays every round trip, and on a busy 2-core machine their
@@ -53,7 +67,8 @@ def _control_s(history: tuple[dict[str, Any], ...]) -> float:
         back.append(max(0.0, h["done_abs_s"] - max(w["end_s"] for w in ws)))
         for d, w in enumerate(ws):
             prev_end[d] = w["end_s"]
-    return sum(statistics.mean(x) if x else 0.0 for x in (launch, back, turn))
+    parts = (launch, back, turn)
+    return sum(statistics.mean(x) if x else 0.0 for x in parts), math.hypot(*(spread(x) for x in parts))
 
 
 def _step_gap_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[float, ...]:
@@ -68,6 +83,13 @@ def _step_gap_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[floa
                 if sub < prev["end_s"] <= nxt["start_s"]]
         out.append(statistics.mean(gaps) if gaps else 0.0)
     return tuple(out)
+
+
+def _step_spread_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[float, ...]:
+    """Per device, the spread of its busy time per step (span less the waits for other devices)."""
+    return tuple(spread([h["workers"][d]["end_s"] - h["workers"][d]["start_s"]
+                         - sum(b - a for a, b in h["workers"][d]["waits"]) for h in history if d < len(h["workers"])])
+                 for d in range(devices))
 
 
 def in_run_times(history: tuple[dict[str, Any], ...], programs: dict[str, Program], fallback: KernelTimes
@@ -91,8 +113,11 @@ def in_run_times(history: tuple[dict[str, Any], ...], programs: dict[str, Progra
             ran[d] += len(w["kernels"])
     kernel_s = {k: [s / c if c else f for s, c, f in zip(sums[k], counts[k], fallback.kernel_s[k], strict=True)]
                 for k in programs}
+    control_s, control_sd_s = _control(history)
+    over = Overheads(control_s=control_s, gap_s=_step_gap_s(history, devices), control_sd_s=control_sd_s,
+                     step_sd_s=_step_spread_s(history, devices))
     return KernelTimes(kernel_s=kernel_s, dispatch_s=tuple(o / n if n else 0.0 for o, n in zip(outside, ran, strict=True)),
-                       control_s=_control_s(history), step_gap_s=_step_gap_s(history, devices), source="in-run")
+                       overheads=over, source="in-run")
 
 
-__all__ = ["in_run_times"]
+__all__ = ["in_run_times", "spread"]

@@ -11,7 +11,8 @@ token) and runs one step per iteration of its group. With every slot busy, a gro
 each device n·b̄ per iteration (b̄: the mean busy time of a step over all steps of all requests); T = the
 busiest device's; latency L = a step's mean latency + T − b̄'s bottleneck (the others follow it through
 the pipeline) + the driver's control round trip (outputs back, next inputs out). The serving model
-(tessera.plan.serving): m groups in flight, period = max(m·T, L) = TPOT; throughput = B·(ΣO/ΣS)/period.
+(tessera.plan.serving): m groups in flight, period = max(m·T, L) = TPOT, or where the run measured how
+much its steps vary, the expectation of that max (iteration_s); throughput = B·(ΣO/ΣS)/period.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tessera.hardware import gpu
+from tessera.plan.serving import expected_period_s
 from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
 from tessera.plan.verify import evaluate
 from tessera.runtime.measure import LinkModel, ProfileCost, charged_kernel_s
@@ -48,23 +50,40 @@ class StepCost:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Overheads:
+    """What an iteration pays outside the kernels' step costs, and how much it varies: the control round
+    trip (driver -> workers -> driver, outside the workers' steps); per device, the gap between two queued
+    steps (see iteration_s); the iteration-to-iteration spread (a robust standard deviation) of each
+    device's busy time per step of a group and of the control round trip. Seconds; zeros where not
+    measured (the single-process profile)."""
+
+    control_s: float = 0.0
+    gap_s: tuple[float, ...] = ()
+    step_sd_s: tuple[float, ...] = ()
+    control_sd_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if min((self.control_s, self.control_sd_s, *self.gap_s, *self.step_sd_s)) < 0:
+            raise ValueError(f"negative overheads: control_s={self.control_s}, gap_s={self.gap_s}, "
+                             f"step_sd_s={self.step_sd_s}, control_sd_s={self.control_sd_s}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class KernelTimes:
     """Where a prediction's kernel times come from: per program key, seconds per kernel (op); per program,
     the fixed cost of one micro-batch's step (storage set-up, outputs), charged to each device's first
     kernel; per device, seconds the worker spends per kernel outside it (dispatch), added to each kernel;
-    the control round trip per iteration (driver -> workers -> driver, outside the workers' steps)."""
+    what each iteration pays outside the steps (``Overheads``)."""
 
     kernel_s: dict[str, list[float]] = field(hash=False)
     setup_s: dict[str, float] = field(default_factory=dict, hash=False)
     dispatch_s: tuple[float, ...] = ()
-    control_s: float = 0.0
-    step_gap_s: tuple[float, ...] = ()  # per device: between two queued steps (see iteration_s)
+    overheads: Overheads = Overheads()
     source: str = "profile"
 
     def __post_init__(self) -> None:
-        if self.control_s < 0 or any(d < 0 for d in (*self.dispatch_s, *self.step_gap_s)):
-            raise ValueError(f"negative overheads: control_s={self.control_s}, dispatch_s={self.dispatch_s}, "
-                             f"step_gap_s={self.step_gap_s}")
+        if any(d < 0 for d in self.dispatch_s):
+            raise ValueError(f"negative dispatch times: {self.dispatch_s}")
 
 
 def profile(local: LocalExecutor, programs: dict[str, Program], repeats: int = 5) -> None:
@@ -103,19 +122,29 @@ def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partit
 
 
 def iteration_s(decode: StepCost, prefill: StepCost, n_decode: float, n_prefill: float, m: int,
-                control_s: float = 0.0, gap_s: tuple[float, ...] = ()) -> float:
+                over: Overheads = Overheads()) -> float:
     """The serving model's period with m groups in flight, each iterating n_decode decode steps and
-    n_prefill prefill steps (fractions: a prompt every O tokens); ``control_s`` adds to the latency.
+    n_prefill prefill steps (fractions: a prompt every O tokens); the control round trip adds to the
+    latency.
 
-    ``gap_s``: per device, the worker's time between two steps when the next is already queued (taking its
-    command off the queue, handing the last outputs back). With groups queued back to back (m·T bounds the
-    period) each device pays it once per iteration; when the latency bounds the period it lies inside the
-    control round trip, which already counts it."""
+    ``over.gap_s``: per device, the worker's time between two steps when the next is already queued (taking
+    its command off the queue, handing the last outputs back). With groups queued back to back (m·T bounds
+    the period) each device pays it once per iteration; when the latency bounds the period it lies inside
+    the control round trip, which already counts it.
+
+    With m ≥ 2 groups and spreads measured, the period is tessera.plan.serving.expected_period_s of the two
+    terms: m·T varies as the sum of the bottleneck's m steps (σ = √m·σ_step), L as one step on every device
+    plus the control round trip (σ = √(Σ_d σ_step,d² + σ_control²)). One group waits only for itself: its
+    period is its latency."""
     busy = [n_decode * d + n_prefill * p for d, p in zip(decode.busy_s, prefill.busy_s, strict=True)]
     t = max(busy)
-    t_queued = max(b + g for b, g in zip(busy, gap_s or [0.0] * len(busy), strict=True))
+    queued = [b + g for b, g in zip(busy, over.gap_s or [0.0] * len(busy), strict=True)]
     lat = decode.latency_s + t - decode.bottleneck_s if n_decode else prefill.latency_s + t - prefill.bottleneck_s
-    return max(m * t_queued, lat + control_s)
+    if m < 2 or not over.step_sd_s:
+        return max(m * max(queued), lat + over.control_s)
+    top = max(range(len(queued)), key=queued.__getitem__)
+    return expected_period_s(m * queued[top], lat + over.control_s, math.sqrt(m) * over.step_sd_s[top],
+                             math.hypot(*over.step_sd_s, over.control_sd_s))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,23 +177,21 @@ def stream_mix(costs: dict[str, StepCost], requests: Sequence[Request]) -> Strea
                      output_tokens=statistics.mean(r.output_tokens for r in requests))
 
 
-def predicted_period_s(mix: StreamMix, slots: int, m: int, control_s: float = 0.0, gap_s: tuple[float, ...] = ()
-                       ) -> float:
+def predicted_period_s(mix: StreamMix, slots: int, m: int, over: Overheads = Overheads()) -> float:
     """The serving model's period (TPOT) with every slot busy: m groups of B/m slots, each slot one step of
     the stream's mean mix per iteration."""
-    return iteration_s(mix.step, mix.step, slots / m, 0, m, control_s, gap_s)
+    return iteration_s(mix.step, mix.step, slots / m, 0, m, over)
 
 
-def predicted_tokens_per_s(mix: StreamMix, w: WorkloadSpec, slots: int, m: int, control_s: float = 0.0,
-                           gap_s: tuple[float, ...] = ()) -> float:
+def predicted_tokens_per_s(mix: StreamMix, w: WorkloadSpec, slots: int, m: int, over: Overheads = Overheads()
+                           ) -> float:
     """B·(tokens per step) per period at capacity, capped by the offered load (arrival rate · mean output)
     for an open stream."""
-    capacity = slots * mix.tokens_per_step / predicted_period_s(mix, slots, m, control_s, gap_s)
+    capacity = slots * mix.tokens_per_step / predicted_period_s(mix, slots, m, over)
     return min(capacity, w.rate_per_s * mix.output_tokens) if w.kind != "offline" else capacity
 
 
-def profile_plan(model: str, mix: StreamMix, slots: int, m: int, control_s: float = 0.0,
-                 gap_s: tuple[float, ...] = ()) -> Plan:
+def profile_plan(model: str, mix: StreamMix, slots: int, m: int, over: Overheads = Overheads()) -> Plan:
     """A serving-model Plan ("mixed" phase) priced by these costs, for tessera.sim: a point per token
     count t at the workload's mean context, t = decode tokens (up to B) then prompt tokens (a mean prompt,
     all its chunks, per P of them)."""
@@ -175,10 +202,10 @@ def profile_plan(model: str, mix: StreamMix, slots: int, m: int, control_s: floa
     for t in sorted({1, max(1, slots // 2), slots, slots + chunk, 2 * (slots + chunk)}):
         n_dec = min(t, slots)
         n_pre = (t - n_dec) / p
-        step = iteration_s(dec, pre, n_dec / m, n_pre / m, m, control_s, gap_s)
+        step = iteration_s(dec, pre, n_dec / m, n_pre / m, m, over)
         busy = tuple((n_dec * d + n_pre * q) / m for d, q in zip(dec.busy_s, pre.busy_s, strict=True))
         points.append(StepPoint(batch=max(1, n_dec), tokens=t, context=int(p + o / 2), microbatches=m,
-                                device_busy_s=busy, link_busy_s=(), latency_s=dec.latency_s + control_s,
+                                device_busy_s=busy, link_busy_s=(), latency_s=dec.latency_s + over.control_s,
                                 step_s=step))
     n_dev = len(dec.busy_s)
     phase = PhasePlan(phase="mixed", assignment=tuple(range(n_dev)), microbatches=m, points=tuple(points))
@@ -213,5 +240,5 @@ def simulated(plan: Plan, w: WorkloadSpec, seed: int, scheduler: SchedulerConfig
             "completed": r.completed}
 
 
-__all__ = ["KernelTimes", "StepCost", "StreamMix", "iteration_s", "predicted_period_s", "predicted_tokens_per_s",
+__all__ = ["KernelTimes", "Overheads", "StepCost", "StreamMix", "iteration_s", "predicted_period_s", "predicted_tokens_per_s",
            "profile", "profile_plan", "profiled_times", "run_scheduler", "simulated", "step_costs", "stream_mix"]

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
+from tessera.plan.serving import expected_period_s
 from tessera.runtime.serve_calibrate import in_run_times
 from tessera.runtime.serve_predict import (
     KernelTimes,
+    Overheads,
     StepCost,
     iteration_s,
     predicted_period_s,
@@ -34,11 +37,34 @@ def test_iteration_period_by_hand() -> None:
     # plus half a prefill: busy (2 + 2, 4 + 1) = (4, 5), T = 5; L = 3 + 5 - 2 = 6; two groups: max(10, 6)
     assert iteration_s(DEC, PRE, 2, 0.5, 2) == 10.0
     # a control round trip of 4 joins the latency: max(2·4, 5 + 4)
-    assert iteration_s(DEC, PRE, 2, 0, 2, control_s=4.0) == 9.0
+    assert iteration_s(DEC, PRE, 2, 0, 2, Overheads(control_s=4.0)) == 9.0
     # a worker's gap between queued steps joins its busy time where groups run back to back:
     # devices (2 + 3, 4 + 0.5) -> T = 5, max(2·5, 5) = 10; with one group the latency bounds it (5)
-    assert iteration_s(DEC, PRE, 2, 0, 2, gap_s=(3.0, 0.5)) == 10.0
-    assert iteration_s(DEC, PRE, 2, 0, 1, gap_s=(3.0, 0.5)) == 5.0
+    assert iteration_s(DEC, PRE, 2, 0, 2, Overheads(gap_s=(3.0, 0.5))) == 10.0
+    assert iteration_s(DEC, PRE, 2, 0, 1, Overheads(gap_s=(3.0, 0.5))) == 5.0
+
+
+def test_expected_period_by_hand_and_by_sampling() -> None:
+    # zero spreads: the max itself
+    assert expected_period_s(8.0, 5.0) == 8.0 and expected_period_s(5.0, 9.0) == 9.0
+    # equal means, spreads 3 and 4: theta = 5, alpha = 0 -> 10 + 5 / sqrt(2 pi) = 11.9947
+    assert expected_period_s(10.0, 10.0, 3.0, 4.0) == pytest.approx(11.9947, abs=1e-4)
+    # far apart: the larger
+    assert expected_period_s(10.0, 1.0, 0.1, 0.1) == pytest.approx(10.0)
+    # against sampling: the mean of the max of 400k independent normal pairs
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(8.0, 2.0, 400_000), rng.normal(7.0, 3.0, 400_000)
+    assert expected_period_s(8.0, 7.0, 2.0, 3.0) == pytest.approx(float(np.maximum(x, y).mean()), rel=3e-3)
+
+
+def test_iteration_period_with_spreads_by_hand() -> None:
+    over = Overheads(step_sd_s=(1.0, 2.0), control_sd_s=2.0)
+    # two groups of 2 decodes: m·T = 8 (device 1), L = 5; sigma_X = sqrt(2)·2, sigma_Y = sqrt(1 + 4 + 4) = 3:
+    # theta = sqrt(17) = 4.1231, alpha = 3 / theta = 0.72761, Phi(alpha) = 0.76657, phi(alpha) = 0.30616 ->
+    # 8·0.76657 + 5·0.23343 + 4.1231·0.30616 = 8.5621
+    assert iteration_s(DEC, PRE, 2, 0, 2, over) == pytest.approx(8.5621, abs=2e-4)
+    # one group waits only for itself: the latency, whatever the spreads
+    assert iteration_s(DEC, PRE, 2, 0, 1, over) == 5.0
 
 
 def two_requests() -> tuple[list[Request], dict[str, StepCost]]:
@@ -60,7 +86,7 @@ def test_stream_mix_and_period_by_hand() -> None:
     assert mix.prompt == StepCost(busy_s=(4.0, 2.0), latency_s=6.0)
     # 4 slots in 2 groups: T = 2 · 2.25 = 4.5, L = 3.75 + 4.5 - 2.25 = 6 -> max(9, 6) = 9
     assert predicted_period_s(mix, 4, 2) == 9.0
-    assert predicted_period_s(mix, 4, 2, control_s=4.0) == 10.0  # max(9, 6 + 4)
+    assert predicted_period_s(mix, 4, 2, Overheads(control_s=4.0)) == 10.0  # max(9, 6 + 4)
     # one group of 4 (sync): T = 9, L = 3.75 + 9 - 2.25 = 10.5
     assert predicted_period_s(mix, 4, 1) == 10.5
     offline = WorkloadSpec(kind="offline", requests=2, prompt=LengthSpec(lo=4, hi=6), output=LengthSpec(lo=1, hi=2))
@@ -96,7 +122,7 @@ def test_in_run_times_from_worker_events_by_hand() -> None:
     # outside kernels and waits, per kernel run: worker 0 (0.010 - 0.003) / 1, worker 1 (0.012 - 0.002 - 0.005) / 1
     assert got.dispatch_s == pytest.approx((0.007, 0.005))
     # control: submit -> first start 0.002, last end -> driver 0.003
-    assert got.control_s == pytest.approx(0.005)
+    assert got.overheads.control_s == pytest.approx(0.005)
 
 
 def test_control_round_trip_means_and_driver_turnaround_by_hand() -> None:
@@ -115,7 +141,13 @@ def test_control_round_trip_means_and_driver_turnaround_by_hand() -> None:
     # 0.1, 0.8, 0.7, mean 1.6 / 3 (the last group-0 step came after a wait: not a turnaround; the median of
     # the three would be 0.7)
     got = in_run_times(hist, programs, fallback)  # type: ignore[arg-type]
-    assert got.control_s == pytest.approx(0.1 + 0.9 / 6 + 1.6 / 3)
+    assert got.overheads.control_s == pytest.approx(0.1 + 0.9 / 6 + 1.6 / 3)
+    # spreads (interquartile range / 1.349, quartiles at (n + 1)·p of the sorted samples):
+    # busy per step 0.9, 0.2, 0.5, 0.2, 0.1, 0.1 -> sorted .1 .1 .2 .2 .5 .9: q1 at 1.75 = 0.1, q3 at 5.25 =
+    # 0.5 + 0.25·0.4 = 0.6; control: launches all 0.1 (0), returns .1 .1 .1 .1 .2 .3: q1 0.1, q3 0.225;
+    # turnarounds: 3 samples, too few (0)
+    assert got.overheads.step_sd_s == pytest.approx((0.5 / 1.349,))
+    assert got.overheads.control_sd_s == pytest.approx(0.125 / 1.349)
 
 
 def test_simulator_takes_the_runs_chunk_not_the_planners() -> None:
@@ -139,7 +171,7 @@ def test_gap_between_queued_steps_by_hand() -> None:
     steps = [(0.0, 0.1, 1.0), (0.5, 1.2, 2.0), (3.0, 3.1, 4.0)]
     hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=end + 0.1,
                       workers=[dict(start_s=a, end_s=end, kernels=k, waits=[])]) for sub, a, end in steps)
-    assert in_run_times(hist, programs, fallback).step_gap_s == pytest.approx((0.2,))  # type: ignore[arg-type]
+    assert in_run_times(hist, programs, fallback).overheads.gap_s == pytest.approx((0.2,))  # type: ignore[arg-type]
 
 
 def test_corun_slowdown_by_hand() -> None:
