@@ -28,6 +28,7 @@ class LinkModel:
     bytes_per_s: float
     cpu_s: float = 0.0  # per message
     cpu_s_per_byte: float = 0.0
+    source: str = "measured between the run's workers 0 and 1 at start-up"
 
     def time_s(self, nbytes: int) -> float:
         return self.latency_s + nbytes / self.bytes_per_s
@@ -38,7 +39,7 @@ class LinkModel:
     def spec(self) -> LinkSpec:
         """As a catalog link, for tessera.plan's evaluation."""
         return LinkSpec(name="gloo-local", bytes_per_s=self.bytes_per_s, latency_s=self.latency_s,
-                        source="measured between the run's workers 0 and 1 at start-up")
+                        source=self.source)
 
 
 @dataclass(frozen=True, kw_only=True)

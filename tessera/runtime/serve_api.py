@@ -223,6 +223,15 @@ def _link_model(link: Any, cpu: bool = True) -> LinkModel:
     return LinkModel(latency_s=lat, bytes_per_s=bw, cpu_s=cpu_s if cpu else 0.0, cpu_s_per_byte=cpu_b if cpu else 0.0)
 
 
+def _in_run_link(link: Any, times: KernelTimes) -> LinkModel:
+    """The start-up probe's link at the latency the run's own transfers met (``KernelTimes.link_latency_s``),
+    without the CPU per message (the run's kernel and dispatch times already hold it)."""
+    lm = _link_model(link, cpu=False)
+    if not link or times.link_latency_s is None:
+        return lm
+    return replace(lm, latency_s=times.link_latency_s, source="probed at start-up; latency as the run's transfers met it")
+
+
 def predict_one(spec: ServeRunSpec, programs: dict[str, Program], parts: dict[tuple[str, str], Any],
                 requests: list[Request], times: KernelTimes, link: LinkModel, schedule: str,
                 trace: str | None = None) -> dict[str, Any]:
@@ -235,7 +244,8 @@ def predict_one(spec: ServeRunSpec, programs: dict[str, Program], parts: dict[tu
     over = times.overheads
     sim = simulated(profile_plan(spec.model, mix, spec.serve.slots, m, over), spec.workload, spec.seed, scheduler,
                     trace)
-    return {"kernel_times": times.source, "dispatch_s": times.dispatch_s, "control_s": over.control_s,
+    return {"kernel_times": times.source, "dispatch_s": times.dispatch_s, "link_latency_s": link.latency_s,
+            "control_s": over.control_s,
             "step_gap_s": over.gap_s, "step_sd_s": over.step_sd_s, "control_sd_s": over.control_sd_s,
             "throughput_tokens_per_s": predicted_tokens_per_s(mix, spec.workload, spec.serve.slots, m, over),
             "tpot_s": predicted_period_s(mix, spec.serve.slots, m, over),
@@ -254,8 +264,9 @@ def predictions(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[s
     for sched, run in runs.items():
         main = sched == spec.serve.schedule
         trace = sim_trace_path(spec.trace) if spec.trace and main else None
-        out[sched] = {"in_run": predict_one(spec, programs, parts, requests, in_run_times(run.history, programs, prof),
-                                            _link_model(link, cpu=False), sched, trace),
+        times = in_run_times(run.history, programs, prof)
+        out[sched] = {"in_run": predict_one(spec, programs, parts, requests, times, _in_run_link(link, times), sched,
+                                            trace),
                       "profile": predict_one(spec, programs, parts, requests, prof, _link_model(link), sched)}
     return out
 

@@ -14,6 +14,10 @@ events give, under the same conditions:
 - the control round trip per iteration: the driver's submit to the first worker's start (when that worker
   was idle, so not queueing behind another group's iteration), plus the last worker's end to the driver
   holding the outputs, plus the driver's turnaround to the group's next submit; means;
+- the link's latency under the run's load: the mean time from a send to its arrival at a receiver that was
+  already blocked waiting for it (the wire, gloo, and the receiving thread's wake-up; not the time a busy
+  receiver took to look). The start-up probe's median ping-pong, taken with both cores idle, sees none of
+  the wake-ups' long tail (0.1-0.15 ms median, 0.35-0.65 ms mean in the run, on the tiny models);
 - how much a device's busy time per step and the control round trip vary from iteration to iteration
   (robust standard deviations: the interquartile range / 1.349, so that a rare stall of a hundred
   milliseconds, already paid in the means, does not also count as spread): a stream mixes prompt chunks
@@ -92,6 +96,20 @@ def _step_spread_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[f
                  for d in range(devices))
 
 
+def _link_latency_s(history: tuple[dict[str, Any], ...]) -> float | None:
+    """Mean send -> arrival over the transfers whose receiver was blocked waiting from before the send until
+    the arrival; None without any (one worker: nothing travels)."""
+    seen = []
+    for h in history:
+        sent = {(idx, mb): t for w in h["workers"] for idx, mb, t in w.get("sends", ())}
+        for w in h["workers"]:
+            for idx, mb, arrived in w.get("recvs", ()):
+                s = sent.get((idx, mb))
+                if s is not None and any(a <= s and arrived <= b for a, b in w["waits"]):
+                    seen.append(arrived - s)
+    return statistics.mean(seen) if seen else None
+
+
 def in_run_times(history: tuple[dict[str, Any], ...], programs: dict[str, Program], fallback: KernelTimes
                  ) -> KernelTimes:
     """KernelTimes from a served stream's iterations (``StreamResult.history``); a kernel the run never
@@ -117,7 +135,7 @@ def in_run_times(history: tuple[dict[str, Any], ...], programs: dict[str, Progra
     over = Overheads(control_s=control_s, gap_s=_step_gap_s(history, devices), control_sd_s=control_sd_s,
                      step_sd_s=_step_spread_s(history, devices))
     return KernelTimes(kernel_s=kernel_s, dispatch_s=tuple(o / n if n else 0.0 for o, n in zip(outside, ran, strict=True)),
-                       overheads=over, source="in-run")
+                       overheads=over, link_latency_s=_link_latency_s(history), source="in-run")
 
 
 __all__ = ["in_run_times", "spread"]

@@ -73,12 +73,14 @@ class KernelTimes:
     """Where a prediction's kernel times come from: per program key, seconds per kernel (op); per program,
     the fixed cost of one micro-batch's step (storage set-up, outputs), charged to each device's first
     kernel; per device, seconds the worker spends per kernel outside it (dispatch), added to each kernel;
-    what each iteration pays outside the steps (``Overheads``)."""
+    what each iteration pays outside the steps (``Overheads``); the link's latency where the run measured
+    it."""
 
     kernel_s: dict[str, list[float]] = field(hash=False)
     setup_s: dict[str, float] = field(default_factory=dict, hash=False)
     dispatch_s: tuple[float, ...] = ()
     overheads: Overheads = Overheads()
+    link_latency_s: float | None = None  # a transfer's latency seen in the run; None: the start-up probe's
     source: str = "profile"
 
     def __post_init__(self) -> None:

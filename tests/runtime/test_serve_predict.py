@@ -113,8 +113,10 @@ def test_profile_plan_points_follow_the_formula() -> None:
 def test_in_run_times_from_worker_events_by_hand() -> None:
     programs = {"decode@4": SimpleNamespace(ops=[0, 1]), "decode@5": SimpleNamespace(ops=[0, 1])}
     fallback = KernelTimes(kernel_s={"decode@4": [9.0, 9.0], "decode@5": [7.0, 8.0]})
-    w0 = dict(start_s=10.0, end_s=10.010, kernels=[(0, 0, 10.001, 10.004)], waits=[])
-    w1 = dict(start_s=10.0, end_s=10.012, kernels=[(1, 0, 10.006, 10.008)], waits=[(10.0, 10.005)])
+    w0 = dict(start_s=10.0, end_s=10.010, kernels=[(0, 0, 10.001, 10.004)], waits=[],
+              sends=[(0, 0, 10.004), (1, 0, 10.0041)])
+    w1 = dict(start_s=10.0, end_s=10.012, kernels=[(1, 0, 10.006, 10.008)], waits=[(10.0, 10.005)],
+              recvs=[(0, 0, 10.0047), (1, 0, 10.006)])
     hist = (dict(keys=["decode@4"], workers=[w0, w1], submit_abs_s=9.998, done_abs_s=10.015),)
     got = in_run_times(hist, programs, fallback)  # type: ignore[arg-type]
     assert got.kernel_s["decode@4"] == pytest.approx([0.003, 0.002])
@@ -123,6 +125,9 @@ def test_in_run_times_from_worker_events_by_hand() -> None:
     assert got.dispatch_s == pytest.approx((0.007, 0.005))
     # control: submit -> first start 0.002, last end -> driver 0.003
     assert got.overheads.control_s == pytest.approx(0.005)
+    # the link: transfer 0 reached worker 1 while it waited (10.0 to 10.005): 10.0047 - 10.004; transfer 1
+    # landed after that wait had ended, so its 1.9 ms hold worker 1's own delay and do not count
+    assert got.link_latency_s == pytest.approx(0.0007)
 
 
 def test_control_round_trip_means_and_driver_turnaround_by_hand() -> None:
