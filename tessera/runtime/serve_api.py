@@ -223,7 +223,7 @@ def _link_model(link: Any, cpu: bool = True) -> LinkModel:
     return LinkModel(latency_s=lat, bytes_per_s=bw, cpu_s=cpu_s if cpu else 0.0, cpu_s_per_byte=cpu_b if cpu else 0.0)
 
 
-def _in_run_link(link: Any, times: KernelTimes) -> LinkModel:
+def in_run_link(link: Any, times: KernelTimes) -> LinkModel:
     """The start-up probe's link at the latency the run's own transfers met (``KernelTimes.link_latency_s``),
     without the CPU per message (the run's kernel and dispatch times already hold it)."""
     lm = _link_model(link, cpu=False)
@@ -265,7 +265,7 @@ def predictions(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[s
         main = sched == spec.serve.schedule
         trace = sim_trace_path(spec.trace) if spec.trace and main else None
         times = in_run_times(run.history, programs, prof)
-        out[sched] = {"in_run": predict_one(spec, programs, parts, requests, times, _in_run_link(link, times), sched,
+        out[sched] = {"in_run": predict_one(spec, programs, parts, requests, times, in_run_link(link, times), sched,
                                             trace),
                       "profile": predict_one(spec, programs, parts, requests, prof, _link_model(link), sched)}
     return out
@@ -317,10 +317,12 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
                                               for s, rs in runs.items()},
              "runs_load_avg": {s: [r.load_avg for r in rs] for s, rs in runs.items()},
              "utilisation": {s: utilisation(r) for s, r in results.items()},
-             "prediction_source": "serving model period max(m*T, L + control) over each program's kernel times "
-                                  "taken from the same (median) run's worker events (per-kernel means, per-device "
-                                  "time outside kernels per kernel, the driver's control round trip), the "
-                                  "partitions and the gloo link probed at start-up; simulated: tessera.sim on a "
+             "prediction_source": "serving model period (the expectation of max(m*T, L + control) over the run's "
+                                  "spreads; the max itself for one group) over each program's kernel times taken "
+                                  "from the same (median) run's worker events (per-kernel means, per-device time "
+                                  "outside kernels per kernel, the driver's control round trip, the spreads of "
+                                  "each device's step and of the round trip), the partitions and the gloo link "
+                                  "probed at start-up at the latency the run's transfers met; simulated: tessera.sim on a "
                                   "mixed-phase Plan priced by the same costs; prediction.<schedule>.profile: the "
                                   "same from the single-process CPU profile instead"}
     return ServeRunResult(
@@ -333,4 +335,4 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
         ttft_s=stats["ttft_s"], tpot_s=stats["tpot_s"], extra=extra)
 
 
-__all__ = ["ServeRunResult", "ServeRunSpec", "WorkerFailure", "plan_assignments", "serve_run"]
+__all__ = ["ServeRunResult", "ServeRunSpec", "WorkerFailure", "in_run_link", "plan_assignments", "serve_run"]

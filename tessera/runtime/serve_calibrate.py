@@ -90,15 +90,18 @@ def _step_gap_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[floa
 
 
 def _step_spread_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[float, ...]:
-    """Per device, the spread of its busy time per step (span less the waits for other devices)."""
+    """Per device, the spread of its busy time per step (span less the waits for other devices), over the
+    iterations run on the first iteration's cluster (after a recovery a survivor's steps hold other work)."""
+    same = [h for h in history if len(h["workers"]) == devices]
     return tuple(spread([h["workers"][d]["end_s"] - h["workers"][d]["start_s"]
-                         - sum(b - a for a, b in h["workers"][d]["waits"]) for h in history if d < len(h["workers"])])
-                 for d in range(devices))
+                         - sum(b - a for a, b in h["workers"][d]["waits"]) for h in same]) for d in range(devices))
 
 
 def _link_latency_s(history: tuple[dict[str, Any], ...]) -> float | None:
     """Mean send -> arrival over the transfers whose receiver was blocked waiting from before the send until
-    the arrival; None without any (one worker: nothing travels)."""
+    the arrival; None without any (one worker: nothing travels). The bytes' own time is in it too and is
+    counted again by the link model's bandwidth term: microseconds for these activations (a few KB at GB/s)
+    against a latency of tenths of a millisecond."""
     seen = []
     for h in history:
         sent = {(idx, mb): t for w in h["workers"] for idx, mb, t in w.get("sends", ())}

@@ -63,8 +63,9 @@ class Overheads:
     control_sd_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if min((self.control_s, self.control_sd_s, *self.gap_s, *self.step_sd_s)) < 0:
-            raise ValueError(f"negative overheads: control_s={self.control_s}, gap_s={self.gap_s}, "
+        if not all(math.isfinite(x) and x >= 0 for x in (self.control_s, self.control_sd_s, *self.gap_s,
+                                                         *self.step_sd_s)):
+            raise ValueError(f"overheads must be finite and >= 0: control_s={self.control_s}, gap_s={self.gap_s}, "
                              f"step_sd_s={self.step_sd_s}, control_sd_s={self.control_sd_s}")
 
 
@@ -86,6 +87,8 @@ class KernelTimes:
     def __post_init__(self) -> None:
         if any(d < 0 for d in self.dispatch_s):
             raise ValueError(f"negative dispatch times: {self.dispatch_s}")
+        if self.link_latency_s is not None and not (math.isfinite(self.link_latency_s) and self.link_latency_s >= 0):
+            raise ValueError(f"link latency {self.link_latency_s!r} s must be a finite number >= 0")
 
 
 def profile(local: LocalExecutor, programs: dict[str, Program], repeats: int = 5) -> None:
@@ -136,17 +139,20 @@ def iteration_s(decode: StepCost, prefill: StepCost, n_decode: float, n_prefill:
 
     With m ≥ 2 groups and spreads measured, the period is tessera.plan.serving.expected_period_s of the two
     terms: m·T varies as the sum of the bottleneck's m steps (σ = √m·σ_step), L as one step on every device
-    plus the control round trip (σ = √(Σ_d σ_step,d² + σ_control²)). One group waits only for itself: its
-    period is its latency."""
+    plus the control round trip (σ = √(Σ_d σ_step,d² + σ_control²)); the two share the group's own step on
+    the bottleneck (covariance σ_step,top²). One group waits only for itself: its period is its latency."""
     busy = [n_decode * d + n_prefill * p for d, p in zip(decode.busy_s, prefill.busy_s, strict=True)]
     t = max(busy)
     queued = [b + g for b, g in zip(busy, over.gap_s or [0.0] * len(busy), strict=True)]
     lat = decode.latency_s + t - decode.bottleneck_s if n_decode else prefill.latency_s + t - prefill.bottleneck_s
-    if m < 2 or not over.step_sd_s:
-        return max(m * max(queued), lat + over.control_s)
+    sd = over.step_sd_s or (0.0,) * len(busy)
+    if len(sd) != len(busy):
+        raise ValueError(f"{len(sd)} step spreads for {len(busy)} devices: {sd}")
+    if m < 2:
+        return max(max(queued), lat + over.control_s)
     top = max(range(len(queued)), key=queued.__getitem__)
-    return expected_period_s(m * queued[top], lat + over.control_s, math.sqrt(m) * over.step_sd_s[top],
-                             math.hypot(*over.step_sd_s, over.control_sd_s))
+    return expected_period_s(m * queued[top], lat + over.control_s, math.sqrt(m) * sd[top],
+                             math.hypot(*sd, over.control_sd_s), covariance=sd[top] ** 2)
 
 
 @dataclass(frozen=True, kw_only=True)

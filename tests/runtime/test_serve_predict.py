@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tessera.plan.serving import expected_period_s
+from tessera.runtime.serve_api import in_run_link
 from tessera.runtime.serve_calibrate import in_run_times
 from tessera.runtime.serve_predict import (
     KernelTimes,
@@ -59,12 +60,22 @@ def test_expected_period_by_hand_and_by_sampling() -> None:
 
 def test_iteration_period_with_spreads_by_hand() -> None:
     over = Overheads(step_sd_s=(1.0, 2.0), control_sd_s=2.0)
-    # two groups of 2 decodes: m·T = 8 (device 1), L = 5; sigma_X = sqrt(2)·2, sigma_Y = sqrt(1 + 4 + 4) = 3:
-    # theta = sqrt(17) = 4.1231, alpha = 3 / theta = 0.72761, Phi(alpha) = 0.76657, phi(alpha) = 0.30616 ->
-    # 8·0.76657 + 5·0.23343 + 4.1231·0.30616 = 8.5621
-    assert iteration_s(DEC, PRE, 2, 0, 2, over) == pytest.approx(8.5621, abs=2e-4)
+    # two groups of 2 decodes: m·T = 8 (device 1), L = 5; sigma_X² = 2·4, sigma_Y² = 1 + 4 + 4, and they share
+    # the group's own step on device 1 (cov 4): theta² = 8 + 9 - 8 = 9, alpha = 3 / 3 = 1,
+    # Phi(1) = 0.841345, phi(1) = 0.241971 -> 8·0.841345 + 5·0.158655 + 3·0.241971 = 8.24995
+    assert iteration_s(DEC, PRE, 2, 0, 2, over) == pytest.approx(8.24995, abs=1e-4)
+    # against sampling the two terms from their parts: X = 8 + own + other (device 1's two steps), Y = 5 +
+    # own + device 0's step + control
+    rng = np.random.default_rng(1)
+    own, other, d0, ctl = (rng.normal(0.0, s, 400_000) for s in (2.0, 2.0, 1.0, 2.0))
+    sampled = float(np.maximum(8 + own + other, 5 + own + d0 + ctl).mean())
+    assert iteration_s(DEC, PRE, 2, 0, 2, over) == pytest.approx(sampled, rel=3e-3)
     # one group waits only for itself: the latency, whatever the spreads
     assert iteration_s(DEC, PRE, 2, 0, 1, over) == 5.0
+    with pytest.raises(ValueError, match="3 step spreads for 2 devices"):
+        iteration_s(DEC, PRE, 2, 0, 2, Overheads(step_sd_s=(1.0, 2.0, 3.0)))
+    with pytest.raises(ValueError, match="finite"):
+        Overheads(control_sd_s=float("nan"))
 
 
 def two_requests() -> tuple[list[Request], dict[str, StepCost]]:
@@ -128,6 +139,15 @@ def test_in_run_times_from_worker_events_by_hand() -> None:
     # the link: transfer 0 reached worker 1 while it waited (10.0 to 10.005): 10.0047 - 10.004; transfer 1
     # landed after that wait had ended, so its 1.9 ms hold worker 1's own delay and do not count
     assert got.link_latency_s == pytest.approx(0.0007)
+
+
+def testin_run_link_takes_the_runs_latency() -> None:
+    probed = (1e-4, 2e9, 5e-5, 1e-10)  # latency, bytes/s, CPU per message, CPU per byte (the start-up probe)
+    times = KernelTimes(kernel_s={}, link_latency_s=7e-4)
+    got = in_run_link(probed, times)
+    assert (got.latency_s, got.bytes_per_s, got.cpu_s, got.cpu_s_per_byte) == (7e-4, 2e9, 0.0, 0.0)
+    assert in_run_link(probed, KernelTimes(kernel_s={})).latency_s == 1e-4  # not measured: the probe's
+    assert in_run_link(None, times).latency_s == 0.0  # one device: nothing travels
 
 
 def test_control_round_trip_means_and_driver_turnaround_by_hand() -> None:
