@@ -17,7 +17,7 @@ events give, under the same conditions:
 - the link's latency under the run's load: the mean time from a send to its arrival at a receiver that was
   already blocked waiting for it (the wire, gloo, and the receiving thread's wake-up; not the time a busy
   receiver took to look). The start-up probe's median ping-pong, taken with both cores idle, sees none of
-  the wake-ups' long tail (0.1-0.15 ms median, 0.35-0.65 ms mean in the run, on the tiny models);
+  the wake-ups' long tail, which a mean over the run pays;
 - how much a device's busy time per step and the control round trip vary from iteration to iteration
   (robust standard deviations: the interquartile range / 1.349, so that a rare stall of a hundred
   milliseconds, already paid in the means, does not also count as spread): a stream mixes prompt chunks
