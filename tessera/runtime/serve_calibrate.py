@@ -89,12 +89,16 @@ def _step_gap_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[floa
     return tuple(out)
 
 
+def _busy_s(w: dict[str, Any]) -> float:
+    """A worker's busy time in one step: its span less the waits for other devices."""
+    return w["end_s"] - w["start_s"] - sum(b - a for a, b in w["waits"])
+
+
 def _step_spread_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[float, ...]:
-    """Per device, the spread of its busy time per step (span less the waits for other devices), over the
-    iterations run on the first iteration's cluster (after a recovery a survivor's steps hold other work)."""
+    """Per device, the spread of its busy time per step, over the iterations run on the first iteration's
+    cluster (after a recovery a survivor's steps hold other work)."""
     same = [h for h in history if len(h["workers"]) == devices]
-    return tuple(spread([h["workers"][d]["end_s"] - h["workers"][d]["start_s"]
-                         - sum(b - a for a, b in h["workers"][d]["waits"]) for h in same]) for d in range(devices))
+    return tuple(spread([_busy_s(h["workers"][d]) for h in same]) for d in range(devices))
 
 
 def _link_latency_s(history: tuple[dict[str, Any], ...]) -> float | None:
@@ -129,8 +133,7 @@ def in_run_times(history: tuple[dict[str, Any], ...], programs: dict[str, Progra
                 sums[keys[mb]][k] += b - a
                 counts[keys[mb]][k] += 1
                 in_kernels += b - a
-            blocked = sum(b - a for a, b in w["waits"])
-            outside[d] += max(0.0, w["end_s"] - w["start_s"] - in_kernels - blocked)
+            outside[d] += max(0.0, _busy_s(w) - in_kernels)
             ran[d] += len(w["kernels"])
     kernel_s = {k: [s / c if c else f for s, c, f in zip(sums[k], counts[k], fallback.kernel_s[k], strict=True)]
                 for k in programs}
