@@ -113,7 +113,8 @@ def register_serve(app: typer.Typer) -> None:
         microbatches: int = typer.Option(2, help="groups of slots advancing independently (async)"),
         schedule: str = typer.Option("async", help="async | sync (every running request in lock-step)"),
         compare_sync: bool = typer.Option(False, help="also serve the same stream under --schedule sync"),
-        prefills: int = typer.Option(1, help="prompts a group prefills at once (one chunk each per iteration)"),
+        prefills: int = typer.Option(0, help="prompts a group prefills at once (one chunk each per iteration); "
+                                     "0 = no limit, every free slot admits the next arrival"),
         chunk: int = typer.Option(0, help="prompt tokens prefilled per iteration (a longer prompt is prefilled "
                                   "over several iterations); 0 = whole prompts"),
         seed: int = typer.Option(0, help="workload and prompt seed"),

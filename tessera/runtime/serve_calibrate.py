@@ -37,6 +37,7 @@ from typing import Any
 
 from tessera.runtime.program import Program
 from tessera.runtime.serve_predict import KernelTimes, Overheads
+from tessera.runtime.serving import worker_timeline
 
 
 def spread(xs: list[float]) -> float:
@@ -69,8 +70,8 @@ def _control(history: tuple[dict[str, Any], ...]) -> tuple[float, float]:
         if idle:
             launch.append(max(0.0, min(idle)))
         back.append(max(0.0, h["done_abs_s"] - max(w["end_s"] for w in ws)))
-        for d, w in enumerate(ws):
-            prev_end[d] = w["end_s"]
+        for d, w in enumerate(ws):  # steps of several groups overlap on a worker: the latest end so far
+            prev_end[d] = max(prev_end.get(d, 0.0), w["end_s"])
     parts = (launch, back, turn)
     return sum(statistics.mean(x) if x else 0.0 for x in parts), math.hypot(*(spread(x) for x in parts))
 
@@ -89,16 +90,19 @@ def _step_gap_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[floa
     return tuple(out)
 
 
-def _busy_s(w: dict[str, Any]) -> float:
-    """A worker's busy time in one step: its span less the waits for other devices."""
-    return w["end_s"] - w["start_s"] - sum(b - a for a, b in w["waits"])
+def _step_busy_s(w: dict[str, Any], dispatch_s: float) -> float:
+    """A worker's busy time for one step: its kernels plus its share of the time outside them (``dispatch_s``
+    per kernel). Not its span less its waits: a worker runs several groups' steps at once, so a step's span
+    holds other steps' kernels."""
+    return sum(b - a for _, _, a, b in w["kernels"]) + len(w["kernels"]) * dispatch_s
 
 
-def _step_spread_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[float, ...]:
+def _step_spread_s(history: tuple[dict[str, Any], ...], devices: int, dispatch_s: tuple[float, ...]
+                   ) -> tuple[float, ...]:
     """Per device, the spread of its busy time per step, over the iterations run on the first iteration's
     cluster (after a recovery a survivor's steps hold other work)."""
     same = [h for h in history if len(h["workers"]) == devices]
-    return tuple(spread([_busy_s(h["workers"][d]) for h in same]) for d in range(devices))
+    return tuple(spread([_step_busy_s(h["workers"][d], dispatch_s[d]) for h in same]) for d in range(devices))
 
 
 def _link_latency_s(history: tuple[dict[str, Any], ...]) -> float | None:
@@ -124,24 +128,23 @@ def in_run_times(history: tuple[dict[str, Any], ...], programs: dict[str, Progra
     sums: dict[str, list[float]] = {k: [0.0] * len(p.ops) for k, p in programs.items()}
     counts: dict[str, list[int]] = {k: [0] * len(p.ops) for k, p in programs.items()}
     devices = len(history[0]["workers"]) if history else 0
-    outside, ran = [0.0] * devices, [0] * devices
     for h in history:
         keys = h["keys"]
-        for d, w in enumerate(h["workers"]):
-            in_kernels = 0.0
+        for w in h["workers"]:
             for k, mb, a, b in w["kernels"]:
                 sums[keys[mb]][k] += b - a
                 counts[keys[mb]][k] += 1
-                in_kernels += b - a
-            outside[d] += max(0.0, _busy_s(w) - in_kernels)
-            ran[d] += len(w["kernels"])
+    dispatch = []
+    for d in range(devices):
+        span, waits, in_kernels, ran = worker_timeline(history, d)
+        dispatch.append(max(0.0, span - waits - in_kernels) / ran if ran else 0.0)
     kernel_s = {k: [s / c if c else f for s, c, f in zip(sums[k], counts[k], fallback.kernel_s[k], strict=True)]
                 for k in programs}
     control_s, control_sd_s = _control(history)
     over = Overheads(control_s=control_s, gap_s=_step_gap_s(history, devices), control_sd_s=control_sd_s,
-                     step_sd_s=_step_spread_s(history, devices))
-    return KernelTimes(kernel_s=kernel_s, dispatch_s=tuple(o / n if n else 0.0 for o, n in zip(outside, ran, strict=True)),
-                       overheads=over, link_latency_s=_link_latency_s(history), source="in-run")
+                     step_sd_s=_step_spread_s(history, devices, tuple(dispatch)))
+    return KernelTimes(kernel_s=kernel_s, dispatch_s=tuple(dispatch), overheads=over,
+                       link_latency_s=_link_latency_s(history), source="in-run")
 
 
 __all__ = ["in_run_times", "spread"]

@@ -226,10 +226,12 @@ def profile_plan(model: str, mix: StreamMix, slots: int, m: int, over: Overheads
 def run_scheduler(slots: int, groups: int, prefills: int, chunk_tokens: int) -> SchedulerConfig:
     """The runtime's admission and chunking in the simulator's terms: ``slots`` requests at once (decoding
     or prefilling); a request prefills ``chunk_tokens`` prompt tokens per iteration; each of the ``groups``
-    prefills at most ``prefills`` prompts at a time, so an iteration's token budget is the decodes plus
-    groups·prefills·chunk. (The simulator's default is the planner's chunk ⌈B·P/O⌉ spread over the
-    micro-batches, 2 tokens per request for B = 4, P = O = 10: prompts would hold their slots 4x longer.)"""
-    return SchedulerConfig(max_batch=slots, max_prefill_tokens=slots + groups * prefills * chunk_tokens,
+    prefills at most ``prefills`` prompts at a time (0: no limit, every slot may be in its prompt), so an
+    iteration's token budget is the decodes plus the prompts' chunks. (The simulator's default is the
+    planner's chunk ⌈B·P/O⌉ spread over the micro-batches, 2 tokens per request for B = 4, P = O = 10:
+    prompts would hold their slots 4x longer.)"""
+    prompts = slots if prefills == 0 else min(slots, groups * prefills)
+    return SchedulerConfig(max_batch=slots, max_prefill_tokens=slots + prompts * chunk_tokens,
                            chunk_tokens=chunk_tokens)
 
 

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import os
 import signal
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any
@@ -210,7 +211,9 @@ class ServeConfig:
     slots: int = 8  # KV/state slots on the workers: requests running at once
     microbatches: int = 2  # groups advancing independently (async); sync runs one group of every slot
     schedule: str = "async"
-    prefills_per_iteration: int = 1  # prompts a group prefills at once (a chunk each per iteration)
+    # prompts a group prefills at once (a chunk each per iteration); 0: no limit, every free slot admits the
+    # next arrival (the planner's steady state: a freed slot refills at once, in either schedule)
+    prefills_per_iteration: int = 0
     chunk_tokens: int = 0  # prompt tokens a request prefills per iteration (0: the whole prompt at once)
 
     def __post_init__(self) -> None:
@@ -218,8 +221,8 @@ class ServeConfig:
             raise choices_error("schedule", self.schedule, SCHEDULES)
         if not 1 <= self.microbatches <= self.slots <= 64:
             raise UserError(f"need 1 <= microbatches ({self.microbatches}) <= slots ({self.slots}) <= 64")
-        if self.prefills_per_iteration < 1:
-            raise UserError(f"prefills_per_iteration={self.prefills_per_iteration} must be >= 1")
+        if self.prefills_per_iteration < 0:
+            raise UserError(f"prefills_per_iteration={self.prefills_per_iteration} must be >= 0 (0: no limit)")
         if self.chunk_tokens < 0:
             raise UserError(f"chunk_tokens={self.chunk_tokens} must be >= 0 (0: whole prompts)")
 
@@ -265,6 +268,7 @@ class StreamResult:
 
 class Group:
     def __init__(self, slots: list[int]) -> None:
+        self.slots = tuple(slots)
         self.free = list(slots)
         self.running: list[Served] = []
         self.step: int | None = None  # the iteration in flight
@@ -337,7 +341,8 @@ def serve_stream(cluster: Cluster, programs: dict[str, Program], requests: list[
             if g.step is not None:
                 continue
             admitted = sum(1 for s in g.running if s.prefilling)  # prompts already in their chunks
-            while waiting and g.free and waiting[0].arrival_s <= now and admitted < cfg.prefills_per_iteration:
+            limit = cfg.prefills_per_iteration or len(g.slots)
+            while waiting and g.free and waiting[0].arrival_s <= now and admitted < limit:
                 s = Served(request=waiting.pop(0), slot=g.free.pop(0), admitted_s=now)
                 g.running.append(s)
                 served.append(s)
@@ -454,6 +459,26 @@ def latency_stats(result: StreamResult) -> dict[str, Any]:
             if result.history else 0.0}
 
 
+def union_s(intervals: Iterable[tuple[float, float]]) -> float:
+    """Seconds covered by (start, end) intervals, an overlap counted once: a worker runs several steps at
+    once (the asynchronous schedule), so their spans overlap, and a blocked interval is recorded in every
+    step that was in flight."""
+    total, reach = 0.0, -math.inf
+    for a, b in sorted(intervals):
+        if b > reach:
+            total += b - max(a, reach)
+            reach = b
+    return total
+
+
+def worker_timeline(hist: Sequence[dict[str, Any]], d: int) -> tuple[float, float, float, int]:
+    """Worker d over ``hist``: seconds with a step in flight, seconds of those blocked (every step in flight
+    waiting on a transfer), seconds inside kernels, kernels run."""
+    ws = [h["workers"][d] for h in hist if d < len(h["workers"])]
+    return (union_s((w["start_s"], w["end_s"]) for w in ws), union_s(iv for w in ws for iv in w["waits"]),
+            sum(b - a for w in ws for _, _, a, b in w["kernels"]), sum(len(w["kernels"]) for w in ws))
+
+
 def corun_slowdown(hist: list[dict[str, Any]], d: int) -> float | None:
     """How much slower worker d's kernels ran while another worker was inside a kernel than while none was:
     Σ co-run durations / Σ the same kernels' (program, op) mean solo durations, over kernels seen both ways.
@@ -492,9 +517,7 @@ def utilisation(result: StreamResult) -> dict[str, Any]:
     out: dict[str, Any] = {"wall_s": wall, "driver_cpu": result.driver_cpu_s / wall, "workers": []}
     for d in range(len(hist[0]["workers"])):
         ws = sorted((h["workers"][d] for h in hist), key=lambda w: w["start_s"])
-        span = sum(w["end_s"] - w["start_s"] for w in ws)
-        kernels = sum(b - a for w in ws for _, _, a, b in w["kernels"])
-        waits = sum(b - a for w in ws for a, b in w["waits"])
+        span, waits, kernels, _ = worker_timeline(hist, d)
         mbs = sum(len({k[1] for k in w["kernels"]}) for w in ws) or 1
         cpu = ws[-1]["cpu_s"] - ws[0]["cpu_s"] if "cpu_s" in ws[0] else None
         out["workers"].append({
@@ -555,4 +578,4 @@ def start_cluster(programs: dict[str, Program], assign: dict[str, tuple[int, ...
 __all__ = ["SCHEDULES", "Request", "ServeConfig", "StreamResult", "WorkerFailure", "by_key", "capture_serving", "check",
            "group_graphs", "kernel_groups", "serve_partitions", "serve_trace",
            "latency_stats", "make_requests", "reference", "serve_stream", "serving_keys", "share_weights", "start_cluster",
-           "utilisation"]
+           "union_s", "utilisation", "worker_timeline"]

@@ -30,9 +30,11 @@ from tessera.runtime.compiled import call
 from tessera.runtime.partition import Transfer
 from tessera.runtime.program import Storages
 
+MAX_MICROBATCHES = 64  # micro-batches of one step: the tag layout's 6 bits
+
 
 def tag(step_id: int, t: Transfer, mb: int) -> int:
-    assert t.index < 1 << 16 and mb < 1 << 6, "transfer index / micro-batch exceed the tag layout"
+    assert t.index < 1 << 16 and mb < MAX_MICROBATCHES, "transfer index / micro-batch exceed the tag layout"
     return ((step_id % 256) << 22) | (t.index << 6) | mb
 
 
@@ -82,111 +84,153 @@ def _serve_jobs(jobs: queue.SimpleQueue) -> None:
             traceback.print_exc()
 
 
-def run_threaded(w: Any, lps: Any, stores: list[Storages], step_id: int, posted: Posted | None = None
-                 ) -> dict[str, list]:
-    """One step of ``len(stores)`` micro-batches on Worker ``w``, micro-batch i running LocalPlan
-    ``lps[i]`` (a list: each request its own program in a serving iteration) or all running ``lps`` (one
-    LocalPlan: a round). ``posted``: its receives, if already posted (else posted now). Kernel times are
-    clock tokens; sends, arrivals and waits are host times."""
-    m, me = len(stores), w.rank
-    if not isinstance(lps, list):
-        lps = [lps] * m
-    posted = posted or post_receives(w, lps, step_id)
-    assert posted.step_id == step_id and len(posted.works) == m, "receives posted for another step"
-    pending: dict[tuple[int, int], torch.Tensor] = dict(posted.bufs)
-    done: dict[tuple[int, int], float] = {}
-    errors: list[str] = []
-    cond = threading.Condition()
-    timeout = datetime.timedelta(seconds=w.spec.recv_timeout_s)
+class ThreadedStep:
+    """One step of ``len(stores)`` micro-batches on Worker ``w``, resumable: ``advance`` runs every kernel
+    whose data is there and returns; the caller waits on ``w.wake`` (notified by every arrival) while
+    ``blocked()``. Micro-batch i runs LocalPlan ``lps[i]`` (a list: each request its own program in a
+    serving iteration) or all run ``lps`` (one LocalPlan: a round). ``posted``: its receives, if already
+    posted (else posted now). Kernel times are clock tokens; sends and arrivals are host times."""
 
-    def receive(works: tuple[tuple[Transfer, int, Any], ...]) -> None:
+    def __init__(self, w: Any, lps: Any, stores: list[Storages], step_id: int, posted: Posted | None = None,
+                 lane: int = 0) -> None:
+        m = len(stores)
+        self.w, self.stores, self.step_id = w, stores, step_id
+        self.lps = lps if isinstance(lps, list) else [lps] * m
+        posted = posted or post_receives(w, self.lps, step_id)
+        assert posted.step_id == step_id and len(posted.works) == m, "receives posted for another step"
+        self.pending: dict[tuple[int, int], torch.Tensor] = dict(posted.bufs)
+        self.done: dict[tuple[int, int], float] = {}
+        self.errors: list[str] = []
+        self.sent: list[Any] = []
+        self.kernels: list[tuple[int, int, Any, Any]] = []
+        self.sends: list[tuple[int, int, float]] = []
+        self.recvs: list[tuple[int, int, float]] = []  # (transfer, mb, arrival noticed at)
+        self.waits: list[tuple[float, float]] = []  # intervals with nothing the worker could run
+        self.cursor = [0] * m
+        self.n_of = [len(lp.ops) for lp in self.lps]
+        self.synced = [not lp.end_recvs for lp in self.lps]  # end-of-step state syncs all in
+        # the wait (and its timeout) starts with the step, not when the receives were posted; ``lane``
+        # keeps the receive threads of steps in flight together apart (one thread per (lane, mb))
+        for mb, works in enumerate(posted.works):
+            if works:
+                w.waiters.run(lane * MAX_MICROBATCHES + mb, lambda works=works: self._receive(works))
+        for mb in range(m):
+            self._post_sends(self.lps[mb].start_sends, mb)
+
+    def _receive(self, works: tuple[tuple[Transfer, int, Any], ...]) -> None:
+        cond, timeout = self.w.wake, datetime.timedelta(seconds=self.w.spec.recv_timeout_s)
         for t, mb, work in works:
             try:
                 work.wait(timeout)
             except Exception as e:  # noqa: BLE001 - the transport's error text is the diagnosis
                 with cond:
-                    errors.append(f"receive of buffer {t.buffer} from worker {t.src} failed: "
-                                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}")
+                    self.errors.append(f"receive of buffer {t.buffer} from worker {t.src} failed: "
+                                       f"{str(e).splitlines()[0] if str(e) else type(e).__name__}")
                     cond.notify_all()
                 return
             with cond:
-                done[(t.index, mb)] = time.perf_counter()
+                self.done[(t.index, mb)] = time.perf_counter()
                 cond.notify_all()
 
-    # the wait (and its timeout) starts with the step, not when the receives were posted
-    for mb, works in enumerate(posted.works):
-        if works:
-            w.waiters.run(mb, lambda works=works: receive(works))
-    sent: list[Any] = []
-    ev_kernels: list[tuple[int, int, Any, Any]] = []
-    ev_sends: list[tuple[int, int, float]] = []
-    ev_recvs: list[tuple[int, int, float]] = []  # (transfer, mb, arrival noticed at)
-    ev_waits: list[tuple[float, float]] = []  # intervals with every micro-batch blocked on a transfer
-
-    def post_sends(ts: tuple[Transfer, ...], mb: int) -> None:
+    def _post_sends(self, ts: tuple[Transfer, ...], mb: int) -> None:
         for t in ts:
-            data = w.outgoing(stores[mb][t.buffer], t.snapshot)
-            ev_sends.append((t.index, mb, time.perf_counter()))
-            sent.append((dist.isend(data, dst=t.dst, tag=tag(step_id, t, mb)), data))
+            data = self.w.outgoing(self.stores[mb][t.buffer], t.snapshot)
+            self.sends.append((t.index, mb, time.perf_counter()))
+            self.sent.append((dist.isend(data, dst=t.dst, tag=tag(self.step_id, t, mb)), data))
 
-    def arrived(t: Transfer, mb: int) -> bool:
+    def _arrived(self, t: Transfer, mb: int) -> bool:
         key = (t.index, mb)
-        if key not in pending:
+        if key not in self.pending:
             return True
-        if errors:
-            raise RuntimeError(errors[0])
-        if key not in done:
+        if self.errors:
+            raise RuntimeError(self.errors[0])
+        if key not in self.done:
             return False
-        stores[mb][t.buffer] = w.landed(pending.pop(key))
-        ev_recvs.append((t.index, mb, done[key]))
+        self.stores[mb][t.buffer] = self.w.landed(self.pending.pop(key))
+        self.recvs.append((t.index, mb, self.done[key]))
         return True
 
-    def wait_until(keys: list[tuple[int, int]], what: str) -> None:
-        t0 = time.perf_counter()
-        with cond:
-            ok = cond.wait_for(lambda: bool(errors) or any(k in done for k in keys), timeout=w.spec.recv_timeout_s)
-        ev_waits.append((t0, time.perf_counter()))
-        if errors:
-            raise RuntimeError(errors[0])
-        if not ok:
-            raise TimeoutError(f"worker {me}: {what} timed out after {w.spec.recv_timeout_s:g} s")
-
-    for mb in range(m):
-        post_sends(lps[mb].start_sends, mb)
-    clock, record = w.clock.mark, ev_kernels.append
-    cursor = [0] * m
-    n_of = [len(lp.ops) for lp in lps]
-    while any(c < n for c, n in zip(cursor, n_of, strict=True)):
-        progressed = False
-        for mb in range(m):
-            store, i = stores[mb], cursor[mb]
-            ops, need, after, n_ops = lps[mb].ops, lps[mb].recvs, lps[mb].sends, n_of[mb]
+    def advance(self) -> bool:
+        """Run every micro-batch until its next kernel waits on a transfer not yet in (then its end-of-step
+        syncs); whether anything ran or landed."""
+        clock, record, progressed = self.w.clock.mark, self.kernels.append, False
+        for mb, lp in enumerate(self.lps):
+            store, i, n_ops = self.stores[mb], self.cursor[mb], self.n_of[mb]
+            ops, need, after = lp.ops, lp.recvs, lp.sends
             while i < n_ops:
-                if need[i] and not all([arrived(t, mb) for t in need[i]]):
+                if need[i] and not all([self._arrived(t, mb) for t in need[i]]):
                     break
                 c = ops[i]
                 t0 = clock()
                 call(store, c)
                 record((c.kernel, mb, t0, clock()))
                 if after[i]:
-                    post_sends(after[i], mb)
+                    self._post_sends(after[i], mb)
                 i += 1
-            progressed |= i > cursor[mb]
-            cursor[mb] = i
-        if not progressed:
-            blocking = [(t.index, mb) for mb in range(m) if cursor[mb] < n_of[mb]
-                        for t in lps[mb].recvs[cursor[mb]] if (t.index, mb) in pending]
-            assert blocking, "every micro-batch blocked but no receive pending"
-            t = next(t for t in lps[blocking[0][1]].order if t.index == blocking[0][0])
-            wait_until(blocking, f"receive of buffer {t.buffer} from worker {t.src}")
-    for mb in range(m):  # end-of-step state syncs
-        for t in lps[mb].end_recvs:
-            while not arrived(t, mb):
-                wait_until([(t.index, mb)], f"receive of buffer {t.buffer} from worker {t.src}")
-    # The previous step's sends, not this one's: a send completes only once the peer posts its receive,
-    # i.e. starts that step, and a peer still busy with an earlier queued step (the asynchronous schedule)
-    # would hold this worker here instead of letting it start its next step. By the end of step N+1 every
-    # peer has started step N (its step N needs only sends already made), so this wait does not deadlock.
+            progressed |= i > self.cursor[mb]
+            self.cursor[mb] = i
+            if i == n_ops and not self.synced[mb] and all([self._arrived(t, mb) for t in lp.end_recvs]):
+                self.synced[mb] = progressed = True
+        return progressed
+
+    @property
+    def finished(self) -> bool:
+        return all(self.synced) and all(c == n for c, n in zip(self.cursor, self.n_of, strict=True))
+
+    def blocking(self) -> list[tuple[int, int]]:
+        """The receives every unfinished micro-batch waits on next: (transfer index, micro-batch)."""
+        out = []
+        for mb, lp in enumerate(self.lps):
+            ts = lp.recvs[self.cursor[mb]] if self.cursor[mb] < self.n_of[mb] else lp.end_recvs
+            out += [(t.index, mb) for t in ts if (t.index, mb) in self.pending]
+        return out
+
+    def ready(self) -> bool:
+        """Whether ``advance`` could do something now (call under ``w.wake``): an error to raise or a
+        blocking receive landed."""
+        return bool(self.errors) or any(k in self.done for k in self.blocking())
+
+    def describe_wait(self) -> str:
+        keys = self.blocking()
+        if not keys:
+            return f"step {self.step_id}"
+        idx, mb = keys[0]
+        t = next(t for t in self.lps[mb].order if t.index == idx)
+        return f"receive of buffer {t.buffer} from worker {t.src}"
+
+    def events(self) -> dict[str, list]:
+        return dict(kernels=self.kernels, sends=self.sends, recvs=self.recvs, waits=self.waits)
+
+
+def wait_for(w: Any, steps: list[ThreadedStep], more: Callable[[], bool] = lambda: False) -> None:
+    """Block until one of ``steps`` can advance (or ``more()``: new work arrived), recording the blocked
+    interval in every step's waits; a receive that stays out for the worker's timeout raises."""
+    t0 = time.perf_counter()
+    with w.wake:
+        ok = w.wake.wait_for(lambda: more() or any(s.ready() for s in steps), timeout=w.spec.recv_timeout_s)
+    for s in steps:
+        s.waits.append((t0, time.perf_counter()))
+        if s.errors:
+            raise RuntimeError(s.errors[0])
+    if not ok:
+        raise TimeoutError(f"worker {w.rank}: {steps[0].describe_wait()} timed out after {w.spec.recv_timeout_s:g} s")
+
+
+def finish_sends(w: Any, step: ThreadedStep) -> None:
+    """Wait on the sends of the step finished before this one, not this one's: a send completes only once
+    the peer posts its receive, i.e. takes that step's command, and a peer that takes it late would hold
+    this worker here instead of letting it go on. By the time a later step ends every peer has taken the
+    earlier step's command (the driver queues every worker's commands at once), so this does not deadlock."""
     w.flush_sends()
-    w.unsent = sent  # the works and the data they read, kept alive until they complete
-    return dict(kernels=ev_kernels, sends=ev_sends, recvs=ev_recvs, waits=ev_waits)
+    w.unsent = step.sent  # the works and the data they read, kept alive until they complete
+
+
+def run_threaded(w: Any, lps: Any, stores: list[Storages], step_id: int, posted: Posted | None = None
+                 ) -> dict[str, list]:
+    """One ThreadedStep run to its end on its own (the worker's only step in flight)."""
+    step = ThreadedStep(w, lps, stores, step_id, posted)
+    while not step.finished:
+        if not step.advance() and not step.finished:
+            wait_for(w, [step])
+    finish_sends(w, step)
+    return step.events()

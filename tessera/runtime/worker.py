@@ -40,7 +40,15 @@ from tessera.runtime.probe import probe_link
 from tessera.runtime.program import Program, Storages, Wire, from_wire, to_wire, view_of
 from tessera.runtime.state import carry, load_weights
 from tessera.runtime.step_ordered import Action, ordered_actions, run_ordered
-from tessera.runtime.step_threaded import Posted, Waiters, post_receives, run_threaded
+from tessera.runtime.step_threaded import (
+    Posted,
+    ThreadedStep,
+    Waiters,
+    finish_sends,
+    post_receives,
+    run_threaded,
+    wait_for,
+)
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
 GIL_SWITCH_S = 2e-4
@@ -117,6 +125,7 @@ class Worker:
         self.local = {pk: self._compile(pk) for pk in spec.partitions}
         self.unsent: list[tuple[Any, torch.Tensor]] = []  # the last gloo step's sends (see run_threaded)
         self.waiters = Waiters()  # the gloo path's receive threads
+        self.wake = threading.Condition()  # notified by every arrival and every command taken (gloo path)
 
     def _compile(self, pk: tuple[str, str]) -> LocalPlan:
         """This worker's share of one partition as flat lists indexed by position in its kernel order."""
@@ -201,20 +210,43 @@ class Worker:
         return [self.local[(cmd.key_of(mb), cmd.plan)] for mb in range(len(cmd.inputs))]
 
     def run_step(self, cmd: StepCmd, posted: Posted | None = None) -> dict[str, Any]:
-        """One step; ``posted``: its receives, from ``post`` (else posted now)."""
-        m, me = len(cmd.inputs), self.rank
-        progs = [self.spec.programs[cmd.key_of(mb)] for mb in range(m)]
-        parts = [self.spec.partitions[(cmd.key_of(mb), cmd.plan)] for mb in range(m)]
-        lps = self._local_plans(cmd)
-        t_start = self.clock.begin()
-        stores = [self._store(progs[mb], parts[mb], mb, cmd) for mb in range(m)]
+        """One step, the worker's only one in flight; ``posted``: its receives, from ``post`` (else posted
+        now)."""
+        start = self.clock.begin()
+        stores = self._stores(cmd)
         t_stored = time.perf_counter()
         if self.spec.ordered:
+            lps = self._local_plans(cmd)
             if len({id(lp) for lp in lps}) > 1:
                 raise ValueError("the ordered (NCCL) schedule runs one program per step; mixed steps need gloo")
             ev = run_ordered(self, lps[0].ops, lps[0].actions, stores)
         else:
-            ev = run_threaded(self, lps, stores, cmd.step_id, posted)
+            ev = run_threaded(self, self._local_plans(cmd), stores, cmd.step_id, posted)
+        return self._result(cmd, stores, ev, start, t_stored)
+
+    def begin_step(self, cmd: StepCmd, posted: Posted | None, lane: int, idle: bool) -> Active:
+        """Start a step beside the others in flight (gloo; see serve_commands): its storages set up, its
+        start sends posted. ``idle``: no other step in flight (the device clock's origin is taken then)."""
+        start = self.clock.begin() if idle else time.perf_counter()
+        stores = self._stores(cmd)
+        t_stored = time.perf_counter()
+        step = ThreadedStep(self, self._local_plans(cmd), stores, cmd.step_id, posted, lane=lane)
+        return Active(cmd=cmd, step=step, stores=stores, start_s=start, stored_s=t_stored, lane=lane)
+
+    def end_step(self, a: Active) -> dict[str, Any]:
+        finish_sends(self, a.step)
+        return self._result(a.cmd, a.stores, a.step.events(), a.start_s, a.stored_s)
+
+    def _stores(self, cmd: StepCmd) -> list[Storages]:
+        return [self._store(self.spec.programs[cmd.key_of(mb)], self.spec.partitions[(cmd.key_of(mb), cmd.plan)],
+                            mb, cmd) for mb in range(len(cmd.inputs))]
+
+    def _result(self, cmd: StepCmd, stores: list[Storages], ev: dict[str, list], start_s: float,
+                stored_s: float) -> dict[str, Any]:
+        """The step's outputs and events; its KV/state written back to its slots."""
+        m, me = len(cmd.inputs), self.rank
+        progs = [self.spec.programs[cmd.key_of(mb)] for mb in range(m)]
+        parts = [self.spec.partitions[(cmd.key_of(mb), cmd.plan)] for mb in range(m)]
         self.clock.finish()
         if self.clock.cuda:  # event tokens -> seconds on the host timeline; the times end each tuple
             sec, n_times = self.clock.seconds, {"kernels": 2, "waits": 2, "sends": 1, "recvs": 1}
@@ -226,10 +258,68 @@ class Worker:
         outputs = {(mb, i): to_wire(view_of(stores[mb], r)) for mb in range(m)
                    for i, r in enumerate(progs[mb].outputs) if parts[mb].output_device[i] == me}
         # stored_s: storages set up, first kernel next; cpu_s: this process's CPU seconds so far (all threads)
-        return dict(step_id=cmd.step_id, outputs=outputs, **ev, start_s=t_start, stored_s=t_stored,
+        return dict(step_id=cmd.step_id, outputs=outputs, **ev, start_s=start_s, stored_s=stored_s,
                     end_s=time.perf_counter(), cpu_s=time.process_time())
 
 
+@dataclass
+class Active:
+    """A step in flight on a worker that runs several at once."""
+
+    cmd: StepCmd
+    step: ThreadedStep
+    stores: list[Storages]
+    start_s: float
+    stored_s: float
+    lane: int
+
+    @property
+    def slots(self) -> set[int]:
+        return {self.cmd.slot_of(mb) for mb in range(len(self.cmd.inputs))}
+
+
+def serve_commands(worker: Worker, ahead: queue.SimpleQueue, results: Any) -> None:
+    """The gloo worker's loop: every queued step runs at once, oldest first, each kernel as soon as its data
+    is there, so while one serving group's step waits on a transfer the worker computes another group's
+    (the asynchronous schedule: a group waits only for its own previous iteration). A step whose KV/state
+    slots a step in flight still holds waits for it (a round's steps all use slots 0..m-1). Ends at the
+    driver's None, after the steps before it."""
+    active: list[Active] = []
+    queued: list[tuple[StepCmd, Posted | None]] = []
+    stopping = False
+    while True:
+        while not stopping:
+            try:
+                cmd, posted = ahead.get(block=not active and not queued)
+            except queue.Empty:
+                break
+            if isinstance(posted, Exception):
+                raise posted
+            if cmd is None:
+                stopping = True
+            else:
+                queued.append((cmd, posted))
+        while queued:  # start what is free to start, in order
+            cmd, posted = queued[0]
+            held = set().union(*(a.slots for a in active)) if active else set()
+            if held & {cmd.slot_of(mb) for mb in range(len(cmd.inputs))}:
+                break
+            queued.pop(0)
+            lanes = {a.lane for a in active}
+            lane = next(i for i in range(len(active) + 1) if i not in lanes)
+            active.append(worker.begin_step(cmd, posted, lane, idle=not active))
+        if stopping and not active:
+            worker.flush_sends()
+            return
+        progressed = False
+        for a in list(active):
+            progressed |= a.step.advance()
+            if a.step.finished:
+                results.put(("done", worker.rank, worker.end_step(a)))
+                active.remove(a)
+                progressed = True
+        if not progressed and active:
+            wait_for(worker, [a.step for a in active], more=lambda: not ahead.empty())
 def _watch(heartbeat: Any, rank: int, parent: int) -> None:
     """Beat every 0.1 s; exit at once if the driver is gone (no orphans)."""
     while True:
@@ -279,10 +369,16 @@ def read_ahead(worker: Worker, commands: Any) -> queue.SimpleQueue:
                 cmd = commands.get()
                 if cmd is None:
                     ahead.put((None, None))
+                    with worker.wake:
+                        worker.wake.notify_all()
                     return
                 ahead.put((cmd, worker.post(cmd)))
+                with worker.wake:  # a worker blocked on its steps' transfers may start this one
+                    worker.wake.notify_all()
         except BaseException as e:  # noqa: BLE001 - re-raised by the worker's main loop, which reports it
             ahead.put((None, e if isinstance(e, Exception) else RuntimeError(f"command reader: {e!r}")))
+            with worker.wake:
+                worker.wake.notify_all()
 
     threading.Thread(target=read, daemon=True, name="tessera-commands").start()
     return ahead
@@ -296,14 +392,16 @@ def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, p
         link = probe_link(spec.rank, spec.world, worker.link, worker.waiters)
         results.put(("ready", spec.rank, {"weights": worker.resident_report(), "link": link}))
         ahead = read_ahead(worker, commands)
-        while True:
-            cmd, posted = ahead.get()
-            if isinstance(posted, Exception):
-                raise posted
-            if cmd is None:
-                worker.flush_sends()
-                break
-            results.put(("done", spec.rank, worker.run_step(cmd, posted)))
+        if spec.ordered:  # NCCL: one step at a time, every worker in one global issue order
+            while True:
+                cmd, posted = ahead.get()
+                if isinstance(posted, Exception):
+                    raise posted
+                if cmd is None:
+                    break
+                results.put(("done", spec.rank, worker.run_step(cmd, posted)))
+        else:
+            serve_commands(worker, ahead, results)
         dist.destroy_process_group()
     except Exception as e:  # reported to the driver, which names this worker and stops the others
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__

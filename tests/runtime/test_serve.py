@@ -40,9 +40,11 @@ def test_llama_slots_reused_iterations_mixed_async_and_sync_exact() -> None:
     by_phase = by_key(progs, placements("layer_split", group_graphs(progs), 2))
     ref = reference(progs, reqs)
     with start_cluster(progs, by_phase, ("cpu", "cpu"), slots=2) as cluster:
-        sync = serve_stream(cluster, progs, reqs, ServeConfig(slots=2, microbatches=1, schedule="sync"))
+        sync = serve_stream(cluster, progs, reqs, ServeConfig(slots=2, microbatches=1, schedule="sync",
+                                                              prefills_per_iteration=1))
+        free = serve_stream(cluster, progs, reqs, ServeConfig(slots=2, microbatches=1, schedule="sync"))
         asyn = serve_stream(cluster, progs, reqs, ServeConfig(slots=2, microbatches=2, schedule="async"))
-    for res in (sync, asyn):
+    for res in (sync, free, asyn):
         assert check(res, ref) == (True, 0.0, True)
         assert [len(s.tokens) for s in res.served] == [r.output_tokens for r in reqs]
         assert {s.slot for s in res.served} <= {0, 1}  # 5 requests through 2 slots: freed and reused
@@ -51,6 +53,10 @@ def test_llama_slots_reused_iterations_mixed_async_and_sync_exact() -> None:
     p0, p1 = (r.prompt.shape[1] for r in reqs[:2])
     assert sync.history[0]["keys"] == [f"prefill@{p0}"]
     assert sync.history[1]["keys"] == [f"decode@{p0}", f"prefill@{p1}"]
+    # no limit (the default): both free slots admit at once, and every iteration holds both slots until
+    # the queue runs dry (5 requests of >= 2 steps: at least 4 full iterations before the last admission)
+    assert free.history[0]["keys"] == [f"prefill@{p0}", f"prefill@{p1}"]
+    assert all(len(h["keys"]) == 2 for h in free.history[:4])
     # async: two groups of one slot each, so no iteration holds two requests
     assert all(len(h["keys"]) == 1 for h in asyn.history)
     for res in (sync, asyn):  # shares of the stream's wall time: kernels and waits lie inside the steps

@@ -153,13 +153,13 @@ def testin_run_link_takes_the_runs_latency() -> None:
 def test_control_round_trip_means_and_driver_turnaround_by_hand() -> None:
     programs = {"decode@4": SimpleNamespace(ops=[0])}
     fallback = KernelTimes(kernel_s={"decode@4": [1.0]})
-    k = [(0, 0, 0.0, 0.0)]
     # one worker, two groups interleaved: (group, submitted straight after its previous, submit, start, end,
     # outputs at the driver)
     steps = [(0, False, 0.0, 0.1, 1.0, 1.2), (1, False, 1.1, 1.2, 1.4, 1.5), (0, True, 1.3, 1.5, 2.0, 2.1),
              (1, True, 2.3, 2.4, 2.6, 2.7), (0, True, 2.8, 2.9, 3.0, 3.3), (0, False, 5.0, 5.1, 5.2, 5.3)]
     hist = tuple(dict(keys=["decode@4"], group=g, continued=c, submit_abs_s=sub, done_abs_s=done,
-                      workers=[dict(start_s=a, end_s=end, kernels=k, waits=[])]) for g, c, sub, a, end, done in steps)
+                      workers=[dict(start_s=a, end_s=end, kernels=[(0, 0, a, end)], waits=[])])
+                 for g, c, sub, a, end, done in steps)  # one kernel filling each step: nothing outside kernels
     # launch, only where the worker was idle at the submit: the third step (1.3) queued behind group 1's
     # (until 1.4), so 0.1, 0.1, 0.1, 0.1, 0.1 -> mean 0.1; return: 0.2, 0.1, 0.1, 0.1, 0.3, 0.1 -> 0.9 / 6
     # turnaround (continued only, from the same group's last outputs): 1.3 - 1.2, 2.3 - 1.5, 2.8 - 2.1 ->
@@ -168,7 +168,7 @@ def test_control_round_trip_means_and_driver_turnaround_by_hand() -> None:
     got = in_run_times(hist, programs, fallback)  # type: ignore[arg-type]
     assert got.overheads.control_s == pytest.approx(0.1 + 0.9 / 6 + 1.6 / 3)
     # spreads (interquartile range / 1.349, quartiles at (n + 1)·p of the sorted samples):
-    # busy per step 0.9, 0.2, 0.5, 0.2, 0.1, 0.1 -> sorted .1 .1 .2 .2 .5 .9: q1 at 1.75 = 0.1, q3 at 5.25 =
+    # busy per step (its kernel) 0.9, 0.2, 0.5, 0.2, 0.1, 0.1 -> sorted .1 .1 .2 .2 .5 .9: q1 at 1.75 = 0.1, q3 at 5.25 =
     # 0.5 + 0.25·0.4 = 0.6; control: launches all 0.1 (0), returns .1 .1 .1 .1 .2 .3: q1 0.1, q3 0.225;
     # turnarounds: 3 samples, too few (0)
     assert got.overheads.step_sd_s == pytest.approx((0.5 / 1.349,))
@@ -190,12 +190,11 @@ def test_simulator_takes_the_runs_chunk_not_the_planners() -> None:
 def test_gap_between_queued_steps_by_hand() -> None:
     programs = {"decode@4": SimpleNamespace(ops=[0])}
     fallback = KernelTimes(kernel_s={"decode@4": [1.0]})
-    k = [(0, 0, 0.0, 0.0)]
     # one worker, three steps: step 1 was submitted (at 0.5) before step 0 ended (1.0) and started at 1.2:
     # gap 0.2; step 2 was submitted at 3.0, after step 1 ended (2.0): the worker waited for the driver
     steps = [(0.0, 0.1, 1.0), (0.5, 1.2, 2.0), (3.0, 3.1, 4.0)]
     hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=end + 0.1,
-                      workers=[dict(start_s=a, end_s=end, kernels=k, waits=[])]) for sub, a, end in steps)
+                      workers=[dict(start_s=a, end_s=end, kernels=[(0, 0, a, a)], waits=[])]) for sub, a, end in steps)
     assert in_run_times(hist, programs, fallback).overheads.gap_s == pytest.approx((0.2,))  # type: ignore[arg-type]
 
 
