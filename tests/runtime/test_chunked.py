@@ -76,7 +76,7 @@ def test_stream_with_chunks_interleaved_with_decodes_is_exact(model: str) -> Non
     ref = reference(progs, reqs)
     with start_cluster(progs, assign, ("cpu", "cpu"), slots=2) as cluster:
         sync = serve_stream(cluster, progs, reqs, ServeConfig(slots=2, microbatches=1, schedule="sync",
-                                                              chunk_tokens=3))
+                                                              chunk_tokens=3, prefills_per_iteration=1))
         asyn = serve_stream(cluster, progs, reqs, ServeConfig(slots=2, microbatches=2, chunk_tokens=3))
     for res in (sync, asyn):
         assert check(res, ref) == (True, 0.0, True)

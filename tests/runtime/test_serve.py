@@ -67,6 +67,22 @@ def test_llama_slots_reused_iterations_mixed_async_and_sync_exact() -> None:
         assert u["driver_cpu"] >= 0
 
 
+def test_async_groups_interleave_on_a_worker_and_stay_exact() -> None:
+    # attention and GEMMs on different workers: every step crosses between them several times, so a
+    # worker's step for one group keeps waiting on the other worker; the worker runs the other group's
+    # step meanwhile (its kernels fall inside the first step's span) and every token stays exact
+    reqs = stream("llama-tiny", 6)
+    progs = capture_serving("llama-tiny", serving_keys(reqs))
+    assign = by_key(progs, placements("attention_gemm", group_graphs(progs), 2))
+    with start_cluster(progs, assign, ("cpu", "cpu"), slots=2) as cluster:
+        res = serve_stream(cluster, progs, reqs, ServeConfig(slots=2, microbatches=2))
+    assert check(res, reference(progs, reqs)) == (True, 0.0, True)
+    inside = sum(1 for d in range(2) for h in res.history for o in res.history if o["group"] != h["group"]
+                 for _, _, a, b in o["workers"][d]["kernels"]
+                 if h["workers"][d]["start_s"] < a and b < h["workers"][d]["end_s"])
+    assert inside > 0
+
+
 def test_programs_share_one_copy_of_each_weight() -> None:
     progs = capture_serving("llama-tiny", ["prefill@3", "decode@3", "decode@4"])
     weights = [{p.name(b): t for b, t in p.initial.items() if p.graph.buffers[b].role.name == "WEIGHT"}
