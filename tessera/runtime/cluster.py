@@ -180,8 +180,9 @@ class Cluster:
     def submit(self, plan: str, inputs: list[dict[int, torch.Tensor]], *, keys: tuple[str, ...],
                slots: tuple[int, ...], resets: tuple[bool, ...]) -> int:
         """Queue one serving iteration (micro-batch i: program keys[i] on KV/state slot slots[i]) on every
-        worker without waiting; returns its step id. Workers run queued steps in submission order, so a
-        worker starts the next queued iteration as soon as its share of the previous one is done."""
+        worker without waiting; returns its step id. A worker runs every step it holds at once, oldest first,
+        each kernel as soon as its data is there (worker.serve_commands), so one iteration computes while
+        another waits on a transfer; a step whose KV/state slots an earlier one still holds waits for it."""
         assert max(slots) < self.config.max_microbatches, "slot beyond the workers' KV/state slots"
         wire = tuple({b: to_wire(t) for b, t in feed.items()} for feed in inputs)
         cmd = StepCmd(step_id=self._next_step, key=keys[0], plan=plan, inputs=wire, reset=False, keys=keys,

@@ -7,8 +7,9 @@ events give, under the same conditions:
 - each kernel's mean duration per program (means, not medians: throughput pays the total time, tails
   included);
 - per device, the worker's time per kernel outside kernels and outside waits (dispatch, the receive
-  threads, gloo's copies, storage set-up): (step span − kernel time − blocked time) / kernels run, over
-  the whole run;
+  threads, gloo's copies, storage set-up): (time with a step in flight − time blocked − kernel time) /
+  kernels run, over the whole run (a worker runs several groups' steps at once: their spans overlap and
+  are counted once);
 - per device, the time between two steps when the next was already queued (its command off the queue,
   the last outputs handed back): what a worker pays per iteration when groups run back to back;
 - the control round trip per iteration: the driver's submit to the first worker's start (when that worker

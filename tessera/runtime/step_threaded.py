@@ -5,7 +5,8 @@ command reaches the worker (Worker.post), while an earlier queued step still com
 before its message lands takes gloo's cheap path (~25 µs against ~100 µs once the bytes wait, measured
 between two local processes; several times that when both cores compute). Each micro-batch then runs
 until its next kernel waits on a transfer that has not arrived, so one micro-batch computes while
-another's activations travel. gloo's point-to-point Work never reports completion to is_completed()
+another's activations travel; a serving worker holds several steps (ThreadedStep) in flight at once and
+advances each in turn, so one group's step computes while another group's waits. gloo's point-to-point Work never reports completion to is_completed()
 before wait(), so a thread per micro-batch index waits on that micro-batch's receives in the order it
 needs them; the threads live as long as the worker (Waiters), since starting one per step cost ~1 ms of
 a step on a busy 2-core machine. A CUDA worker on gloo stages transfers through host memory
