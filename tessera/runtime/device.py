@@ -125,7 +125,17 @@ class Clock:
         synchronize(self.device)
         return time.perf_counter()
 
-    def seconds(self, token: Any) -> float:
+    def anchor(self) -> Any:
+        """A point to time one step's events from, when steps follow each other without the device going
+        idle (``begin`` then only comes once): CUDA's elapsed times are float32 milliseconds, which from an
+        origin minutes old lose the microseconds. None on CPU."""
+        return self.mark() if self.cuda else None
+
+    def seconds(self, token: Any, anchor: Any = None) -> float:
+        """``token`` on the host timeline; with an ``anchor`` (from ``anchor()``) only the anchor is placed
+        from the origin, and the token from the anchor."""
         if not self.cuda or isinstance(token, float):
             return float(token)
+        if anchor is not None:
+            return self.seconds(anchor) + anchor.elapsed_time(token) / 1e3
         return self._origin_s + self._origin.elapsed_time(token) / 1e3  # elapsed_time is in ms

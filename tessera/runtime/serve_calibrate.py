@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from itertools import pairwise
 from typing import Any
 
 from tessera.runtime.program import Program
@@ -78,15 +77,20 @@ def _control(history: tuple[dict[str, Any], ...]) -> tuple[float, float]:
 
 
 def _step_gap_s(history: tuple[dict[str, Any], ...], devices: int) -> tuple[float, ...]:
-    """Per device, the mean time from the end of one step to the start of the next when the next had been
-    submitted before the first ended (so the worker was not waiting for the driver): taking a command
-    off the queue and handing the outputs back. Means: throughput pays every one."""
+    """Per device, the mean time from the end of the steps in flight to the start of the next step when
+    that step had been submitted before they ended (so the worker was not waiting for the driver): taking
+    a command off the queue and handing the outputs back, outside any step span. Steps of several groups
+    overlap on a worker: "the end" is the latest end among the steps started before. Means: throughput
+    pays every one."""
     out = []
     for d in range(devices):
         steps = sorted(((h["submit_abs_s"], h["workers"][d]) for h in history if d < len(h["workers"])),
                        key=lambda x: x[1]["start_s"])  # after a recovery the cluster is smaller
-        gaps = [nxt["start_s"] - prev["end_s"] for (_, prev), (sub, nxt) in pairwise(steps)
-                if sub < prev["end_s"] <= nxt["start_s"]]
+        gaps, reach = [], -math.inf
+        for sub, w in steps:
+            if sub < reach <= w["start_s"]:
+                gaps.append(w["start_s"] - reach)
+            reach = max(reach, w["end_s"])
         out.append(statistics.mean(gaps) if gaps else 0.0)
     return tuple(out)
 

@@ -519,7 +519,8 @@ def utilisation(result: StreamResult) -> dict[str, Any]:
         ws = sorted((h["workers"][d] for h in hist), key=lambda w: w["start_s"])
         span, waits, kernels, _ = worker_timeline(hist, d)
         mbs = sum(len({k[1] for k in w["kernels"]}) for w in ws) or 1
-        cpu = ws[-1]["cpu_s"] - ws[0]["cpu_s"] if "cpu_s" in ws[0] else None
+        # cpu_s is stamped at a step's end, and overlapping steps end out of their start order
+        cpu = max(w["cpu_s"] for w in ws) - min(w["cpu_s"] for w in ws) if "cpu_s" in ws[0] else None
         out["workers"].append({
             "busy": span / wall, "kernels": kernels / wall, "waits": waits / wall, "idle": 1 - span / wall,
             "cpu": None if cpu is None else cpu / wall,

@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,17 +63,18 @@ def post_receives(w: Any, lps: list[Any], step_id: int) -> Posted:
 
 
 class Waiters:
-    """Persistent threads, one per micro-batch index, each running the jobs handed to it in order."""
+    """Persistent threads, one per key (a micro-batch index, or (lane, micro-batch) for steps in flight
+    together), each running the jobs handed to it in order."""
 
     def __init__(self) -> None:
-        self._jobs: list[queue.SimpleQueue] = []
+        self._jobs: dict[Hashable, queue.SimpleQueue] = {}
 
-    def run(self, index: int, job: Callable[[], None]) -> None:
-        while len(self._jobs) <= index:
-            q: queue.SimpleQueue = queue.SimpleQueue()
-            threading.Thread(target=_serve_jobs, args=(q,), daemon=True, name=f"tessera-recv-{len(self._jobs)}").start()
-            self._jobs.append(q)
-        self._jobs[index].put(job)
+    def run(self, key: Hashable, job: Callable[[], None]) -> None:
+        q = self._jobs.get(key)
+        if q is None:
+            q = self._jobs[key] = queue.SimpleQueue()
+            threading.Thread(target=_serve_jobs, args=(q,), daemon=True, name=f"tessera-recv-{key}").start()
+        q.put(job)
 
 
 def _serve_jobs(jobs: queue.SimpleQueue) -> None:
@@ -114,7 +115,7 @@ class ThreadedStep:
         # keeps the receive threads of steps in flight together apart (one thread per (lane, mb))
         for mb, works in enumerate(posted.works):
             if works:
-                w.waiters.run(lane * MAX_MICROBATCHES + mb, lambda works=works: self._receive(works))
+                w.waiters.run(mb if lane == 0 else (lane, mb), lambda works=works: self._receive(works))
         for mb in range(m):
             self._post_sends(self.lps[mb].start_sends, mb)
 
@@ -205,7 +206,10 @@ class ThreadedStep:
 
 def wait_for(w: Any, steps: list[ThreadedStep], more: Callable[[], bool] = lambda: False) -> None:
     """Block until one of ``steps`` can advance (or ``more()``: new work arrived), recording the blocked
-    interval in every step's waits; a receive that stays out for the worker's timeout raises."""
+    interval in every step's waits. A receive that stays out raises: here after the worker's timeout with
+    nothing arriving, and in its receive thread (the transport's own timeout) whatever else arrives."""
+    blocked = [s for s in steps if s.blocking()]
+    assert blocked, "every step blocked but no receive pending"
     t0 = time.perf_counter()
     with w.wake:
         ok = w.wake.wait_for(lambda: more() or any(s.ready() for s in steps), timeout=w.spec.recv_timeout_s)
@@ -214,7 +218,7 @@ def wait_for(w: Any, steps: list[ThreadedStep], more: Callable[[], bool] = lambd
         if s.errors:
             raise RuntimeError(s.errors[0])
     if not ok:
-        raise TimeoutError(f"worker {w.rank}: {steps[0].describe_wait()} timed out after {w.spec.recv_timeout_s:g} s")
+        raise TimeoutError(f"worker {w.rank}: {blocked[0].describe_wait()} timed out after {w.spec.recv_timeout_s:g} s")
 
 
 def finish_sends(w: Any, step: ThreadedStep) -> None:

@@ -123,7 +123,7 @@ class Worker:
         # per micro-batch: name -> the Buffer its storage was last shaped as (for carrying)
         self.state_buf: list[dict[str, Buffer]] = [{} for _ in range(spec.max_microbatches)]
         self.local = {pk: self._compile(pk) for pk in spec.partitions}
-        self.unsent: list[tuple[Any, torch.Tensor]] = []  # the last gloo step's sends (see run_threaded)
+        self.unsent: list[tuple[Any, torch.Tensor]] = []  # the last finished gloo step's sends (finish_sends)
         self.waiters = Waiters()  # the gloo path's receive threads
         self.wake = threading.Condition()  # notified by every arrival and every command taken (gloo path)
 
@@ -228,28 +228,30 @@ class Worker:
         """Start a step beside the others in flight (gloo; see serve_commands): its storages set up, its
         start sends posted. ``idle``: no other step in flight (the device clock's origin is taken then)."""
         start = self.clock.begin() if idle else time.perf_counter()
+        anchor = self.clock.anchor()
         stores = self._stores(cmd)
         t_stored = time.perf_counter()
         step = ThreadedStep(self, self._local_plans(cmd), stores, cmd.step_id, posted, lane=lane)
-        return Active(cmd=cmd, step=step, stores=stores, start_s=start, stored_s=t_stored, lane=lane)
+        return Active(cmd=cmd, step=step, stores=stores, start_s=start, stored_s=t_stored, lane=lane, anchor=anchor)
 
     def end_step(self, a: Active) -> dict[str, Any]:
         finish_sends(self, a.step)
-        return self._result(a.cmd, a.stores, a.step.events(), a.start_s, a.stored_s)
+        return self._result(a.cmd, a.stores, a.step.events(), a.start_s, a.stored_s, a.anchor)
 
     def _stores(self, cmd: StepCmd) -> list[Storages]:
         return [self._store(self.spec.programs[cmd.key_of(mb)], self.spec.partitions[(cmd.key_of(mb), cmd.plan)],
                             mb, cmd) for mb in range(len(cmd.inputs))]
 
     def _result(self, cmd: StepCmd, stores: list[Storages], ev: dict[str, list], start_s: float,
-                stored_s: float) -> dict[str, Any]:
+                stored_s: float, anchor: Any = None) -> dict[str, Any]:
         """The step's outputs and events; its KV/state written back to its slots."""
         m, me = len(cmd.inputs), self.rank
         progs = [self.spec.programs[cmd.key_of(mb)] for mb in range(m)]
         parts = [self.spec.partitions[(cmd.key_of(mb), cmd.plan)] for mb in range(m)]
         self.clock.finish()
         if self.clock.cuda:  # event tokens -> seconds on the host timeline; the times end each tuple
-            sec, n_times = self.clock.seconds, {"kernels": 2, "waits": 2, "sends": 1, "recvs": 1}
+            n_times = {"kernels": 2, "waits": 2, "sends": 1, "recvs": 1}
+            sec = lambda t: self.clock.seconds(t, anchor)  # noqa: E731
             ev = {k: [(*e[:-n_times[k]], *map(sec, e[-n_times[k]:])) for e in v] for k, v in ev.items()}
         for mb in range(m):  # state written back by name (an end-of-step sync may have replaced it)
             for b in parts[mb].resident[me]:
@@ -272,6 +274,7 @@ class Active:
     start_s: float
     stored_s: float
     lane: int
+    anchor: Any = None  # the device clock's point for this step's kernel events (CUDA)
 
     @property
     def slots(self) -> set[int]:

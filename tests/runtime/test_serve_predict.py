@@ -196,6 +196,12 @@ def test_gap_between_queued_steps_by_hand() -> None:
     hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=end + 0.1,
                       workers=[dict(start_s=a, end_s=end, kernels=[(0, 0, a, a)], waits=[])]) for sub, a, end in steps)
     assert in_run_times(hist, programs, fallback).overheads.gap_s == pytest.approx((0.2,))  # type: ignore[arg-type]
+    # steps of two groups overlapping: B runs inside A's span (1.0-2.0 within 0.0-3.0); C, submitted at 2.5
+    # while A still ran, starts at 3.5: its gap runs from A's end (the latest so far), not B's, 0.5
+    steps = [(0.0, 0.0, 3.0), (0.9, 1.0, 2.0), (2.5, 3.5, 4.0)]
+    hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=end + 0.1,
+                      workers=[dict(start_s=a, end_s=end, kernels=[(0, 0, a, a)], waits=[])]) for sub, a, end in steps)
+    assert in_run_times(hist, programs, fallback).overheads.gap_s == pytest.approx((0.5,))  # type: ignore[arg-type]
 
 
 def test_corun_slowdown_by_hand() -> None:
