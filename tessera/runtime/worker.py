@@ -323,6 +323,8 @@ def serve_commands(worker: Worker, ahead: queue.SimpleQueue, results: Any) -> No
                 progressed = True
         if not progressed and active:
             wait_for(worker, [a.step for a in active], more=lambda: not ahead.empty())
+
+
 def _watch(heartbeat: Any, rank: int, parent: int) -> None:
     """Beat every 0.1 s; exit at once if the driver is gone (no orphans)."""
     while True:
