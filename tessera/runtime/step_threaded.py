@@ -88,8 +88,8 @@ def _serve_jobs(jobs: queue.SimpleQueue) -> None:
 
 class ThreadedStep:
     """One step of ``len(stores)`` micro-batches on Worker ``w``, resumable: ``advance`` runs every kernel
-    whose data is there and returns; the caller waits on ``w.wake`` (notified by every arrival) while
-    ``blocked()``. Micro-batch i runs LocalPlan ``lps[i]`` (a list: each request its own program in a
+    whose data is there and returns; the caller waits on ``w.wake`` (notified by every arrival) until
+    ``ready()`` (``wait_for``). Micro-batch i runs LocalPlan ``lps[i]`` (a list: each request its own program in a
     serving iteration) or all run ``lps`` (one LocalPlan: a round). ``posted``: its receives, if already
     posted (else posted now). Kernel times are clock tokens; sends and arrivals are host times."""
 
