@@ -516,7 +516,7 @@ def utilisation(result: StreamResult) -> dict[str, Any]:
     wall = max(w["end_s"] for h in hist for w in h["workers"]) - t0
     out: dict[str, Any] = {"wall_s": wall, "driver_cpu": result.driver_cpu_s / wall, "workers": []}
     for d in range(len(hist[0]["workers"])):
-        ws = sorted((h["workers"][d] for h in hist), key=lambda w: w["start_s"])
+        ws = [h["workers"][d] for h in hist]
         span, waits, kernels, _ = worker_timeline(hist, d)
         mbs = sum(len({k[1] for k in w["kernels"]}) for w in ws) or 1
         # cpu_s is stamped at a step's end, and overlapping steps end out of their start order

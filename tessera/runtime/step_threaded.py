@@ -31,11 +31,9 @@ from tessera.runtime.compiled import call
 from tessera.runtime.partition import Transfer
 from tessera.runtime.program import Storages
 
-MAX_MICROBATCHES = 64  # micro-batches of one step: the tag layout's 6 bits
-
 
 def tag(step_id: int, t: Transfer, mb: int) -> int:
-    assert t.index < 1 << 16 and mb < MAX_MICROBATCHES, "transfer index / micro-batch exceed the tag layout"
+    assert t.index < 1 << 16 and mb < 1 << 6, "transfer index / micro-batch exceed the tag layout"
     return ((step_id % 256) << 22) | (t.index << 6) | mb
 
 
@@ -193,10 +191,7 @@ class ThreadedStep:
         return bool(self.errors) or any(k in self.done for k in self.blocking())
 
     def describe_wait(self) -> str:
-        keys = self.blocking()
-        if not keys:
-            return f"step {self.step_id}"
-        idx, mb = keys[0]
+        idx, mb = self.blocking()[0]
         t = next(t for t in self.lps[mb].order if t.index == idx)
         return f"receive of buffer {t.buffer} from worker {t.src}"
 

@@ -98,6 +98,10 @@ class StepCmd:
     def reset_of(self, mb: int) -> bool:
         return self.resets[mb] if self.resets else self.reset
 
+    def slot_set(self) -> set[int]:
+        """The KV/state slots this step reads and writes."""
+        return {self.slot_of(mb) for mb in range(len(self.inputs))}
+
 
 @dataclass(frozen=True, kw_only=True)
 class LocalPlan:
@@ -276,10 +280,6 @@ class Active:
     lane: int
     anchor: Any = None  # the device clock's point for this step's kernel events (CUDA)
 
-    @property
-    def slots(self) -> set[int]:
-        return {self.cmd.slot_of(mb) for mb in range(len(self.cmd.inputs))}
-
 
 def serve_commands(worker: Worker, ahead: queue.SimpleQueue, results: Any) -> None:
     """The gloo worker's loop: every queued step runs at once, oldest first, each kernel as soon as its data
@@ -304,8 +304,7 @@ def serve_commands(worker: Worker, ahead: queue.SimpleQueue, results: Any) -> No
                 queued.append((cmd, posted))
         while queued:  # start what is free to start, in order
             cmd, posted = queued[0]
-            held = set().union(*(a.slots for a in active)) if active else set()
-            if held & {cmd.slot_of(mb) for mb in range(len(cmd.inputs))}:
+            if cmd.slot_set() & set().union(*(a.cmd.slot_set() for a in active)):
                 break
             queued.pop(0)
             lanes = {a.lane for a in active}
@@ -368,22 +367,21 @@ def read_ahead(worker: Worker, commands: Any) -> queue.SimpleQueue:
     or the exception posting raised), ending with (None, None)."""
     ahead: queue.SimpleQueue = queue.SimpleQueue()
 
+    def hand_over(item: tuple[Any, Any]) -> None:
+        ahead.put(item)
+        with worker.wake:  # a worker blocked on its steps' transfers may start this one (or stop)
+            worker.wake.notify_all()
+
     def read() -> None:
         try:
             while True:
                 cmd = commands.get()
                 if cmd is None:
-                    ahead.put((None, None))
-                    with worker.wake:
-                        worker.wake.notify_all()
+                    hand_over((None, None))
                     return
-                ahead.put((cmd, worker.post(cmd)))
-                with worker.wake:  # a worker blocked on its steps' transfers may start this one
-                    worker.wake.notify_all()
+                hand_over((cmd, worker.post(cmd)))
         except BaseException as e:  # noqa: BLE001 - re-raised by the worker's main loop, which reports it
-            ahead.put((None, e if isinstance(e, Exception) else RuntimeError(f"command reader: {e!r}")))
-            with worker.wake:
-                worker.wake.notify_all()
+            hand_over((None, e if isinstance(e, Exception) else RuntimeError(f"command reader: {e!r}")))
 
     threading.Thread(target=read, daemon=True, name="tessera-commands").start()
     return ahead
