@@ -13,9 +13,11 @@ $(STAMP): pyproject.toml setup.py tessera/ptx/_fastscan.c
 
 install: $(STAMP)
 
+# Two test processes (the suite is mostly single-threaded work); whole files per process, so a module's
+# fixtures (captures, clusters) are built once.
 test: $(STAMP)
 	$(BIN)/ruff check tessera tests bench
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadfile
 	TESSERA_PTX_NATIVE=0 $(BIN)/python -m pytest -q tests/ptx  # the pure-Python path the C module replaces
 
 demo: $(STAMP)

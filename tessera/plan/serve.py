@@ -53,13 +53,13 @@ def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = 
         raise UserError("the pool has no GPUs; give --gpus A,B")
     specs = tuple(resolve_gpu(n) for n in names)
     lk = resolve_link(cfg.link)
-    cost = UnitCost.over(cost or default_cost())  # memoised: layers repeat kernels, the search repeats shapes
     images, pd_ok = model_kind(model)
     t0 = time.perf_counter()
     step = progress or (lambda _desc: None)
     step(f"capture {model} (decode step at batch {cfg.ref_batch})" if not images else f"capture {model}")
     shapes = Shapes(model, source or capture_source(model), cfg, images)
-    _check_fits(model, shapes, specs, cfg)
+    _check_fits(model, shapes, specs, cfg)  # before the cost tables load: a refusal costs only the capture
+    cost = UnitCost.over(cost or default_cost())  # memoised: layers repeat kernels, the search repeats shapes
     out: dict[str, StrategyResult] = {}
     step("homogeneous: TP degree and batch per GPU type")
     out["homogeneous"] = homogeneous(shapes, specs, lk, cost, cfg)
