@@ -64,6 +64,9 @@ def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = 
         "verified": r.verified, "tokens_identical": r.tokens_identical, "max_abs_diff": r.max_abs_diff,
         "measured_tokens_per_s": meas, "sync_tokens_per_s": sync,
         "async_over_sync": meas / sync if sync else None,
+        # each repeat's pair (the schedules run back to back, A B then B A): the spread of the ratio itself
+        "paired_async_over_sync": [a / b for a, b in zip(e["runs_throughput_tokens_per_s"]["async"],
+                                                         e["runs_throughput_tokens_per_s"].get("sync", []), strict=False)],
         # what the serving model expects of the same comparison, each schedule priced from its own run
         "predicted_async_over_sync": (r.predicted_throughput_tokens_per_s / ps["in_run"]["throughput_tokens_per_s"]
                                       if ps else None),
@@ -172,6 +175,12 @@ def join(xs: Any, fmt: str = ".2f") -> str:
     return " ".join(f"{x:{fmt}}" for x in xs)
 
 
+def pairs_cell(r: dict[str, Any]) -> str:
+    """The lowest and highest of the repeats' own async/sync ratios."""
+    p = r["paired_async_over_sync"]
+    return f"{min(p):.2f}-{max(p):.2f}x" if p else "-"
+
+
 def runs_cell(r: dict[str, Any]) -> str:
     """Every repeat's throughput, async / sync."""
     runs = r["runs_tokens_per_s"]
@@ -204,33 +213,37 @@ def kernel_seconds(r: dict[str, Any], schedule: str) -> float:
 
 
 def sweep_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | placement | slots / groups | async tok/s | sync tok/s | async/sync | model's async/sync | "
-             "kernel seconds async/sync | predicted err | simulated err | runs async / sync tok/s | load |",
-             "|" + "---|" * 12]
+    lines = ["| model | placement | slots / groups | async tok/s | sync tok/s | async/sync | each repeat's async/sync | "
+             "model's async/sync | kernel seconds async/sync | predicted err | simulated err | "
+             "runs async / sync tok/s | load |",
+             "|" + "---|" * 13]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['placement']} | {r['slots']} / {r['microbatches']} | "
             f"{r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | {r['async_over_sync']:.2f}x | "
-            f"{r['predicted_async_over_sync']:.2f}x | {kernel_seconds(r, 'async') / kernel_seconds(r, 'sync'):.2f}x | "
+            f"{pairs_cell(r)} | {r['predicted_async_over_sync']:.2f}x | "
+            f"{kernel_seconds(r, 'async') / kernel_seconds(r, 'sync'):.2f}x | "
             f"{pct(r['predicted_error'])} | {pct(r['simulated_error'])} | "
             f"{runs_cell(r)} | {join(r['load_avg'], '.1f')} |")
-    return ("Asynchronous vs synchronous by slots (async: the slots in groups advancing on their own; sync: one "
-            "group of every slot). With one request per group the synchronous iteration's pipeline fill and "
-            "drain is the largest share of it; kernel seconds: both workers' time inside kernels, async over "
+    return ("Asynchronous vs synchronous by slots and groups (async: the slots in groups advancing on their own; "
+            "sync: one group of every slot, its requests pipelined through the workers and re-synchronised every "
+            "iteration). With one request per group the synchronous iteration's pipeline fill and drain is the "
+            "largest share of it; each repeat's async/sync: the lowest and highest ratio of a repeat's two "
+            "back-to-back runs; kernel seconds: both workers' time inside kernels, async over "
             "sync, for the same requests and tokens.\n\n" + "\n".join(lines) + "\n")
 
 
 def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
     lines = ["| model | placement | requests | lost | tokens identical | async tok/s | sync tok/s | async/sync | "
-             "model's async/sync | 2nd process GEMV / GEMM slowdown | "
+             "each repeat's async/sync | model's async/sync | 2nd process GEMV / GEMM slowdown | "
              "predicted | err | simulated | err | sync predicted err | TPOT p50 ms | predicted | err | simulated | "
              "err | profile-only err (pred/sim) | TTFT p50 ms | runs async / sync tok/s | load (1/5/15 min) |",
-             "|" + "---|" * 24]
+             "|" + "---|" * 25]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['placement']} | {r['requests']} | {r['lost']} | {r['tokens_identical']} | "
             f"{r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | {r['async_over_sync']:.2f}x | "
-            f"{r['predicted_async_over_sync']:.2f}x | {corun_cell(r['corun'])} | "
+            f"{pairs_cell(r)} | {r['predicted_async_over_sync']:.2f}x | {corun_cell(r['corun'])} | "
             f"{r['predicted_tokens_per_s']:.0f} | {pct(r['predicted_error'])} | {r['simulated_tokens_per_s']:.0f} | "
             f"{pct(r['simulated_error'])} | {pct(r['predicted_sync_error'])} | {ms(r['tpot_p50_s'])} | "
             f"{ms(r['predicted_tpot_s'])} | {pct(r['predicted_tpot_error'])} | {ms(r['simulated_tpot_p50_s'])} | "
@@ -264,8 +277,8 @@ def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
               "at once, just before the row (1.0x: the second core is free, and the asynchronous schedule can fill "
               "the idle time the synchronous one leaves on a worker; 2.0x: the two workers share one core's worth, "
               "a worker idle in the synchronous schedule only speeds the other up, and there is nothing to fill); "
-              "niced jobs: the share of both cores' time /proc/stat counted for niced processes (the background "
-              "evaluation at nice 10) while the two processes ran. "
+              "niced jobs: the share of both cores' time /proc/stat counted for niced processes (other jobs at "
+              "lower priority) while the two processes ran. "
               "Profile-only: the same two predictions from the single-process CPU profile instead (independent "
               "of the run, taken at another moment's load)."]
     return "\n".join(lines) + "\n\n" + time_table(rows)
@@ -278,13 +291,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--sweep-models", default="llama-wide",
-                    help="models also served at 2 slots in 2 groups (one request per group); '' for none")
+                    help="models also served one request per group (2 slots in 2 groups, 4 in 4); '' for none")
     a = ap.parse_args()
     n, repeats = (16, 1) if a.quick else (a.requests, a.repeats)
     models = MODELS[:1] if a.quick else tuple(a.models.split(","))
     rows = [row(m, p, n, repeats) for m in models for p in PLACEMENTS]
     sweep_models = () if a.quick else tuple(x for x in a.sweep_models.split(",") if x)
-    sweep = [row(m, p, n, repeats, slots=2, microbatches=2) for m in sweep_models for p in PLACEMENTS]
+    sweep = [row(m, p, n, repeats, slots=k, microbatches=k) for m in sweep_models for p in PLACEMENTS for k in (2, 4)]
     sweep += [r for r in rows if r["model"] in sweep_models]
     kill_at = min(20, n - 1)
     fault = row("llama-tiny", "layer_split", n, 1, Fault(at_request=kill_at, rank=1)) | {"kill_at": kill_at}
@@ -294,7 +307,7 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     text = table(rows, fault)
     if sweep:
-        text += "\n" + sweep_table(sorted(sweep, key=lambda r: (r["model"], r["placement"], r["slots"])))
+        text += "\n" + sweep_table(sorted(sweep, key=lambda r: (r["model"], r["placement"], r["slots"], r["microbatches"])))
     (OUT / "serve_runtime.json").write_text(json.dumps({"rows": rows, "fault": fault, "sweep": sweep}, indent=1))
     (OUT / "serve_runtime.md").write_text(text + "\n")
     print(text)
