@@ -56,6 +56,7 @@ def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = 
     r = serve_run(spec)
     e = r.extra
     pa, ps = e["prediction"]["async"], e["prediction"].get("sync")
+    runs = e["runs_throughput_tokens_per_s"]
     meas, sync = r.measured_throughput_tokens_per_s, r.sync_throughput_tokens_per_s
     err = lambda x, ref: None if x is None or not ref else x / ref - 1  # noqa: E731
     sim = pa["in_run"]["simulated"]
@@ -65,8 +66,7 @@ def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = 
         "measured_tokens_per_s": meas, "sync_tokens_per_s": sync,
         "async_over_sync": meas / sync if sync else None,
         # each repeat's pair (the schedules run back to back, A B then B A): the spread of the ratio itself
-        "paired_async_over_sync": [a / b for a, b in zip(e["runs_throughput_tokens_per_s"]["async"],
-                                                         e["runs_throughput_tokens_per_s"].get("sync", []), strict=False)],
+        "paired_async_over_sync": [a / b for a, b in zip(runs["async"], runs.get("sync", []), strict=False)],
         # what the serving model expects of the same comparison, each schedule priced from its own run
         "predicted_async_over_sync": (r.predicted_throughput_tokens_per_s / ps["in_run"]["throughput_tokens_per_s"]
                                       if ps else None),
@@ -83,7 +83,7 @@ def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = 
         "predicted_tpot_error": err(pa["in_run"]["tpot_s"], r.tpot_s["p50"]),
         "simulated_tpot_error": err(sim["tpot_s"]["p50"], r.tpot_s["p50"]),
         "ttft_p50_s": r.ttft_s["p50"], "ttft_p99_s": r.ttft_s["p99"],
-        "runs_tokens_per_s": e["runs_throughput_tokens_per_s"], "runs_load_avg": e["runs_load_avg"],
+        "runs_tokens_per_s": runs, "runs_load_avg": e["runs_load_avg"],
         "mixed_iterations": e["mixed_iterations"], "recoveries": e["recoveries"], "link": e["link"],
         "prediction": e["prediction"], "utilisation": e["utilisation"], "corun": corun, "wall_s": time.monotonic() - t0,
         "load_avg": os.getloadavg(),
@@ -213,9 +213,9 @@ def kernel_seconds(r: dict[str, Any], schedule: str) -> float:
 
 
 def sweep_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | placement | slots / groups | async tok/s | sync tok/s | async/sync | each repeat's async/sync | "
-             "model's async/sync | kernel seconds async/sync | predicted err | simulated err | "
-             "runs async / sync tok/s | load |",
+    lines = ["| model | placement | slots / groups | async tok/s | sync tok/s | async/sync | "
+             "each repeat's async/sync | model's async/sync | kernel seconds async/sync | predicted err | "
+             "simulated err | runs async / sync tok/s | load |",
              "|" + "---|" * 13]
     for r in rows:
         lines.append(
@@ -297,7 +297,8 @@ def main() -> None:
     models = MODELS[:1] if a.quick else tuple(a.models.split(","))
     rows = [row(m, p, n, repeats) for m in models for p in PLACEMENTS]
     sweep_models = () if a.quick else tuple(x for x in a.sweep_models.split(",") if x)
-    sweep = [row(m, p, n, repeats, slots=k, microbatches=k) for m in sweep_models for p in PLACEMENTS for k in (2, 4)]
+    sweep = [row(m, p, n, repeats, slots=k, microbatches=k)
+             for m in sweep_models for p in PLACEMENTS for k in (2, 4)]
     sweep += [r for r in rows if r["model"] in sweep_models]
     kill_at = min(20, n - 1)
     fault = row("llama-tiny", "layer_split", n, 1, Fault(at_request=kill_at, rank=1)) | {"kill_at": kill_at}
@@ -307,7 +308,8 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     text = table(rows, fault)
     if sweep:
-        text += "\n" + sweep_table(sorted(sweep, key=lambda r: (r["model"], r["placement"], r["slots"], r["microbatches"])))
+        order = sorted(sweep, key=lambda r: (r["model"], r["placement"], r["slots"], r["microbatches"]))
+        text += "\n" + sweep_table(order)
     (OUT / "serve_runtime.json").write_text(json.dumps({"rows": rows, "fault": fault, "sweep": sweep}, indent=1))
     (OUT / "serve_runtime.md").write_text(text + "\n")
     print(text)

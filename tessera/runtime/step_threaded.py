@@ -5,11 +5,11 @@ command reaches the worker (Worker.post), while an earlier queued step still com
 before its message lands takes gloo's cheap path (~25 µs against ~100 µs once the bytes wait, measured
 between two local processes; several times that when both cores compute). Each micro-batch then runs
 until its next kernel waits on a transfer that has not arrived, so one micro-batch computes while
-another's activations travel; a serving worker holds several steps (ThreadedStep) in flight at once and
-advances each in turn, so one group's step computes while another group's waits. gloo's point-to-point Work never reports completion to is_completed()
-before wait(), so a thread per micro-batch index waits on that micro-batch's receives in the order it
-needs them; the threads live as long as the worker (Waiters), since starting one per step cost ~1 ms of
-a step on a busy 2-core machine. A CUDA worker on gloo stages transfers through host memory
+another's activations travel; a serving worker holds several steps (ThreadedStep) in flight at once
+and advances each in turn, so one group's step computes while another group's waits. gloo's
+point-to-point Work never reports completion to is_completed() before wait(), so a thread per
+micro-batch index waits on that micro-batch's receives in the order it needs them; the threads live as
+long as the worker (Waiters), since starting one per step cost ~1 ms of a step on a busy 2-core machine. A CUDA worker on gloo stages transfers through host memory
 (Worker.outgoing / landed).
 """
 
@@ -87,8 +87,8 @@ def _serve_jobs(jobs: queue.SimpleQueue) -> None:
 class ThreadedStep:
     """One step of ``len(stores)`` micro-batches on Worker ``w``, resumable: ``advance`` runs every kernel
     whose data is there and returns; the caller waits on ``w.wake`` (notified by every arrival) until
-    ``ready()`` (``wait_for``). Micro-batch i runs LocalPlan ``lps[i]`` (a list: each request its own program in a
-    serving iteration) or all run ``lps`` (one LocalPlan: a round). ``posted``: its receives, if already
+    ``ready()`` (``wait_for``). Micro-batch i runs LocalPlan ``lps[i]`` (a list: each request its own
+    program in a serving iteration) or all run ``lps`` (one LocalPlan: a round). ``posted``: its receives, if already
     posted (else posted now). Kernel times are clock tokens; sends and arrivals are host times."""
 
     def __init__(self, w: Any, lps: Any, stores: list[Storages], step_id: int, posted: Posted | None = None,
@@ -213,7 +213,8 @@ def wait_for(w: Any, steps: list[ThreadedStep], more: Callable[[], bool] = lambd
         if s.errors:
             raise RuntimeError(s.errors[0])
     if not ok:
-        raise TimeoutError(f"worker {w.rank}: {blocked[0].describe_wait()} timed out after {w.spec.recv_timeout_s:g} s")
+        raise TimeoutError(f"worker {w.rank}: {blocked[0].describe_wait()} timed out after "
+                           f"{w.spec.recv_timeout_s:g} s")
 
 
 def finish_sends(w: Any, step: ThreadedStep) -> None:

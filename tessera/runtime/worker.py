@@ -236,7 +236,8 @@ class Worker:
         stores = self._stores(cmd)
         t_stored = time.perf_counter()
         step = ThreadedStep(self, self._local_plans(cmd), stores, cmd.step_id, posted, lane=lane)
-        return Active(cmd=cmd, step=step, stores=stores, start_s=start, stored_s=t_stored, lane=lane, anchor=anchor)
+        return Active(cmd=cmd, step=step, stores=stores, start_s=start, stored_s=t_stored, lane=lane,
+                      anchor=anchor)
 
     def end_step(self, a: Active) -> dict[str, Any]:
         finish_sends(self, a.step)

@@ -190,18 +190,20 @@ def test_simulator_takes_the_runs_chunk_not_the_planners() -> None:
 def test_gap_between_queued_steps_by_hand() -> None:
     programs = {"decode@4": SimpleNamespace(ops=[0])}
     fallback = KernelTimes(kernel_s={"decode@4": [1.0]})
-    # one worker, three steps: step 1 was submitted (at 0.5) before step 0 ended (1.0) and started at 1.2:
-    # gap 0.2; step 2 was submitted at 3.0, after step 1 ended (2.0): the worker waited for the driver
-    steps = [(0.0, 0.1, 1.0), (0.5, 1.2, 2.0), (3.0, 3.1, 4.0)]
-    hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=end + 0.1,
-                      workers=[dict(start_s=a, end_s=end, kernels=[(0, 0, a, a)], waits=[])]) for sub, a, end in steps)
-    assert in_run_times(hist, programs, fallback).overheads.gap_s == pytest.approx((0.2,))  # type: ignore[arg-type]
+
+    def gap_s(steps: list[tuple[float, float, float]]) -> tuple[float, ...]:
+        """One worker's gap between queued steps, each step (submitted, started, ended)."""
+        hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=end + 0.1,
+                          workers=[dict(start_s=a, end_s=end, kernels=[(0, 0, a, a)], waits=[])])
+                     for sub, a, end in steps)
+        return in_run_times(hist, programs, fallback).overheads.gap_s  # type: ignore[arg-type]
+
+    # three steps: step 1 was submitted (at 0.5) before step 0 ended (1.0) and started at 1.2: gap 0.2;
+    # step 2 was submitted at 3.0, after step 1 ended (2.0): the worker waited for the driver
+    assert gap_s([(0.0, 0.1, 1.0), (0.5, 1.2, 2.0), (3.0, 3.1, 4.0)]) == pytest.approx((0.2,))
     # steps of two groups overlapping: B runs inside A's span (1.0-2.0 within 0.0-3.0); C, submitted at 2.5
     # while A still ran, starts at 3.5: its gap runs from A's end (the latest so far), not B's, 0.5
-    steps = [(0.0, 0.0, 3.0), (0.9, 1.0, 2.0), (2.5, 3.5, 4.0)]
-    hist = tuple(dict(keys=["decode@4"], submit_abs_s=sub, done_abs_s=end + 0.1,
-                      workers=[dict(start_s=a, end_s=end, kernels=[(0, 0, a, a)], waits=[])]) for sub, a, end in steps)
-    assert in_run_times(hist, programs, fallback).overheads.gap_s == pytest.approx((0.5,))  # type: ignore[arg-type]
+    assert gap_s([(0.0, 0.0, 3.0), (0.9, 1.0, 2.0), (2.5, 3.5, 4.0)]) == pytest.approx((0.5,))
 
 
 def test_corun_slowdown_by_hand() -> None:
