@@ -6,6 +6,7 @@ order with its own last-writer table, so a bookkeeping bug on either side shows 
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -78,6 +79,92 @@ def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: 
             sends += 1
     return Evaluation(device_busy_s=tuple(busy), link_busy_s=links, latency_s=max(finish, default=0.0),
                       memory_bytes=memory_by_device(graph, assignment, n_dev), transfers=sends)
+
+
+def pipelined_latency_s(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: tuple[GpuSpec, ...],
+                        link: LinkSpec, cost: CostModel, microbatches: int) -> float:
+    """Seconds from the first kernel to the last of ``microbatches`` identical micro-batches of one step sent
+    through the placement together: the synchronous schedule's iteration (m = 1: ``evaluate``'s latency
+    where no two transfers contend for a link). Each device runs a micro-batch's kernels (its share, in
+    program order) until the next one's inputs are not there, then turns to the next micro-batch in turn
+    (j + 1, ..., m − 1, 0, ...); with none ready it waits and starts again from micro-batch 0 (the runtime
+    workers' policy). A value leaves right after the kernel that writes it and holds its directed link for
+    its transfer time. Latency + (m − 1)·bottleneck is exact for a two-stage chain; on a placement that
+    crosses between devices several times per step the micro-batches interleave, better or worse."""
+    ks = graph.kernels
+    dev = [assignment[k.id] for k in ks]
+    dur = [cost.kernel_time_s(k, gpus[dev[k.id]]) for k in ks]
+    deps, sends = _step_dependencies(graph, dev)
+    xfer = {b: cost.transfer_time_s(graph.buffers[b].bytes, link) for w in sends for b, _ in sends[w]}
+    order = [[k.id for k in ks if dev[k.id] == d] for d in range(len(gpus))]
+    m = microbatches
+    done: list[dict[int, float]] = [{} for _ in range(m)]  # per micro-batch: kernel -> finish, seconds
+    arrived: dict[tuple[int, int, int, int], float] = {}  # (micro-batch, writer, buffer, device) -> seconds
+    link_free: dict[tuple[int, int], float] = {}
+    cursor = [[0] * m for _ in order]
+    idle = [True] * len(order)
+    events: list[tuple[float, int, int]] = []  # (time, device whose kernel of micro-batch mb ends or -1, mb)
+
+    def has_inputs(mb: int, k: int, t: float) -> bool:
+        for w, b in deps[k]:
+            got = done[mb].get(w) if b is None else arrived.get((mb, w, b, dev[k]))
+            if got is None or got > t:
+                return False
+        return True
+
+    def start(d: int, first: int, t: float) -> None:
+        """Device d is free at t: the first micro-batch from ``first`` on (cyclically) whose next kernel has
+        its inputs runs it; else d waits for an arrival."""
+        for mb in (*range(first, m), *range(first)):
+            c = cursor[d][mb]
+            if c < len(order[d]) and has_inputs(mb, order[d][c], t):
+                k = order[d][c]
+                cursor[d][mb] += 1
+                done[mb][k] = t + dur[k]
+                idle[d] = False
+                heapq.heappush(events, (t + dur[k], d, mb))
+                for b, dst in sends.get(k, ()):
+                    t0 = max(t + dur[k], link_free.get((d, dst), 0.0))
+                    link_free[d, dst] = arrived[mb, k, b, dst] = t0 + xfer[b]
+                    heapq.heappush(events, (t0 + xfer[b], -1, 0))
+                return
+        idle[d] = True
+
+    for d in range(len(order)):
+        start(d, 0, 0.0)
+    end = 0.0
+    while events:
+        t, d, mb = heapq.heappop(events)
+        if d >= 0:  # a kernel of mb ended on d: d carries on with mb if it can, else the next in turn
+            end = max(end, t)
+            start(d, mb, t)
+        for x in range(len(order)):  # an arrival (or an end) may wake a waiting device, from micro-batch 0
+            if idle[x]:
+                start(x, 0, t)
+    return end
+
+
+def _step_dependencies(graph: KernelGraph, dev: list[int]
+                       ) -> tuple[list[list[tuple[int, int | None]]], dict[int, list[tuple[int, int]]]]:
+    """Per kernel, its producers as (kernel, None) on its own device or (kernel, buffer) from another (the
+    last writer of each buffer it touches, resident ones aside); per producer, the (buffer, device) sends
+    its cross-device readers need, each once."""
+    deps: list[list[tuple[int, int | None]]] = []
+    sends: dict[int, list[tuple[int, int]]] = {}
+    writer: dict[int, int] = {}
+    for k in graph.kernels:
+        d, mine = dev[k.id], []
+        for b in sorted(set(k.reads) | set(k.writes)):
+            w = writer.get(b)
+            if graph.buffers[b].role in _RESIDENT or w is None:
+                continue
+            mine.append((w, None) if dev[w] == d else (w, b))
+            if dev[w] != d and (b, d) not in sends.setdefault(w, []):
+                sends[w].append((b, d))
+        deps.append(mine)
+        for b in k.writes:
+            writer[b] = k.id
+    return deps, sends
 
 
 EVAL_CACHE_SIZE = 4096  # evaluations kept; a Mixtral cell's search needs ~150 distinct ones

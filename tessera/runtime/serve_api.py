@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -236,9 +237,9 @@ def predict_one(spec: ServeRunSpec, programs: dict[str, Program], parts: dict[tu
                 requests: list[Request], times: KernelTimes, link: LinkModel, schedule: str,
                 trace: str | None = None) -> dict[str, Any]:
     """The planner's serving-model figures and tessera.sim's for one schedule, from one set of kernel times."""
-    costs = step_costs(programs, parts, PLAN, times, link)
-    mix = stream_mix(costs, requests)
     m = spec.serve.microbatches if schedule == "async" else 1
+    costs = step_costs(programs, parts, PLAN, times, link, group=math.ceil(spec.serve.slots / m))
+    mix = stream_mix(costs, requests)
     chunk = spec.serve.chunk_tokens or max(r.prompt.shape[1] for r in requests)
     scheduler = run_scheduler(spec.serve.slots, m, spec.serve.prefills_per_iteration, chunk)
     over = times.overheads

@@ -9,8 +9,11 @@ charged to both ends) and the latency of tessera.plan's list-schedule evaluation
 A request holds its slot for S = chunks + O − 1 steps (its prompt's chunks, then a decode per further
 token) and runs one step per iteration of its group. With every slot busy, a group of n = B/m slots costs
 each device n·b̄ per iteration (b̄: the mean busy time of a step over all steps of all requests); T = the
-busiest device's; latency L = a step's mean latency + T − b̄'s bottleneck (the others follow it through
-the pipeline) + the driver's control round trip (outputs back, next inputs out). The serving model
+busiest device's; latency L = a step's mean latency + (T − b̄'s bottleneck)·f/b̄'s bottleneck, f what each
+further request adds to the group's latency (the others follow the first through the pipeline: f = the
+bottleneck for a two-stage chain, less where the placement crosses between workers several times per step;
+tessera.plan's pipelined schedule of the group's n requests) + the driver's control round trip (outputs
+back, next inputs out). The serving model
 (tessera.plan.serving): m groups in flight, period = max(m·T, L) = TPOT, or where the run measured how
 much its steps vary, the expectation of that max (iteration_s); throughput = B·(ΣO/ΣS)/period.
 """
@@ -27,7 +30,7 @@ import torch
 from tessera.hardware import gpu
 from tessera.plan.serving import expected_period_s
 from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
-from tessera.plan.verify import evaluate
+from tessera.plan.verify import evaluate, pipelined_latency_s
 from tessera.runtime.measure import LinkModel, ProfileCost, charged_kernel_s
 from tessera.runtime.partition import Partition
 from tessera.runtime.program import Program
@@ -43,10 +46,19 @@ class StepCost:
 
     busy_s: tuple[float, ...]
     latency_s: float
+    follow_s: float | None = None  # what each further request of a group adds to its latency; None: bottleneck_s
 
     @property
     def bottleneck_s(self) -> float:
         return max(self.busy_s)
+
+    def group_latency_s(self, load_s: float) -> float:
+        """Latency of a group whose requests load the busiest device ``load_s`` seconds in all: one
+        request's latency, then ``follow_s`` per further bottleneck's worth. A two-stage chain adds its
+        bottleneck per request (follow = bottleneck); a placement that crosses between workers several
+        times per step adds less (a request computes while another's data travels)."""
+        rate = 1.0 if self.follow_s is None or self.bottleneck_s <= 0 else self.follow_s / self.bottleneck_s
+        return self.latency_s + (load_s - self.bottleneck_s) * rate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,7 +124,10 @@ def profiled_times(local: LocalExecutor) -> KernelTimes:
 
 
 def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partition], plan: str,
-               times: KernelTimes, link: LinkModel) -> dict[str, StepCost]:
+               times: KernelTimes, link: LinkModel, group: int = 1) -> dict[str, StepCost]:
+    """Per program: each device's busy seconds and the list-schedule latency of one request's step; with
+    ``group`` ≥ 2 requests per group, also what each further one adds to the group's latency (tessera.plan's
+    pipelined schedule of ``group`` requests of this program: (latency of the group − of one) / (group − 1))."""
     out = {}
     for key, prog in programs.items():
         part = parts[(key, plan)]
@@ -121,8 +136,14 @@ def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partit
             ks = [t + times.dispatch_s[part.assignment[k]] for k, t in enumerate(ks)]
         ks = charged_kernel_s(part, ks, link, times.setup_s.get(key, 0.0))
         cpus = tuple(gpu("cpu") for _ in range(part.devices))
-        ev = evaluate(prog.graph, part.assignment, cpus, link.spec(), ProfileCost(ks, link))  # type: ignore[arg-type]
-        out[key] = StepCost(busy_s=ev.device_busy_s, latency_s=ev.latency_s)
+        cost = ProfileCost(ks, link)
+        ev = evaluate(prog.graph, part.assignment, cpus, link.spec(), cost)  # type: ignore[arg-type]
+        follow = None
+        if group >= 2:
+            one, all_ = (pipelined_latency_s(prog.graph, part.assignment, cpus, link.spec(), cost, n)  # type: ignore[arg-type]
+                         for n in (1, group))
+            follow = (all_ - one) / (group - 1)
+        out[key] = StepCost(busy_s=ev.device_busy_s, latency_s=ev.latency_s, follow_s=follow)
     return out
 
 
@@ -144,7 +165,7 @@ def iteration_s(decode: StepCost, prefill: StepCost, n_decode: float, n_prefill:
     busy = [n_decode * d + n_prefill * p for d, p in zip(decode.busy_s, prefill.busy_s, strict=True)]
     t = max(busy)
     queued = [b + g for b, g in zip(busy, over.gap_s or [0.0] * len(busy), strict=True)]
-    lat = decode.latency_s + t - decode.bottleneck_s if n_decode else prefill.latency_s + t - prefill.bottleneck_s
+    lat = decode.group_latency_s(t) if n_decode else prefill.group_latency_s(t)
     sd = over.step_sd_s or (0.0,) * len(busy)
     if len(sd) != len(busy):
         raise ValueError(f"{len(sd)} step spreads for {len(busy)} devices: {sd}")
@@ -168,17 +189,22 @@ class StreamMix:
     output_tokens: float
 
 
-def _mean(costs: Sequence[StepCost]) -> StepCost:
-    n = len(costs)
+def _sum(costs: Sequence[StepCost], n: int = 1) -> StepCost:
+    """The costs summed (one request's chunks), over n (a mean); follow_s only where every cost has one."""
+    follows = [c.follow_s for c in costs]
     return StepCost(busy_s=tuple(sum(c.busy_s[d] for c in costs) / n for d in range(len(costs[0].busy_s))),
-                    latency_s=sum(c.latency_s for c in costs) / n)
+                    latency_s=sum(c.latency_s for c in costs) / n,
+                    follow_s=None if None in follows else sum(follows) / n)  # type: ignore[arg-type]
+
+
+def _mean(costs: Sequence[StepCost]) -> StepCost:
+    return _sum(costs, len(costs))
 
 
 def stream_mix(costs: dict[str, StepCost], requests: Sequence[Request]) -> StreamMix:
     steps = [costs[r.key(i)] for r in requests for i in range(r.steps)]
     decodes = [costs[r.key(i)] for r in requests for i in range(r.chunks, r.steps)]
-    prompts = [StepCost(busy_s=tuple(map(sum, zip(*(costs[r.key(i)].busy_s for i in range(r.chunks)), strict=True))),
-                        latency_s=sum(costs[r.key(i)].latency_s for i in range(r.chunks))) for r in requests]
+    prompts = [_sum([costs[r.key(i)] for i in range(r.chunks)]) for r in requests]
     return StreamMix(step=_mean(steps), decode=_mean(decodes or steps), prompt=_mean(prompts),
                      tokens_per_step=sum(r.output_tokens for r in requests) / len(steps),
                      prompt_tokens=statistics.mean(r.prompt.shape[1] for r in requests),

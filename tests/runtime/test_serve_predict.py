@@ -3,6 +3,7 @@ worked out by hand."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -43,6 +44,21 @@ def test_iteration_period_by_hand() -> None:
     # devices (2 + 3, 4 + 0.5) -> T = 5, max(2·5, 5) = 10; with one group the latency bounds it (5)
     assert iteration_s(DEC, PRE, 2, 0, 2, Overheads(gap_s=(3.0, 0.5))) == 10.0
     assert iteration_s(DEC, PRE, 2, 0, 1, Overheads(gap_s=(3.0, 0.5))) == 5.0
+
+
+def test_group_latency_with_what_a_further_request_adds_by_hand() -> None:
+    # a group of 2 decodes loads device 1 4 s; each further request adds 1.5 s, not the bottleneck's 2
+    # (a placement crossing between workers several times per step): L = 3 + (4 - 2)·1.5/2 = 4.5
+    dec = StepCost(busy_s=(1.0, 2.0), latency_s=3.0, follow_s=1.5)
+    assert dec.group_latency_s(4.0) == 4.5 and DEC.group_latency_s(4.0) == 5.0  # None: the bottleneck's 2
+    assert iteration_s(dec, PRE, 2, 0, 1) == 4.5  # one group: max(4, 4.5)
+    # stream_mix carries it: steps A prefill@4 (1.0), decode@4 (1.5), B prefill@3 and chunk@3:3 (0.5 each)
+    reqs, costs = two_requests()
+    follows = {"prefill@4": 1.0, "decode@4": 1.5, "prefill@3": 0.5, "chunk@3:3": 0.5}
+    mix = stream_mix({k: replace(c, follow_s=follows[k]) for k, c in costs.items()}, reqs)
+    assert mix.step.follow_s == pytest.approx(3.5 / 4) and mix.decode.follow_s == 1.5
+    assert mix.prompt.follow_s == pytest.approx(1.0)  # A's 1.0 and B's chunks 0.5 + 0.5
+    assert stream_mix(costs, reqs).step.follow_s is None  # not computed (one request per group)
 
 
 def test_expected_period_by_hand_and_by_sampling() -> None:
@@ -214,3 +230,29 @@ def test_corun_slowdown_by_hand() -> None:
     hist = [dict(keys=["decode@4"], workers=[a, b]) for a, b in zip(w0, w1, strict=True)]
     assert corun_slowdown(hist, 0) == pytest.approx(1.5)
     assert corun_slowdown(hist, 1) is None  # worker 1's one kernel never ran alone: no baseline
+
+
+def test_pipelined_schedule_of_one_request_is_the_list_schedule_on_a_real_capture() -> None:
+    """One micro-batch through tessera.plan's pipelined schedule is evaluate's list schedule: llama-tiny's
+    programs under four placements, random kernel times, a link without latency (with latency, two sends
+    contend for it, and the pipelined schedule sends as soon as a value is written, the list schedule in
+    the order its readers need them)."""
+    import random
+
+    from tessera.hardware import gpu
+    from tessera.plan.verify import evaluate, pipelined_latency_s
+    from tessera.runtime.measure import LinkModel, ProfileCost
+    from tessera.runtime.placements import placements
+    from tessera.runtime.serving import by_key, capture_serving, group_graphs
+
+    progs = capture_serving("llama-tiny", ["prefill@8", "chunk@8:8", "decode@12"], 0)
+    link, cpus = LinkModel(latency_s=0.0, bytes_per_s=2.8e9), (gpu("cpu"), gpu("cpu"))
+    rnd = random.Random(1)
+    for name in ("layer_split", "plan", "interleave", "attention_gemm"):
+        assign = by_key(progs, placements(name, group_graphs(progs), 2, 2))
+        for key, prog in progs.items():
+            cost = ProfileCost([rnd.uniform(1e-5, 1e-3) for _ in prog.ops], link)
+            want = evaluate(prog.graph, assign[key], cpus, link.spec(), cost).latency_s
+            assert pipelined_latency_s(prog.graph, assign[key], cpus, link.spec(), cost, 1) == pytest.approx(want)
+            two = pipelined_latency_s(prog.graph, assign[key], cpus, link.spec(), cost, 2)
+            assert want < two <= 2 * want + 1e-12  # a second request costs something, at most a whole step

@@ -1,0 +1,59 @@
+"""The synchronous iteration of m micro-batches through a placement, worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
+from tessera.plan.verify import evaluate, pipelined_latency_s
+
+from .helpers import COST, POOL, TableCost, chain3
+
+
+def chain(times: list[float]) -> tuple:
+    """x -> k0 -> k1 -> ... , each value 0 bytes (free to move), one weight per kernel; a cost of
+    ``times[i]`` seconds for kernel i on either GPU."""
+    n = len(times)
+    bufs = [Buffer(id=0, name="x", bytes=8, role=Role.INPUT)]
+    bufs += [Buffer(id=1 + i, name=f"v{i}", bytes=0, role=Role.ACTIVATION) for i in range(n)]
+    bufs += [Buffer(id=1 + n + i, name=f"w{i}", bytes=1_000, role=Role.WEIGHT) for i in range(n)]
+    ks = [Kernel(id=i, name=f"k{i}", kind=KernelKind.GEMM, flops=1, bytes_read=1, bytes_written=1,
+                 reads=(i, 1 + n + i), writes=(1 + i,), layer=None) for i in range(n)]
+    g = build_graph(model="chain", phase="decode", shape={"batch": 1}, kernels=ks, buffers=bufs)
+    cost = TableCost(table={(f"k{i}", u.name): t for i, t in enumerate(times) for u in POOL.gpus})
+    return g, cost
+
+
+def test_two_stage_chain_is_latency_plus_bottleneck_per_further_microbatch() -> None:
+    # stage 0 takes 1 s, stage 1 2 s: micro-batch j leaves stage 1 at 1 + 2(j + 1): 3, 5, 7
+    g, cost = chain([1.0, 2.0])
+    for m, want in ((1, 3.0), (2, 5.0), (3, 7.0)):
+        assert pipelined_latency_s(g, (0, 1), POOL.gpus, POOL.link, cost, m) == pytest.approx(want)
+
+
+def test_alternating_placement_overlaps_better_than_the_chain_formula() -> None:
+    # a, b, c, d of 0.5 s on devices 0, 1, 0, 1: latency 2, bottleneck 1 per device; chain formula 2 + (m - 1).
+    # m = 2: device 0 runs 0a 1a 0c 1c, device 1 0b 1b 0d 1d, each half a second behind: 2.5 (formula 3).
+    # m = 3: after 1a, device 0 turns to micro-batch 2 (next in turn) before 0c: 0a 1a 2a 0c 1c 2c, device 1
+    # 0b 1b 2b 0d 1d 2d: 3.5, each device's 3 s plus the half-second offset, the least possible (formula 4).
+    g, cost = chain([0.5] * 4)
+    a = (0, 1, 0, 1)
+    assert pipelined_latency_s(g, a, POOL.gpus, POOL.link, cost, 1) == pytest.approx(2.0)
+    assert pipelined_latency_s(g, a, POOL.gpus, POOL.link, cost, 2) == pytest.approx(2.5)
+    assert pipelined_latency_s(g, a, POOL.gpus, POOL.link, cost, 3) == pytest.approx(3.5)
+
+
+def test_transfers_hold_their_link() -> None:
+    # chain3: a on H100 (2 s), b on L40S (3 s), c on H100 (4 s); each value 0.5 s on the 1 GB/s link.
+    # m = 1: a 0-2, b 2.5-5.5, c 6-10. m = 2: a 2-4, its value 4-4.5, b 5.5-8.5 (after 0's b), value 8.5-9,
+    # c 10-14 (after 0's c): 14, against latency + bottleneck (device 0's 6 s) = 16.
+    a = (0, 1, 0)
+    assert pipelined_latency_s(chain3(), a, POOL.gpus, POOL.link, COST, 1) == pytest.approx(10.0)
+    assert evaluate(chain3(), a, POOL.gpus, POOL.link, COST).latency_s == pytest.approx(10.0)
+    assert pipelined_latency_s(chain3(), a, POOL.gpus, POOL.link, COST, 2) == pytest.approx(14.0)
+
+
+def test_one_device_is_the_sum() -> None:
+    g, cost = chain([0.5, 1.0, 0.25])
+    for d in (0, 1):  # the other device idle, whichever it is
+        assert pipelined_latency_s(g, (d, d, d), POOL.gpus, POOL.link, cost, 4) == pytest.approx(4 * 1.75)
