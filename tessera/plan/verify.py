@@ -85,17 +85,19 @@ def pipelined_latency_s(graph: KernelGraph, assignment: tuple[int, ...] | list[i
                         link: LinkSpec, cost: CostModel, microbatches: int) -> float:
     """Seconds from the first kernel to the last of ``microbatches`` identical micro-batches of one step sent
     through the placement together: the synchronous schedule's iteration (m = 1: ``evaluate``'s latency
-    where no two transfers contend for a link). Each device runs a micro-batch's kernels (its share, in
+    where no two transfers contend for a link, which evaluate holds for their whole transfer time). Each device runs a micro-batch's kernels (its share, in
     program order) until the next one's inputs are not there, then turns to the next micro-batch in turn
     (j + 1, ..., m − 1, 0, ...); with none ready it waits and starts again from micro-batch 0 (the runtime
-    workers' policy). A value leaves right after the kernel that writes it and holds its directed link for
-    its transfer time. Latency + (m − 1)·bottleneck is exact for a two-stage chain; on a placement that
+    workers' policy). A value leaves right after the kernel that writes it, holds its directed link for its
+    transfer time less the link's latency (the time of an empty message: messages in flight overlap) and
+    arrives a transfer time after it leaves. Latency + (m − 1)·bottleneck is exact for a two-stage chain; on a placement that
     crosses between devices several times per step the micro-batches interleave, better or worse."""
     ks = graph.kernels
     dev = [assignment[k.id] for k in ks]
     dur = [cost.kernel_time_s(k, gpus[dev[k.id]]) for k in ks]
     deps, sends = _step_dependencies(graph, dev)
     xfer = {b: cost.transfer_time_s(graph.buffers[b].bytes, link) for w in sends for b, _ in sends[w]}
+    wire = cost.transfer_time_s(0, link)  # a message's latency: in flight, it does not hold the link
     order = [[k.id for k in ks if dev[k.id] == d] for d in range(len(gpus))]
     m = microbatches
     done: list[dict[int, float]] = [{} for _ in range(m)]  # per micro-batch: kernel -> finish, seconds
@@ -125,7 +127,8 @@ def pipelined_latency_s(graph: KernelGraph, assignment: tuple[int, ...] | list[i
                 heapq.heappush(events, (t + dur[k], d, mb))
                 for b, dst in sends.get(k, ()):
                     t0 = max(t + dur[k], link_free.get((d, dst), 0.0))
-                    link_free[d, dst] = arrived[mb, k, b, dst] = t0 + xfer[b]
+                    link_free[d, dst] = t0 + xfer[b] - wire
+                    arrived[mb, k, b, dst] = t0 + xfer[b]
                     heapq.heappush(events, (t0 + xfer[b], -1, 0))
                 return
         idle[d] = True

@@ -57,3 +57,18 @@ def test_one_device_is_the_sum() -> None:
     g, cost = chain([0.5, 1.0, 0.25])
     for d in (0, 1):  # the other device idle, whichever it is
         assert pipelined_latency_s(g, (d, d, d), POOL.gpus, POOL.link, cost, 4) == pytest.approx(4 * 1.75)
+
+
+def test_messages_in_flight_overlap_on_the_link() -> None:
+    # a (device 0, 0.5 s) -> b (device 1, 0.5 s), a link with 2 s latency and nothing to carry: 0's value
+    # leaves at 0.5 and lands at 2.5, 1's leaves at 1 and lands at 3 (the latency does not hold the link),
+    # b runs 2.5-3 and 3-3.5. Held for the latency too, 1's value would land at 4.5 and end at 5.
+    g, cost = chain([0.5, 0.5])
+    slow = SlowLink(table=cost.table)
+    assert pipelined_latency_s(g, (0, 1), POOL.gpus, POOL.link, slow, 1) == pytest.approx(3.0)
+    assert pipelined_latency_s(g, (0, 1), POOL.gpus, POOL.link, slow, 2) == pytest.approx(3.5)
+
+
+class SlowLink(TableCost):
+    def transfer_time_s(self, nbytes: int, link) -> float:  # type: ignore[override]
+        return 2.0 + nbytes / 1e9
