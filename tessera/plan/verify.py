@@ -81,17 +81,20 @@ def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: 
                       memory_bytes=memory_by_device(graph, assignment, n_dev), transfers=sends)
 
 
-def pipelined_latency_s(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: tuple[GpuSpec, ...],
-                        link: LinkSpec, cost: CostModel, microbatches: int) -> float:
+def pipelined_latency_s(graph: KernelGraph, assignment: tuple[int, ...] | list[int],
+                        gpus: tuple[GpuSpec, ...], link: LinkSpec, cost: CostModel,
+                        microbatches: int) -> float:
     """Seconds from the first kernel to the last of ``microbatches`` identical micro-batches of one step sent
     through the placement together: the synchronous schedule's iteration (m = 1: ``evaluate``'s latency
-    where no two transfers contend for a link, which evaluate holds for their whole transfer time). Each device runs a micro-batch's kernels (its share, in
-    program order) until the next one's inputs are not there, then turns to the next micro-batch in turn
-    (j + 1, ..., m − 1, 0, ...); with none ready it waits and starts again from micro-batch 0 (the runtime
-    workers' policy). A value leaves right after the kernel that writes it, holds its directed link for its
-    transfer time less the link's latency (the time of an empty message: messages in flight overlap) and
-    arrives a transfer time after it leaves. Latency + (m − 1)·bottleneck is exact for a two-stage chain; on a placement that
-    crosses between devices several times per step the micro-batches interleave, better or worse."""
+    where no two transfers contend for a link, which evaluate holds for their whole transfer time).
+
+    Each device runs a micro-batch's kernels (its share, in program order) until the next one's inputs are
+    not there, then turns to the next micro-batch in turn (j + 1, ..., m − 1, 0, ...); with none ready it
+    waits and starts again from micro-batch 0 (the runtime workers' policy). A value leaves right after the
+    kernel that writes it, holds its directed link for its transfer time less the link's latency (the time
+    of an empty message: messages in flight overlap) and arrives a transfer time after it leaves.
+    Latency + (m − 1)·bottleneck is exact for a two-stage chain; on a placement that crosses between
+    devices several times per step the micro-batches interleave, better or worse."""
     ks = graph.kernels
     dev = [assignment[k.id] for k in ks]
     dur = [cost.kernel_time_s(k, gpus[dev[k.id]]) for k in ks]

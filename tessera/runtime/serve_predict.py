@@ -9,11 +9,11 @@ charged to both ends) and the latency of tessera.plan's list-schedule evaluation
 A request holds its slot for S = chunks + O − 1 steps (its prompt's chunks, then a decode per further
 token) and runs one step per iteration of its group. With every slot busy, a group of n = B/m slots costs
 each device n·b̄ per iteration (b̄: the mean busy time of a step over all steps of all requests); T = the
-busiest device's; latency L = a step's mean latency + (T − b̄'s bottleneck)·f/b̄'s bottleneck, f what each
+busiest device's; latency L = a step's mean latency + (T − its bottleneck)·f/its bottleneck, f what each
 further request adds to the group's latency (the others follow the first through the pipeline: f = the
-bottleneck for a two-stage chain, less where the placement crosses between workers several times per step;
-tessera.plan's pipelined schedule of the group's n requests) + the driver's control round trip (outputs
-back, next inputs out). The serving model
+bottleneck for a two-stage chain, otherwise what the workers' policy makes of the placement; tessera.plan's
+pipelined schedule of the group's n requests) + the driver's control round trip (outputs back, next inputs
+out). The serving model
 (tessera.plan.serving): m groups in flight, period = max(m·T, L) = TPOT, or where the run measured how
 much its steps vary, the expectation of that max (iteration_s); throughput = B·(ΣO/ΣS)/period.
 """
@@ -46,7 +46,8 @@ class StepCost:
 
     busy_s: tuple[float, ...]
     latency_s: float
-    follow_s: float | None = None  # what each further request of a group adds to its latency; None: bottleneck_s
+    # what each further request of a group adds to its latency; None: bottleneck_s (a two-stage chain)
+    follow_s: float | None = None
 
     @property
     def bottleneck_s(self) -> float:
@@ -56,7 +57,8 @@ class StepCost:
         """Latency of a group whose requests load the busiest device ``load_s`` seconds in all: one
         request's latency, then ``follow_s`` per further bottleneck's worth. A two-stage chain adds its
         bottleneck per request (follow = bottleneck); a placement that crosses between workers several
-        times per step adds less (a request computes while another's data travels)."""
+        times per step may add less (a request computes while another's data travels) or more (one
+        request's run of kernels holds up another's)."""
         rate = 1.0 if self.follow_s is None or self.bottleneck_s <= 0 else self.follow_s / self.bottleneck_s
         return self.latency_s + (load_s - self.bottleneck_s) * rate
 
@@ -126,8 +128,9 @@ def profiled_times(local: LocalExecutor) -> KernelTimes:
 def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partition], plan: str,
                times: KernelTimes, link: LinkModel, group: int = 1) -> dict[str, StepCost]:
     """Per program: each device's busy seconds and the list-schedule latency of one request's step; with
-    ``group`` ≥ 2 requests per group, also what each further one adds to the group's latency (tessera.plan's
-    pipelined schedule of ``group`` requests of this program: (latency of the group − of one) / (group − 1))."""
+    ``group`` ≥ 2 requests per group, also what each further one adds to the group's latency
+    (tessera.plan's pipelined schedule of ``group`` requests of this program: (latency of the group − of
+    one)/(group − 1))."""
     out = {}
     for key, prog in programs.items():
         part = parts[(key, plan)]
@@ -140,9 +143,10 @@ def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partit
         ev = evaluate(prog.graph, part.assignment, cpus, link.spec(), cost)  # type: ignore[arg-type]
         follow = None
         if group >= 2:
-            one, all_ = (pipelined_latency_s(prog.graph, part.assignment, cpus, link.spec(), cost, n)  # type: ignore[arg-type]
+            one, many = (pipelined_latency_s(prog.graph, part.assignment, cpus, link.spec(),
+                                             cost, n)  # type: ignore[arg-type]
                          for n in (1, group))
-            follow = (all_ - one) / (group - 1)
+            follow = (many - one) / (group - 1)
         out[key] = StepCost(busy_s=ev.device_busy_s, latency_s=ev.latency_s, follow_s=follow)
     return out
 

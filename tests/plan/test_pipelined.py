@@ -32,7 +32,8 @@ def test_two_stage_chain_is_latency_plus_bottleneck_per_further_microbatch() -> 
 
 
 def test_alternating_placement_overlaps_better_than_the_chain_formula() -> None:
-    # a, b, c, d of 0.5 s on devices 0, 1, 0, 1: latency 2, bottleneck 1 per device; chain formula 2 + (m - 1).
+    # a, b, c, d of 0.5 s on devices 0, 1, 0, 1: latency 2, bottleneck 1 per device; chain formula
+    # 2 + (m - 1)·1.
     # m = 2: device 0 runs 0a 1a 0c 1c, device 1 0b 1b 0d 1d, each half a second behind: 2.5 (formula 3).
     # m = 3: after 1a, device 0 turns to micro-batch 2 (next in turn) before 0c: 0a 1a 2a 0c 1c 2c, device 1
     # 0b 1b 2b 0d 1d 2d: 3.5, each device's 3 s plus the half-second offset, the least possible (formula 4).
