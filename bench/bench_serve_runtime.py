@@ -138,7 +138,8 @@ def corun_check(n: int = 60) -> dict[str, Any]:
         got[f"{k}_proc_gemv_ms"] = statistics.mean(r[0] for r in res)
         got[f"{k}_proc_gemm_ms"] = statistics.mean(r[1] for r in res)
         delta = [b - a for a, b in zip(before, cpu_jiffies(), strict=False)]
-        if delta and sum(delta) > 0:  # niced processes' (other jobs at lower priority) and idle shares meanwhile
+        # niced processes' (other jobs at lower priority) and idle shares meanwhile
+        if delta and sum(delta) > 0:
             got[f"{k}_proc_niced_share"], got[f"{k}_proc_idle_share"] = delta[1] / sum(delta), delta[3] / sum(delta)
     got["load_avg"] = os.getloadavg()
     return got

@@ -9,8 +9,8 @@ another's activations travel; a serving worker holds several steps (ThreadedStep
 and advances each in turn, so one group's step computes while another group's waits. gloo's
 point-to-point Work never reports completion to is_completed() before wait(), so a thread per
 micro-batch index waits on that micro-batch's receives in the order it needs them; the threads live as
-long as the worker (Waiters), since starting one per step cost ~1 ms of a step on a busy 2-core machine. A CUDA worker on gloo stages transfers through host memory
-(Worker.outgoing / landed).
+long as the worker (Waiters), since starting one per step cost ~1 ms of a step on a busy 2-core machine.
+A CUDA worker on gloo stages transfers through host memory (Worker.outgoing / landed).
 """
 
 from __future__ import annotations
@@ -88,8 +88,8 @@ class ThreadedStep:
     """One step of ``len(stores)`` micro-batches on Worker ``w``, resumable: ``advance`` runs every kernel
     whose data is there and returns; the caller waits on ``w.wake`` (notified by every arrival) until
     ``ready()`` (``wait_for``). Micro-batch i runs LocalPlan ``lps[i]`` (a list: each request its own
-    program in a serving iteration) or all run ``lps`` (one LocalPlan: a round). ``posted``: its receives, if already
-    posted (else posted now). Kernel times are clock tokens; sends and arrivals are host times."""
+    program in a serving iteration) or all run ``lps`` (one LocalPlan: a round). ``posted``: its receives,
+    if already posted (else posted now). Kernel times are clock tokens; sends and arrivals are host times."""
 
     def __init__(self, w: Any, lps: Any, stores: list[Storages], step_id: int, posted: Posted | None = None,
                  lane: int = 0) -> None:
