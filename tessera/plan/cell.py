@@ -22,6 +22,7 @@ from tessera.plan.serving import (
     image_shape,
     search,
     steady_shape,
+    sync_period_s,
 )
 from tessera.plan.shapes import iteration_graph
 from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
@@ -125,6 +126,7 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
     thr = p.throughput * replicas
     busy = p.evaluation.device_busy_s
     frac = tuple(min(1.0, p.microbatches * b / p.period_s) for b in busy)
+    sync_s = sync_period_s(shapes.graph(p.batch, m), p, units, lk, cost)  # the operating point's graph
     return Plan(
         model=shapes.model, strategy=strategy, mode="throughput",
         devices=tuple(Device(index=i, gpu=u.name, mem_bytes=u.mem_bytes) for i, u in enumerate(units)),
@@ -140,7 +142,7 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
         workload={"batch": p.batch, "prompt": t.prompt, "output": t.output, "steps": t.steps,
                   "image_tokens": t.image_tokens},
         batch=p.batch, microbatches=p.microbatches, tpot_s=p.tpot_s, ttft_s=p.ttft_s,
-        sync_throughput=(p.throughput * p.period_s / p.sync_period_s) * replicas,
+        sync_throughput=thr * p.period_s / sync_s,
         device_busy=frac, slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s},
         notes=(f"batch {p.batch}, {p.microbatches} micro-batch{'es' if p.microbatches > 1 else ''}",))
 

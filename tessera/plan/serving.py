@@ -11,8 +11,9 @@ Steady state of an engine serving requests of P prompt and O output tokens at ba
     on c / P images per micro-batch iteration (one per prompt started), before the language model;
   - the m micro-batches advance independently through the placement: with T the busiest device's or
     link's time per micro-batch and L one micro-batch's latency through it,
-        period = max(m·T, L)                      (synchronous form, kept for comparison:
-                                                   max(m·T, L + (m−1)·T))
+        period = max(m·T, L)
+    (the synchronous form, reported beside it, simulates the m micro-batches through the placement:
+    sync_period_s);
     (expected_period_s: where T and L vary from iteration to iteration, as a served stream's mixed steps
     on shared CPUs do, the period is the expectation of that max, not the max of the expectations; a
     steady-state iteration on a GPU repeats the same kernels, and the planner takes the spreads as 0);
@@ -36,7 +37,7 @@ from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.shapes import IterShape
-from tessera.plan.verify import Evaluation, evaluate_cached
+from tessera.plan.verify import POLICIES, Evaluation, evaluate_cached, pipelined_latency_s
 
 # Batch sizes searched (sequences or images in flight): powers of two and the halfway points.
 BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -106,7 +107,6 @@ class Point:
     evaluation: Evaluation  # the verifier's loads at the micro-batch shape
     memory_bytes: tuple[dict[str, int], ...]  # whole step: weights, kv/state × m, activations
     period_s: float
-    sync_period_s: float
     ttft_s: float
     throughput: float  # output tokens/s (images/s for image models), one cell
     images: bool
@@ -195,7 +195,6 @@ def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: i
     mem = whole_step_memory(ev, m)
     t = ev.bottleneck_s
     period = expected_period_s(m * t, ev.latency_s)  # spreads 0: max(m·T, L)
-    sync = max(m * t, ev.latency_s + (m - 1) * t)
     images = g.phase != "mixed"
     if images:
         thr = batch / (traffic.steps * period)
@@ -229,8 +228,20 @@ def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: i
         if good <= 0:
             meets, why = False, "no arrival rate keeps 90% of requests within the SLO once they queue"
     return Point(batch=batch, microbatches=m, assignment=tuple(assignment), evaluation=ev, memory_bytes=mem,
-                 period_s=period, sync_period_s=sync, ttft_s=ttft, throughput=thr, images=images,
+                 period_s=period, ttft_s=ttft, throughput=thr, images=images,
                  fits=over is None, meets_slo=meets, reason=over or why, slo_throughput=good)
+
+
+def sync_period_s(g: KernelGraph, p: Point, units: tuple[GpuSpec, ...], link: LinkSpec, cost) -> float:
+    """The synchronous schedule's iteration at point ``p`` of micro-batch graph ``g`` (its m micro-batches
+    restart together every iteration): the better of the runtime's two issue orders through p's placement
+    (pipelined_latency_s: the gloo workers' cyclic one, a CUDA stream's in order), and never below
+    max(m·T, L), which bounds any schedule of the step. Not latency + (m − 1)·T: that is exact only for a
+    two-stage chain, and on a placement that crosses between devices several times per step it is no
+    schedule at all (it can be far above or below what the micro-batches take)."""
+    m, ev = p.microbatches, p.evaluation
+    runs = min(pipelined_latency_s(g, p.assignment, units, link, cost, m, policy) for policy in POLICIES)
+    return max(m * ev.bottleneck_s, ev.latency_s, runs)
 
 
 Placer = Callable[[KernelGraph, int, int], tuple[int, ...] | None]  # (graph, batch, m) -> assignment or None

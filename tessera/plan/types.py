@@ -34,8 +34,9 @@ class StepPoint:
     """Cost of one step of a phase at one shape under the phase's placement.
 
     Times are per *micro-batch* except ``step_s`` (the whole step with ``microbatches`` in flight):
-    step_s = max(m·T, latency_s + (m−1)·T), T = max(device_busy_s ∪ link_busy_s), for a plan's phases;
-    a serving run's profile plan (tessera.runtime.serve_predict.profile_plan) stores its own period there.
+    step_s = max(m·T, latency_s), T = max(device_busy_s ∪ link_busy_s), the asynchronous period, for a
+    serving plan's phase (its latency for a phase of one micro-batch); a serving run's profile plan
+    (tessera.runtime.serve_predict.profile_plan) stores its own period there.
     """
 
     batch: int  # sequences in the whole step (all micro-batches)

@@ -7,7 +7,9 @@ order with its own last-writer table, so a bookkeeping bug on either side shows 
 from __future__ import annotations
 
 import heapq
+import math
 from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from tessera.cost import CostModel
@@ -81,73 +83,110 @@ def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: 
                       memory_bytes=memory_by_device(graph, assignment, n_dev), transfers=sends)
 
 
+@dataclass(frozen=True)
+class Message:
+    """One value of one micro-batch crossing a directed link: it holds the link for ``hold_s`` (its bytes;
+    a message's latency does not hold it, messages in flight overlap) and lands ``flight_s`` after it
+    leaves (bytes and latency)."""
+
+    key: Hashable  # what the kernels that need it await (one per value and destination)
+    link: tuple[int, int]  # (src, dst) device
+    hold_s: float
+    flight_s: float
+
+
+POLICIES = ("cyclic", "in_order")
+
+
+def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
+                    awaits: Mapping[int, Sequence[Hashable]], sends: Mapping[int, Sequence[Message]],
+                    m: int, *, policy: str = "cyclic", start: Sequence[Message] = ()) -> float:
+    """Seconds until the last kernel ends or the last message lands, for m identical micro-batches of one
+    step: ``order[d]`` device d's kernels in program order, ``dur[k]`` kernel k's seconds, ``awaits[k]`` the
+    messages (of its own micro-batch) kernel k needs, ``sends[k]`` those that leave when k ends, ``start``
+    those that leave at time 0 (each micro-batch's in turn). A kernel's inputs from its own device are there
+    when it is next in program order.
+
+    policy ``cyclic`` (the gloo workers): a device runs a micro-batch's kernels until the next one's inputs
+    are not there, then turns to the next micro-batch in turn (j + 1, ..., m − 1, 0, ...); with none ready
+    it waits and starts again from micro-batch 0. ``in_order`` (one CUDA stream fed in the ordered NCCL
+    schedule): a device runs micro-batch 0's kernels, then 1's, ..., each waiting for its inputs."""
+    if policy not in POLICIES:
+        raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
+    arrived: dict[tuple[int, Hashable], float] = {}  # (micro-batch, message key) -> seconds
+    link_free: dict[tuple[int, int], float] = {}
+    events: list[tuple[float, int, int]] = []  # (time, device whose kernel of micro-batch mb ends or -1, mb)
+    cursor = [[0] * m for _ in order]
+    idle = [True] * len(order)
+
+    def send(msgs: Sequence[Message], mb: int, t: float) -> None:
+        for s in msgs:
+            t0 = max(t, link_free.get(s.link, 0.0))
+            link_free[s.link] = t0 + s.hold_s
+            arrived[mb, s.key] = t0 + s.flight_s
+            heapq.heappush(events, (t0 + s.flight_s, -1, 0))
+
+    def candidates(d: int, first: int) -> Sequence[int]:
+        if policy == "in_order":
+            return next(((mb,) for mb in range(m) if cursor[d][mb] < len(order[d])), ())
+        return (*range(first, m), *range(first))
+
+    def run(d: int, first: int, t: float) -> None:
+        """Device d is free at t: the first candidate micro-batch whose next kernel has its inputs runs it."""
+        for mb in candidates(d, first):
+            c = cursor[d][mb]
+            k = order[d][c] if c < len(order[d]) else None
+            if k is not None and all(arrived.get((mb, x), math.inf) <= t for x in awaits.get(k, ())):
+                cursor[d][mb] += 1
+                idle[d] = False
+                heapq.heappush(events, (t + dur[k], d, mb))
+                send(sends.get(k, ()), mb, t + dur[k])
+                return
+        idle[d] = True
+
+    for mb in range(m):
+        send(start, mb, 0.0)
+    for d in range(len(order)):
+        run(d, 0, 0.0)
+    end = 0.0
+    while events:
+        t, d, mb = heapq.heappop(events)
+        end = max(end, t)
+        if d >= 0:  # a kernel of mb ended on d: d carries on from mb (cyclic), else the next in turn
+            run(d, mb, t)
+        for x in range(len(order)):  # an arrival (or an end) may wake a waiting device, from micro-batch 0
+            if idle[x]:
+                run(x, 0, t)
+    return end
+
+
 def pipelined_latency_s(graph: KernelGraph, assignment: tuple[int, ...] | list[int],
                         gpus: tuple[GpuSpec, ...], link: LinkSpec, cost: CostModel,
-                        microbatches: int) -> float:
+                        microbatches: int, policy: str = "cyclic") -> float:
     """Seconds from the first kernel to the last of ``microbatches`` identical micro-batches of one step sent
     through the placement together: the synchronous schedule's iteration (m = 1: ``evaluate``'s latency
     where no two transfers contend for a link, which evaluate holds for their whole transfer time).
 
-    Each device runs a micro-batch's kernels (its share, in program order) until the next one's inputs are
-    not there, then turns to the next micro-batch in turn (j + 1, ..., m − 1, 0, ...); with none ready it
-    waits and starts again from micro-batch 0 (the runtime workers' policy). A value leaves right after the
-    kernel that writes it, holds its directed link for its transfer time less the link's latency (the time
-    of an empty message: messages in flight overlap) and arrives a transfer time after it leaves.
+    Each device runs its kernels in program order per micro-batch, choosing among micro-batches by
+    ``policy`` (list_schedule_s: ``cyclic``, the gloo workers'; ``in_order``, a CUDA stream's). A value
+    leaves right after the kernel that writes it, holds its directed link for its transfer time less the
+    link's latency (the time of an empty message) and lands a transfer time after it leaves.
     Latency + (m − 1)·bottleneck is exact for a two-stage chain; on a placement that crosses between
     devices several times per step the micro-batches interleave, better or worse."""
     ks = graph.kernels
     dev = [assignment[k.id] for k in ks]
-    dur = [cost.kernel_time_s(k, gpus[dev[k.id]]) for k in ks]
     deps, sends = _step_dependencies(graph, dev)
-    xfer = {b: cost.transfer_time_s(graph.buffers[b].bytes, link) for w in sends for b, _ in sends[w]}
-    wire = cost.transfer_time_s(0, link)  # a message's latency: in flight, it does not hold the link
+    wire = cost.transfer_time_s(0, link)
+
+    def message(w: int, b: int, dst: int) -> Message:
+        x = cost.transfer_time_s(graph.buffers[b].bytes, link)
+        return Message(key=(w, b, dst), link=(dev[w], dst), hold_s=x - wire, flight_s=x)
+
+    out = {w: [message(w, b, dst) for b, dst in to] for w, to in sends.items()}
+    awaits = {k.id: [(w, b, dev[k.id]) for w, b in deps[k.id] if b is not None] for k in ks}
     order = [[k.id for k in ks if dev[k.id] == d] for d in range(len(gpus))]
-    m = microbatches
-    done: list[dict[int, float]] = [{} for _ in range(m)]  # per micro-batch: kernel -> finish, seconds
-    arrived: dict[tuple[int, int, int, int], float] = {}  # (micro-batch, writer, buffer, device) -> seconds
-    link_free: dict[tuple[int, int], float] = {}
-    cursor = [[0] * m for _ in order]
-    idle = [True] * len(order)
-    events: list[tuple[float, int, int]] = []  # (time, device whose kernel of micro-batch mb ends or -1, mb)
-
-    def has_inputs(mb: int, k: int, t: float) -> bool:
-        for w, b in deps[k]:
-            got = done[mb].get(w) if b is None else arrived.get((mb, w, b, dev[k]))
-            if got is None or got > t:
-                return False
-        return True
-
-    def start(d: int, first: int, t: float) -> None:
-        """Device d is free at t: the first micro-batch from ``first`` on (cyclically) whose next kernel has
-        its inputs runs it; else d waits for an arrival."""
-        for mb in (*range(first, m), *range(first)):
-            c = cursor[d][mb]
-            if c < len(order[d]) and has_inputs(mb, order[d][c], t):
-                k = order[d][c]
-                cursor[d][mb] += 1
-                done[mb][k] = t + dur[k]
-                idle[d] = False
-                heapq.heappush(events, (t + dur[k], d, mb))
-                for b, dst in sends.get(k, ()):
-                    t0 = max(t + dur[k], link_free.get((d, dst), 0.0))
-                    link_free[d, dst] = t0 + xfer[b] - wire
-                    arrived[mb, k, b, dst] = t0 + xfer[b]
-                    heapq.heappush(events, (t0 + xfer[b], -1, 0))
-                return
-        idle[d] = True
-
-    for d in range(len(order)):
-        start(d, 0, 0.0)
-    end = 0.0
-    while events:
-        t, d, mb = heapq.heappop(events)
-        if d >= 0:  # a kernel of mb ended on d: d carries on with mb if it can, else the next in turn
-            end = max(end, t)
-            start(d, mb, t)
-        for x in range(len(order)):  # an arrival (or an end) may wake a waiting device, from micro-batch 0
-            if idle[x]:
-                start(x, 0, t)
-    return end
+    dur = [cost.kernel_time_s(k, gpus[dev[k.id]]) for k in ks]
+    return list_schedule_s(order, dur, awaits, out, microbatches, policy=policy)
 
 
 def _step_dependencies(graph: KernelGraph, dev: list[int]

@@ -15,7 +15,7 @@ from typing import Any
 
 from tessera.graph import KernelGraph
 from tessera.hardware import GpuSpec, LinkSpec, gpu
-from tessera.runtime.partition import STEP_START, Partition
+from tessera.runtime.partition import STEP_START, Partition, Transfer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,50 +83,27 @@ def measure(history: list[dict[str, Any]], partitions: dict[tuple[str, str], Par
 
 
 def predict_step_s(part: Partition, kernel_s: list[float], link: LinkModel, m: int) -> float:
-    """Event simulation of the workers' own policy: each device runs the lowest micro-batch whose next
-    kernel's inputs have arrived; a send leaves after its kernel and occupies its directed link."""
-    n, devs = len(kernel_s), part.devices
-    sends, recvs = {d: part.sends_after(d) for d in range(devs)}, {d: part.recvs_before(d) for d in range(devs)}
-    now = [0.0] * devs
-    cursor = [[0] * m for _ in range(devs)]
-    arrive: dict[tuple[int, int], float] = {}
-    link_free: dict[tuple[int, int], float] = {}
+    """m micro-batches of one step on the gloo workers (tessera.plan.verify.list_schedule_s, the workers'
+    cyclic policy) over the partition's own transfers: those posted at step start, and the end-of-step
+    syncs, which no kernel awaits but whose landing ends the step. A send leaves after its kernel and holds
+    its directed link for its bytes."""
+    from tessera.plan.verify import Message, list_schedule_s  # tessera.plan pulls in the solver stack
 
-    def send(d: int, after: int, mb: int, t: float) -> None:
-        for tr in sends[d].get(after, ()):
-            start = max(t, link_free.get((tr.src, tr.dst), 0.0))
-            link_free[(tr.src, tr.dst)] = start + tr.nbytes / link.bytes_per_s
-            arrive[(tr.index, mb)] = start + link.time_s(tr.nbytes)
+    n = len(kernel_s)
 
-    for d in range(devs):
-        for mb in range(m):
-            send(d, STEP_START, mb, 0.0)
-    end = 0.0
-    while True:
-        live = [d for d in range(devs) if any(c < len(part.kernels[d]) for c in cursor[d])]
-        if not live:
-            break
-        d = min(live, key=lambda x: now[x])
-        ready_at: dict[int, float] = {}  # micro-batch -> when its next kernel's inputs are all here
-        for mb in range(m):
-            if cursor[d][mb] < len(part.kernels[d]):
-                need = [arrive.get((tr.index, mb)) for tr in recvs[d].get(part.kernels[d][cursor[d][mb]], ())]
-                if all(a is not None for a in need):
-                    ready_at[mb] = max([now[d], *(a for a in need if a is not None)])
-        if not ready_at:  # waits on a producer not simulated that far yet: let the others catch up
-            others = [now[x] for x in live if x != d]
-            now[d] = min(others) + 1e-9 if others else now[d] + 1e-9
-            continue
-        now_ready = [mb for mb, t in ready_at.items() if t <= now[d]]
-        best = (now[d], min(now_ready)) if now_ready else min((t, mb) for mb, t in ready_at.items())
-        ready, mb = best
-        k = part.kernels[d][cursor[d][mb]]
-        now[d] = ready + kernel_s[k]
-        cursor[d][mb] += 1
-        send(d, k, mb, now[d])
-        end = max(end, now[d])
-    finals = [arrive.get((tr.index, mb), 0.0) for tr in part.transfers if tr.before == n for mb in range(m)]
-    return max([end, *finals])
+    def message(t: Transfer) -> Message:
+        return Message(key=t.index, link=(t.src, t.dst), hold_s=t.nbytes / link.bytes_per_s,
+                       flight_s=link.time_s(t.nbytes))
+
+    sends: dict[int, list[Message]] = {}
+    awaits: dict[int, list[int]] = {}
+    for t in part.transfers:
+        if t.after != STEP_START:
+            sends.setdefault(t.after, []).append(message(t))
+        if t.before < n:
+            awaits.setdefault(t.before, []).append(t.index)
+    start = [message(t) for t in part.transfers if t.after == STEP_START]
+    return list_schedule_s(part.kernels, kernel_s, awaits, sends, m, start=start)
 
 
 def charged_kernel_s(part: Partition, kernel_s: list[float], link: LinkModel, per_step_s: float) -> list[float]:

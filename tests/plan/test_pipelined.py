@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
+from tessera.plan.serving import Slo, Traffic, score_point, sync_period_s
 from tessera.plan.verify import evaluate, pipelined_latency_s
 
 from .helpers import COST, POOL, TableCost, chain3
@@ -44,6 +45,22 @@ def test_alternating_placement_overlaps_better_than_the_chain_formula() -> None:
     assert pipelined_latency_s(g, a, POOL.gpus, POOL.link, cost, 3) == pytest.approx(3.5)
 
 
+def test_in_order_runs_each_microbatch_whole_before_the_next() -> None:
+    # a CUDA stream in the ordered schedule: device 0 runs 0a 0c 1a 1c 2a 2c, device 1 0b 0d 1b 1d 2b 2d,
+    # each waiting for its input. 0a 0-0.5, 0b 0.5-1, 0c 1-1.5, 0d 1.5-2; 1a 1.5-2 (after 0c), 1b 2-2.5,
+    # 1c 2.5-3, 1d 3-3.5; 2a 3-3.5, 2b 3.5-4, 2c 4-4.5, 2d 4.5-5: 1.5 s per further micro-batch, where the
+    # cyclic policy (above) takes 1 s
+    g, cost = chain([0.5] * 4)
+    a = (0, 1, 0, 1)
+    for m, want in ((1, 2.0), (2, 3.5), (3, 5.0)):
+        assert pipelined_latency_s(g, a, POOL.gpus, POOL.link, cost, m, "in_order") == pytest.approx(want)
+    # a two-stage chain has nothing to interleave: both orders give 3, 5, 7
+    g, cost = chain([1.0, 2.0])
+    for m, want in ((1, 3.0), (2, 5.0), (3, 7.0)):
+        got = pipelined_latency_s(g, (0, 1), POOL.gpus, POOL.link, cost, m, "in_order")
+        assert got == pytest.approx(want)
+
+
 def test_transfers_hold_their_link() -> None:
     # chain3: a on H100 (2 s), b on L40S (3 s), c on H100 (4 s); each value 0.5 s on the 1 GB/s link.
     # m = 1: a 0-2, b 2.5-5.5, c 6-10. m = 2: a 2-4, its value 4-4.5, b 5.5-8.5 (after 0's b), value 8.5-9,
@@ -73,3 +90,18 @@ def test_messages_in_flight_overlap_on_the_link() -> None:
 class SlowLink(TableCost):
     def transfer_time_s(self, nbytes: int, link) -> float:  # type: ignore[override]
         return 2.0 + nbytes / 1e9
+
+
+def test_planner_sync_period_is_the_better_issue_order() -> None:
+    # the alternating placement at m = 2: cyclic 2.5 s, in order 3.5 s (above) -> 2.5, between the
+    # asynchronous period max(m·T, L) = max(2·1, 2) = 2 and the chain formula's L + T = 3
+    g, cost = chain([0.5] * 4)
+    p = score_point(g, (0, 1, 0, 1), batch=2, m=2, units=POOL.gpus, link=POOL.link, cost=cost,
+                    traffic=Traffic(), slo=Slo())
+    assert p.period_s == pytest.approx(2.0)
+    assert sync_period_s(g, p, POOL.gpus, POOL.link, cost) == pytest.approx(2.5)
+    # a two-stage chain of 1 s and 2 s at m = 3: both orders give 7 s = L + 2·T
+    g, cost = chain([1.0, 2.0])
+    p = score_point(g, (0, 1), batch=3, m=3, units=POOL.gpus, link=POOL.link, cost=cost, traffic=Traffic(),
+                    slo=Slo())
+    assert (p.period_s, sync_period_s(g, p, POOL.gpus, POOL.link, cost)) == pytest.approx((6.0, 7.0))

@@ -236,12 +236,15 @@ def test_pipelined_schedule_of_one_request_is_the_list_schedule_on_a_real_captur
     """One micro-batch through tessera.plan's pipelined schedule is evaluate's list schedule: llama-tiny's
     programs under four placements, random kernel times, a link without latency (with latency, two sends
     contend for it, and the pipelined schedule sends as soon as a value is written, the list schedule in
-    the order its readers need them)."""
+    the order its readers need them). And for 1-3 micro-batches, over a link with latency, it equals
+    tessera run's prediction over the runtime's own Partition (its transfers, derived apart from the
+    verifier's last-writer walk)."""
     import random
 
     from tessera.hardware import gpu
     from tessera.plan.verify import evaluate, pipelined_latency_s
-    from tessera.runtime.measure import LinkModel, ProfileCost
+    from tessera.runtime.measure import LinkModel, ProfileCost, predict_step_s
+    from tessera.runtime.partition import partition
     from tessera.runtime.placements import placements
     from tessera.runtime.serving import by_key, capture_serving, group_graphs
 
@@ -257,3 +260,8 @@ def test_pipelined_schedule_of_one_request_is_the_list_schedule_on_a_real_captur
             assert one == pytest.approx(want)
             two = pipelined_latency_s(prog.graph, assign[key], cpus, link.spec(), cost, 2)
             assert want < two <= 2 * want + 1e-12  # a second request costs something, at most a whole step
+            part, lag = partition(prog, assign[key], 2), LinkModel(latency_s=2e-4, bytes_per_s=2.8e9)
+            for m in (1, 2, 3):
+                graph_s = pipelined_latency_s(prog.graph, assign[key], cpus, lag.spec(),
+                                              ProfileCost(cost.kernel_s, lag), m)
+                assert predict_step_s(part, cost.kernel_s, lag, m) == pytest.approx(graph_s)
