@@ -19,6 +19,13 @@ def label(r, name: str) -> str:
     return name
 
 
+def async_gain(p) -> float | None:
+    """A Plan's output rate under asynchronous micro-batches over the same point re-synchronised every
+    iteration (the synchronous period over the asynchronous one); None without a synchronous figure."""
+    rate = p.throughput_images_per_s if p.throughput_images_per_s is not None else p.throughput_tokens_per_s
+    return rate / p.sync_throughput if rate and p.sync_throughput else None
+
+
 def strategy_json(r, name: str) -> dict[str, Any]:
     s = r.strategies[name]
     p = s.plan
@@ -33,7 +40,10 @@ def strategy_json(r, name: str) -> dict[str, Any]:
         "batch": p.batch if p else None, "microbatches": p.microbatches if p else None, "tp": list(s.tp),
         "ttft_s": p.ttft_s if p else None, "tpot_s": p.tpot_s if p else None,
         "latency_s": p.latency_s if p else None,
+        # the operating point's own output rate (before the SLO) under either schedule: their ratio, not the
+        # sync figure beside goodput, is the gain of asynchronous micro-batches
         f"sync_throughput_{unit}": p.sync_throughput if p and s.pool is None else None,
+        "async_gain": async_gain(p) if p and s.pool is None else None,
         "device_busy": {f"{i}:{d.gpu}": b for i, (d, b) in enumerate(zip(p.devices, p.device_busy, strict=False))}
         if p else {},
         "idle_reason": s.detail.get("idle"),
