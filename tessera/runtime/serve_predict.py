@@ -127,10 +127,12 @@ def profiled_times(local: LocalExecutor) -> KernelTimes:
 
 def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partition], plan: str,
                times: KernelTimes, link: LinkModel, group: int = 1) -> dict[str, StepCost]:
-    """Per program: each device's busy seconds and the list-schedule latency of one request's step; with
-    ``group`` ≥ 2 requests per group, also what each further one adds to the group's latency
-    (tessera.plan's pipelined schedule of ``group`` requests of this program: (latency of the group − of
-    one)/(group − 1))."""
+    """Per program: each device's busy seconds and the latency of one request's step; with ``group`` ≥ 2
+    requests per group, also what each further one adds to the group's latency ((latency of the group − of
+    one)/(group − 1)). Both latencies are tessera.plan's pipelined schedule, in which a message's latency
+    does not hold its link (evaluate's list schedule holds it for the whole transfer time: on the gloo
+    link, whose latency is milliseconds, the values crossing at one boundary would queue their latencies
+    one behind another, which the workers' transfers do not)."""
     out = {}
     for key, prog in programs.items():
         part = parts[(key, plan)]
@@ -141,13 +143,12 @@ def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partit
         cpus = tuple(gpu("cpu") for _ in range(part.devices))
         cost = ProfileCost(ks, link)
         ev = evaluate(prog.graph, part.assignment, cpus, link.spec(), cost)  # type: ignore[arg-type]
+        on = (prog.graph, part.assignment, cpus, link.spec(), cost)
+        one = pipelined_latency_s(*on, 1)  # type: ignore[arg-type]
         follow = None
-        if group >= 2:
-            one, many = (pipelined_latency_s(prog.graph, part.assignment, cpus, link.spec(),
-                                             cost, n)  # type: ignore[arg-type]
-                         for n in (1, group))
-            follow = (many - one) / (group - 1)
-        out[key] = StepCost(busy_s=ev.device_busy_s, latency_s=ev.latency_s, follow_s=follow)
+        if group >= 2:  # what each further request of the group adds
+            follow = (pipelined_latency_s(*on, group) - one) / (group - 1)  # type: ignore[arg-type]
+        out[key] = StepCost(busy_s=ev.device_busy_s, latency_s=one, follow_s=follow)
     return out
 
 

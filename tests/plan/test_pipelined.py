@@ -87,6 +87,22 @@ def test_messages_in_flight_overlap_on_the_link() -> None:
     assert pipelined_latency_s(g, (0, 1), POOL.gpus, POOL.link, slow, 2) == pytest.approx(3.5)
 
 
+def test_values_crossing_one_boundary_do_not_queue_their_latency() -> None:
+    # a (0.5 s) and b (0.5 s) on device 0 each write a value c (0.5 s) on device 1 reads, over a link of
+    # 2 s latency and nothing to carry: a's value leaves at 0.5 and lands at 2.5, b's leaves at 1 and lands
+    # at 3, c runs 3-3.5. evaluate's list schedule holds the link for the latency too: b's value waits for
+    # a's to land (2.5) and lands at 4.5, c runs 4.5-5.
+    bufs = [Buffer(id=0, name="x", bytes=8, role=Role.INPUT)]
+    bufs += [Buffer(id=1 + i, name=f"v{i}", bytes=0, role=Role.ACTIVATION) for i in range(3)]
+    reads = ((0,), (0,), (1, 2))
+    ks = [Kernel(id=i, name=f"k{i}", kind=KernelKind.GEMM, flops=1, bytes_read=1, bytes_written=1,
+                 reads=reads[i], writes=(1 + i,), layer=None) for i in range(3)]
+    g = build_graph(model="fork", phase="decode", shape={"batch": 1}, kernels=ks, buffers=bufs)
+    slow = SlowLink(table={(f"k{i}", u.name): 0.5 for i in range(3) for u in POOL.gpus})
+    assert pipelined_latency_s(g, (0, 0, 1), POOL.gpus, POOL.link, slow, 1) == pytest.approx(3.5)
+    assert evaluate(g, (0, 0, 1), POOL.gpus, POOL.link, slow).latency_s == pytest.approx(5.0)
+
+
 class SlowLink(TableCost):
     def transfer_time_s(self, nbytes: int, link) -> float:  # type: ignore[override]
         return 2.0 + nbytes / 1e9
