@@ -235,10 +235,12 @@ def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: i
 def sync_period_s(g: KernelGraph, p: Point, units: tuple[GpuSpec, ...], link: LinkSpec, cost) -> float:
     """The synchronous schedule's iteration at point ``p`` of micro-batch graph ``g`` (its m micro-batches
     restart together every iteration): the better of the runtime's two issue orders through p's placement
-    (pipelined_latency_s: the gloo workers' cyclic one, a CUDA stream's in order), and never below
-    max(m·T, L), which bounds any schedule of the step. Not latency + (m − 1)·T: that is exact only for a
-    two-stage chain, and on a placement that crosses between devices several times per step it is no
-    schedule at all (it can be far above or below what the micro-batches take)."""
+    (pipelined_latency_s: cyclic, the serving workers' on CPU and on CUDA with gloo; in order, the NCCL
+    path's CUDA stream), clamped so that it is never faster than the asynchronous period max(m·T, L) as
+    the planner counts it (evaluate, whose links also carry each message's latency, which the event model
+    overlaps). Not latency + (m − 1)·T: that is exact only for a two-stage chain, and on a placement that
+    crosses between devices several times per step it is no schedule at all (it can be far above or below
+    what the micro-batches take)."""
     m, ev = p.microbatches, p.evaluation
     runs = min(pipelined_latency_s(g, p.assignment, units, link, cost, m, policy) for policy in POLICIES)
     return max(m * ev.bottleneck_s, ev.latency_s, runs)

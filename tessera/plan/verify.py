@@ -104,8 +104,8 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
     """Seconds until the last kernel ends or the last message lands, for m identical micro-batches of one
     step: ``order[d]`` device d's kernels in program order, ``dur[k]`` kernel k's seconds, ``awaits[k]`` the
     messages (of its own micro-batch) kernel k needs, ``sends[k]`` those that leave when k ends, ``start``
-    those that leave at time 0 (each micro-batch's in turn). A kernel's inputs from its own device are there
-    when it is next in program order.
+    those that leave at time 0 (every micro-batch's, in turn, under either policy). A kernel's inputs from
+    its own device are there when it is next in program order.
 
     policy ``cyclic`` (the gloo workers): a device runs a micro-batch's kernels until the next one's inputs
     are not there, then turns to the next micro-batch in turn (j + 1, ..., m − 1, 0, ...); with none ready
@@ -157,6 +157,11 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
         for x in range(len(order)):  # an arrival (or an end) may wake a waiting device, from micro-batch 0
             if idle[x]:
                 run(x, 0, t)
+    stuck = [(d, mb) for d in range(len(order)) for mb in range(m) if cursor[d][mb] < len(order[d])]
+    if stuck:  # a kernel awaits a message nothing sends: the inputs disagree, not a schedule
+        d, mb = stuck[0]
+        k = order[d][cursor[d][mb]]
+        raise ValueError(f"kernel {k} of micro-batch {mb} on device {d} never gets its inputs")
     return end
 
 

@@ -166,9 +166,10 @@ def summarise(spec: RunSpec, programs: dict[str, Program], served: Served) -> di
         "step_overhead_s": overhead_s,
         "resident_weight_bytes": [sum(r.values()) for r in served.resident],
         "tokens": [t.tolist() for r in rounds for t in r.tokens],
-        "prediction_source": ("tessera.plan evaluation + StepPoint formula max(m*T, latency + (m-1)*T) over "
-                              "CPU-profile kernel times (single process, 1 thread, the runtime's dispatch path) "
-                              "and the gloo link measured at start-up (latency, bandwidth, CPU per message)"),
+        "prediction_source": ("tessera.plan evaluation + the synchronous chain formula max(m*T, latency + "
+                              "(m-1)*T) over CPU-profile kernel times (single process, 1 thread, the "
+                              "runtime's dispatch path) and the gloo link measured at start-up (latency, "
+                              "bandwidth, CPU per message)"),
     }
 
 

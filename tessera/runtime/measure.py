@@ -138,22 +138,22 @@ class ProfileCost:
 
 
 def plan_step_s(graph: KernelGraph, part: Partition, kernel_s: list[float], link: LinkModel, m: int) -> float:
-    """The step time a Plan would carry for this placement (tessera.plan's evaluation and StepPoint formula
-    step_s = max(m·T, latency + (m−1)·T)), fed with CPU-profile kernel times and the measured link: what
-    tessera.sim times an iteration of this plan with."""
+    """tessera run's step of m micro-batches re-synchronised every step, by tessera.plan's evaluation and the
+    synchronous chain formula max(m·T, latency + (m−1)·T) (exact for a two-stage chain; predict_step_s
+    simulates the workers' own order), fed with CPU-profile kernel times and the measured link."""
     return cost_step_s(graph, part.assignment, part.devices, ProfileCost(kernel_s, link), link, m)
 
 
 def cost_step_s(graph: KernelGraph, assignment: tuple[int, ...], devices: int, cost: object, link: LinkModel,
                 m: int) -> float:
-    """StepPoint step time of ``assignment`` on ``devices`` catalog "cpu" devices under any cost model
-    (tessera.cost's CostModel, or ProfileCost)."""
+    """The synchronous chain formula's step time of ``assignment`` on ``devices`` catalog "cpu" devices under
+    any cost model (tessera.cost's CostModel, or ProfileCost)."""
     from tessera.plan.verify import evaluate
 
     cpus = tuple(gpu("cpu") for _ in range(devices))
     ev = evaluate(graph, assignment, cpus, link.spec(), cost)  # type: ignore[arg-type]
     t = ev.bottleneck_s
-    return max(m * t, ev.latency_s + (m - 1) * t)  # StepPoint.step_s: the synchronous schedule
+    return max(m * t, ev.latency_s + (m - 1) * t)  # micro-batches re-synchronised every step
 
 
 def chrome_trace(history: list[dict[str, Any]], partitions: dict[tuple[str, str], Partition],

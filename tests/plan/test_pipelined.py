@@ -6,7 +6,7 @@ import pytest
 
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
 from tessera.plan.serving import Slo, Traffic, score_point, sync_period_s
-from tessera.plan.verify import evaluate, pipelined_latency_s
+from tessera.plan.verify import Message, evaluate, list_schedule_s, pipelined_latency_s
 
 from .helpers import COST, POOL, TableCost, chain3
 
@@ -121,3 +121,11 @@ def test_planner_sync_period_is_the_better_issue_order() -> None:
     p = score_point(g, (0, 1), batch=3, m=3, units=POOL.gpus, link=POOL.link, cost=cost, traffic=Traffic(),
                     slo=Slo())
     assert (p.period_s, sync_period_s(g, p, POOL.gpus, POOL.link, cost)) == pytest.approx((6.0, 7.0))
+
+
+def test_a_message_nothing_sends_is_an_error_not_a_short_schedule() -> None:
+    # kernel 1 on device 1 awaits "v", which kernel 0 sends; without the send it would wait forever
+    sent = {0: [Message(key="v", link=(0, 1), hold_s=0.0, flight_s=0.5)]}
+    assert list_schedule_s([[0], [1]], [1.0, 1.0], {1: ["v"]}, sent, 2) == pytest.approx(3.5)
+    with pytest.raises(ValueError, match="never gets its inputs"):
+        list_schedule_s([[0], [1]], [1.0, 1.0], {1: ["v"]}, {}, 2)
