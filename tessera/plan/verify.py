@@ -180,7 +180,7 @@ def pipelined_latency_s(graph: KernelGraph, assignment: tuple[int, ...] | list[i
     devices several times per step the micro-batches interleave, better or worse."""
     ks = graph.kernels
     dev = [assignment[k.id] for k in ks]
-    deps, sends = _step_dependencies(graph, dev)
+    awaits, sends = _step_messages(graph, dev)
     wire = cost.transfer_time_s(0, link)
 
     def message(w: int, b: int, dst: int) -> Message:
@@ -188,33 +188,31 @@ def pipelined_latency_s(graph: KernelGraph, assignment: tuple[int, ...] | list[i
         return Message(key=(w, b, dst), link=(dev[w], dst), hold_s=x - wire, flight_s=x)
 
     out = {w: [message(w, b, dst) for b, dst in to] for w, to in sends.items()}
-    awaits = {k.id: [(w, b, dev[k.id]) for w, b in deps[k.id] if b is not None] for k in ks}
     order = [[k.id for k in ks if dev[k.id] == d] for d in range(len(gpus))]
     dur = [cost.kernel_time_s(k, gpus[dev[k.id]]) for k in ks]
     return list_schedule_s(order, dur, awaits, out, microbatches, policy=policy)
 
 
-def _step_dependencies(graph: KernelGraph, dev: list[int]
-                       ) -> tuple[list[list[tuple[int, int | None]]], dict[int, list[tuple[int, int]]]]:
-    """Per kernel, its producers as (kernel, None) on its own device or (kernel, buffer) from another (the
-    last writer of each buffer it touches, resident ones aside); per producer, the (buffer, device) sends
-    its cross-device readers need, each once."""
-    deps: list[list[tuple[int, int | None]]] = []
+def _step_messages(graph: KernelGraph, dev: list[int]
+                   ) -> tuple[dict[int, list[tuple[int, int, int]]], dict[int, list[tuple[int, int]]]]:
+    """Per kernel, the values it needs from another device, as (writer, buffer, its device): the last
+    writer of each buffer it touches, resident ones aside (a writer on its own device ran before it in
+    program order); per writer, the (buffer, device) sends those readers need, each once."""
+    awaits: dict[int, list[tuple[int, int, int]]] = {}
     sends: dict[int, list[tuple[int, int]]] = {}
     writer: dict[int, int] = {}
     for k in graph.kernels:
-        d, mine = dev[k.id], []
+        d = dev[k.id]
         for b in sorted(set(k.reads) | set(k.writes)):
             w = writer.get(b)
-            if graph.buffers[b].role in _RESIDENT or w is None:
+            if graph.buffers[b].role in _RESIDENT or w is None or dev[w] == d:
                 continue
-            mine.append((w, None) if dev[w] == d else (w, b))
-            if dev[w] != d and (b, d) not in sends.setdefault(w, []):
+            awaits.setdefault(k.id, []).append((w, b, d))
+            if (b, d) not in sends.setdefault(w, []):
                 sends[w].append((b, d))
-        deps.append(mine)
         for b in k.writes:
             writer[b] = k.id
-    return deps, sends
+    return awaits, sends
 
 
 EVAL_CACHE_SIZE = 4096  # evaluations kept; a Mixtral cell's search needs ~150 distinct ones

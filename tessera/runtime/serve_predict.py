@@ -4,7 +4,8 @@ Inputs: every program's kernel times (a ``KernelTimes``: either the CPU profile,
 thread, the workers' dispatch path, median per kernel; or the same run's own kernel events, see
 ``serve_calibrate``), each program's partition, and the gloo link. Per program (one request's step):
 per-device busy seconds (kernel times plus what the worker spends around them, each transfer's CPU cost
-charged to both ends) and the latency of tessera.plan's list-schedule evaluation.
+charged to both ends) and its latency through the placement (tessera.plan's pipelined schedule of one
+request, step_costs).
 
 A request holds its slot for S = chunks + O − 1 steps (its prompt's chunks, then a decode per further
 token) and runs one step per iteration of its group. With every slot busy, a group of n = B/m slots costs
