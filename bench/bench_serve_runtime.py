@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.multiprocessing as mp
 
+from tessera.runtime.repeats import paired_ratio
 from tessera.runtime.serve_api import ServeRunSpec, serve_run
 from tessera.runtime.serving import Fault, ServeConfig
 from tessera.sim.workload import LengthSpec, WorkloadSpec
@@ -182,6 +183,15 @@ def pairs_cell(r: dict[str, Any]) -> str:
     return f"{min(p):.2f}-{max(p):.2f}x" if p else "-"
 
 
+def bound_cell(r: dict[str, Any]) -> str:
+    """The repeats' paired async/sync: geometric mean and its one-sided 90% lower bound (Student's t)."""
+    runs = r["runs_tokens_per_s"]
+    if len(runs.get("sync", [])) < 2:
+        return "-"
+    pr = paired_ratio(runs["async"], runs["sync"])
+    return f"{pr.geomean:.2f}x ≥ {pr.lower:.2f}x"
+
+
 def runs_cell(r: dict[str, Any]) -> str:
     """Every repeat's throughput, async / sync."""
     runs = r["runs_tokens_per_s"]
@@ -215,14 +225,14 @@ def kernel_seconds(r: dict[str, Any], schedule: str) -> float:
 
 def sweep_table(rows: list[dict[str, Any]]) -> str:
     lines = ["| model | placement | slots / groups | async tok/s | sync tok/s | async/sync | "
-             "each repeat's async/sync | model's async/sync | kernel seconds async/sync | predicted err | "
-             "simulated err | runs async / sync tok/s | load |",
-             "|" + "---|" * 13]
+             "each repeat's async/sync | paired mean ≥ 90% bound | model's async/sync | "
+             "kernel seconds async/sync | predicted err | simulated err | runs async / sync tok/s | load |",
+             "|" + "---|" * 14]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['placement']} | {r['slots']} / {r['microbatches']} | "
             f"{r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | {r['async_over_sync']:.2f}x | "
-            f"{pairs_cell(r)} | {r['predicted_async_over_sync']:.2f}x | "
+            f"{pairs_cell(r)} | {bound_cell(r)} | {r['predicted_async_over_sync']:.2f}x | "
             f"{kernel_seconds(r, 'async') / kernel_seconds(r, 'sync'):.2f}x | "
             f"{pct(r['predicted_error'])} | {pct(r['simulated_error'])} | "
             f"{runs_cell(r)} | {join(r['load_avg'], '.1f')} |")
@@ -230,21 +240,25 @@ def sweep_table(rows: list[dict[str, Any]]) -> str:
             "sync: one group of every slot, its requests pipelined through the workers and re-synchronised every "
             "iteration). With one request per group the synchronous iteration's pipeline fill and drain is the "
             "largest share of it; each repeat's async/sync: the lowest and highest ratio of a repeat's two "
-            "back-to-back runs; kernel seconds: both workers' time inside kernels, async over "
+            "back-to-back runs; paired mean ≥ bound: those ratios' geometric mean and its one-sided 90% "
+            "lower confidence bound (Student's t on their logs), the figure a threshold is read against; "
+            "kernel seconds: both workers' time inside kernels, async over "
             "sync, for the same requests and tokens.\n\n" + "\n".join(lines) + "\n")
 
 
 def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
     lines = ["| model | placement | requests | lost | tokens identical | async tok/s | sync tok/s | async/sync | "
-             "each repeat's async/sync | model's async/sync | 2nd process GEMV / GEMM slowdown | "
+             "each repeat's async/sync | paired mean ≥ 90% bound | model's async/sync | "
+             "2nd process GEMV / GEMM slowdown | "
              "predicted | err | simulated | err | sync predicted err | TPOT p50 ms | predicted | err | simulated | "
              "err | profile-only err (pred/sim) | TTFT p50 ms | runs async / sync tok/s | load (1/5/15 min) |",
-             "|" + "---|" * 25]
+             "|" + "---|" * 26]
     for r in rows:
         lines.append(
             f"| {r['model']} | {r['placement']} | {r['requests']} | {r['lost']} | {r['tokens_identical']} | "
             f"{r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | {r['async_over_sync']:.2f}x | "
-            f"{pairs_cell(r)} | {r['predicted_async_over_sync']:.2f}x | {corun_cell(r['corun'])} | "
+            f"{pairs_cell(r)} | {bound_cell(r)} | {r['predicted_async_over_sync']:.2f}x | "
+            f"{corun_cell(r['corun'])} | "
             f"{r['predicted_tokens_per_s']:.0f} | {pct(r['predicted_error'])} | {r['simulated_tokens_per_s']:.0f} | "
             f"{pct(r['simulated_error'])} | {pct(r['predicted_sync_error'])} | {ms(r['tpot_p50_s'])} | "
             f"{ms(r['predicted_tpot_s'])} | {pct(r['predicted_tpot_error'])} | {ms(r['simulated_tpot_p50_s'])} | "
@@ -264,7 +278,9 @@ def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
               f"in chunks of {CHUNK} (a longer prompt over two iterations, beside other requests' decodes), outputs "
               "4-16, Poisson 200 requests/s (saturating). 2 cores shared with other engineers' jobs (load average "
               "beside each row, and per run in the JSON); OMP_NUM_THREADS=1, one intra-op thread per worker. "
-              "Figures: the median run of each schedule, the schedules interleaved on one cluster (A B, B A, ...). "
+              "Figures: the median run of each schedule, the schedules interleaved on one cluster "
+              "(A B, B A, ...); paired mean ≥ bound: the geometric mean of each repeat's async/sync and its "
+              "one-sided 90% lower confidence bound. "
               "Predicted: the serving model's period, the expectation of max(m·T, L + control) over the run's "
               "spread from iteration to iteration (max(m·T, L + control) itself for sync), over kernel times taken "
               "from the same median run's worker events (per-kernel means, each device's time outside kernels per "
@@ -285,15 +301,31 @@ def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
     return "\n".join(lines) + "\n\n" + time_table(rows)
 
 
+def render(rows: list[dict[str, Any]], fault: dict[str, Any], sweep: list[dict[str, Any]]) -> str:
+    text = table(rows, fault)
+    if sweep:
+        order = sorted(sweep, key=lambda r: (r["model"], r["placement"], r["slots"], r["microbatches"]))
+        text += "\n" + sweep_table(order)
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="16 requests, llama-tiny only, 1 repeat; printed only")
+    ap.add_argument("--render", action="store_true",
+                    help="rewrite serve_runtime.md from serve_runtime.json (no run; the tables' layout only)")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--sweep-models", default="llama-wide",
                     help="models also served one request per group (2 slots in 2 groups, 4 in 4); '' for none")
     a = ap.parse_args()
+    if a.render:
+        saved = json.loads((OUT / "serve_runtime.json").read_text())
+        text = render(saved["rows"], saved["fault"], saved["sweep"])
+        (OUT / "serve_runtime.md").write_text(text + "\n")
+        print(text)
+        return
     n, repeats = (16, 1) if a.quick else (a.requests, a.repeats)
     models = MODELS[:1] if a.quick else tuple(a.models.split(","))
     rows = [row(m, p, n, repeats) for m in models for p in PLACEMENTS]
@@ -307,10 +339,7 @@ def main() -> None:
         print(table(rows, fault))
         return
     OUT.mkdir(exist_ok=True)
-    text = table(rows, fault)
-    if sweep:
-        order = sorted(sweep, key=lambda r: (r["model"], r["placement"], r["slots"], r["microbatches"]))
-        text += "\n" + sweep_table(order)
+    text = render(rows, fault, sweep)
     (OUT / "serve_runtime.json").write_text(json.dumps({"rows": rows, "fault": fault, "sweep": sweep}, indent=1))
     (OUT / "serve_runtime.md").write_text(text + "\n")
     print(text)

@@ -26,6 +26,7 @@ from tessera.runtime.measure import LinkModel
 from tessera.runtime.placements import MILP, PLACEMENTS, carry_over, placements
 from tessera.runtime.program import Program
 from tessera.runtime.recovery import replan_with
+from tessera.runtime.repeats import paired_ratio
 from tessera.runtime.runner import phase_of
 from tessera.runtime.serve_calibrate import in_run_times
 from tessera.runtime.serve_predict import (
@@ -125,6 +126,10 @@ class ServeRunResult:
 
     def summary(self) -> str:
         sync = (f", sync {self.sync_throughput_tokens_per_s:.0f}" if self.sync_throughput_tokens_per_s else "")
+        ratio = self.extra.get("async_over_sync")
+        if ratio and ratio["lower"] is not None:  # how sure the gain is: the bound, not the median pair
+            sync += (f" (async/sync {ratio['geomean']:.2f}x over {len(ratio['pairs'])} paired repeats, "
+                     f"{ratio['confidence']:.0%} lower bound {ratio['lower']:.2f}x)")
         pred = "; ".join(f"{w} {v:.0f}" for w, v in (("predicted", self.predicted_throughput_tokens_per_s),
                                                       ("simulated", self.simulated_throughput_tokens_per_s)) if v)
         return "\n".join([
@@ -272,6 +277,14 @@ def predictions(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[s
     return out
 
 
+def speedup(tput: dict[str, list[float]]) -> dict[str, Any] | None:
+    """Async over sync from the paired repeats (each repeat ran both back to back): every pair's ratio,
+    their geometric mean and its one-sided 90% lower bound (None from one repeat); None without sync."""
+    if "sync" not in tput or "async" not in tput:
+        return None
+    return asdict(paired_ratio(tput["async"], tput["sync"]))
+
+
 def serve_run(spec: ServeRunSpec) -> ServeRunResult:
     requests = make_requests(spec.model, generate(spec.workload, spec.seed), spec.seed, spec.serve.chunk_tokens)
     programs = capture_serving(spec.model, serving_keys(requests), spec.seed)
@@ -304,6 +317,7 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
     stats = latency_stats(main)
     sync = results.get("sync")
     completed = min(sum(1 for s in r.served if s.done) for rs in runs.values() for r in rs)  # the worst run
+    tput = {s: [latency_stats(r)["throughput_tokens_per_s"] for r in rs] for s, rs in runs.items()}
     extra = {"stats": stats, "sync_stats": latency_stats(sync) if sync else None,
              "cluster_start_s": start_s, "reference_s": ref_s, "link": link,
              "slots": spec.serve.slots, "microbatches": spec.serve.microbatches,
@@ -314,9 +328,9 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
              "mixed_iterations": sum(1 for h in main.history
                                      if len({phase_of(k) for k in h["keys"]}) > 1),
              "load_avg": os.getloadavg(), "prediction": pred, "recoveries": [x for rs in runs.values() for r in rs for x in r.recoveries],
-             "runs_throughput_tokens_per_s": {s: [latency_stats(r)["throughput_tokens_per_s"] for r in rs]
-                                              for s, rs in runs.items()},
+             "runs_throughput_tokens_per_s": tput,
              "runs_load_avg": {s: [r.load_avg for r in rs] for s, rs in runs.items()},
+             "async_over_sync": speedup(tput),
              "utilisation": {s: utilisation(r) for s, r in results.items()},
              "prediction_source": "serving model period (the expectation of max(m*T, L + control) over the run's "
                                   "spreads; the max itself for one group) over each program's kernel times taken "
@@ -336,4 +350,4 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
         ttft_s=stats["ttft_s"], tpot_s=stats["tpot_s"], extra=extra)
 
 
-__all__ = ["ServeRunResult", "ServeRunSpec", "WorkerFailure", "in_run_link", "plan_assignments", "serve_run"]
+__all__ = ["ServeRunResult", "ServeRunSpec", "WorkerFailure", "in_run_link", "plan_assignments", "serve_run", "speedup"]

@@ -116,6 +116,10 @@ def test_cli_json_contract_and_traces(run_cli, tmp_path) -> None:
     assert got["verified"] and got["tokens_identical"] and got["max_abs_diff"] == 0.0
     assert got["schedule"] == "async" and got["sync_throughput_tokens_per_s"] > 0
     assert set(got["ttft_s"]) == set(got["tpot_s"]) == {"p50", "p99"}
+    ratio = got["extra"]["async_over_sync"]  # one repeat: its pair, and no spread to bound it with
+    assert ratio["pairs"] == [pytest.approx(got["measured_throughput_tokens_per_s"]
+                                            / got["sync_throughput_tokens_per_s"])]
+    assert ratio["geomean"] == pytest.approx(ratio["pairs"][0]) and ratio["lower"] is None
     events = json.loads(trace.read_text())["traceEvents"]
     assert {e["tid"] for e in events if e["ph"] == "X" and e["pid"] == 1} == {0, 1}  # a track per worker
     assert any(e["ph"] == "X" and e["pid"] == 2 for e in events)  # transfers on the link track
