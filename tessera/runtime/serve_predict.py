@@ -68,8 +68,8 @@ class StepCost:
 class Overheads:
     """What an iteration pays outside the kernels' step costs, and how much it varies: the control round
     trip (driver -> workers -> driver, outside the workers' steps); per device, the gap between two queued
-    steps (see iteration_s); the iteration-to-iteration spread (a robust standard deviation) of each
-    device's busy time per step of a group and of the control round trip. Seconds; zeros where not
+    steps (see iteration_s); the iteration-to-iteration spread (a standard deviation without rare stalls)
+    of each device's busy time per step of a group and of the control round trip. Seconds; zeros where not
     measured (the single-process profile)."""
 
     control_s: float = 0.0

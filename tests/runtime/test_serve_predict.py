@@ -3,6 +3,7 @@ worked out by hand."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -184,12 +185,12 @@ def test_control_round_trip_means_and_driver_turnaround_by_hand() -> None:
     # the three would be 0.7)
     got = in_run_times(hist, programs, fallback)  # type: ignore[arg-type]
     assert got.overheads.control_s == pytest.approx(0.1 + 0.9 / 6 + 1.6 / 3)
-    # spreads (interquartile range / 1.349, quartiles at (n + 1)·p of the sorted samples):
-    # busy per step (its kernel) 0.9, 0.2, 0.5, 0.2, 0.1, 0.1 -> sorted .1 .1 .2 .2 .5 .9: q1 at 1.75 = 0.1, q3 at 5.25 =
-    # 0.5 + 0.25·0.4 = 0.6; control: launches all 0.1 (0), returns .1 .1 .1 .1 .2 .3: q1 0.1, q3 0.225;
-    # turnarounds: 3 samples, too few (0)
-    assert got.overheads.step_sd_s == pytest.approx((0.5 / 1.349,))
-    assert got.overheads.control_sd_s == pytest.approx(0.125 / 1.349)
+    # spreads (standard deviations; 1% of 6 samples trims none): busy per step (its kernel) 0.9, 0.2, 0.5,
+    # 0.2, 0.1, 0.1, mean 1/3, squared deviations (17/30)², 2·(2/15)², (1/6)², 2·(7/30)² sum to 0.49333 over
+    # n − 1 = 5; control: launches all 0.1 (0), returns .2 .1 .1 .1 .3 .1, mean 0.15, squared deviations
+    # 5·0.0025 + 0.0225 = 0.035 over 5; turnarounds: 3 samples, too few (0)
+    assert got.overheads.step_sd_s == pytest.approx((math.sqrt(0.49333 / 5),), rel=1e-4)
+    assert got.overheads.control_sd_s == pytest.approx(math.sqrt(0.035 / 5))
 
 
 def test_simulator_takes_the_runs_chunk_not_the_planners() -> None:
@@ -273,3 +274,19 @@ def test_pipelined_schedule_of_one_request_is_the_list_schedule_on_a_real_captur
                 graph_s = pipelined_latency_s(prog.graph, assign[key], cpus, lag.spec(),
                                               ProfileCost(cost.kernel_s, lag), m)
                 assert predict_step_s(part, cost.kernel_s, lag, m) == pytest.approx(graph_s)
+
+
+def test_spread_keeps_a_minority_mode_and_drops_rare_stalls() -> None:
+    from tessera.runtime.serve_calibrate import spread
+
+    # 84 decode steps of 10 ms and 16 prompt steps of 25 ms (the one-request-per-group mix): trimming one
+    # value at each end leaves 83 x 10 and 15 x 25, mean 10 + 15·15/98, and the variance by hand below;
+    # the quartiles both sit at 10 ms, so a quartile-based spread would be 0
+    steps = [10.0] * 84 + [25.0] * 16
+    mean = 10 + 15 * 15 / 98
+    var = (83 * (10 - mean) ** 2 + 15 * (25 - mean) ** 2) / 97
+    assert spread(steps) == pytest.approx(math.sqrt(var))
+    assert spread(steps) == pytest.approx(5.43, abs=0.01)
+    # one stall of 1000 ms among 99 steps of 10 ms is the trimmed 1%: no spread left
+    assert spread([10.0] * 99 + [1000.0]) == 0.0
+    assert spread([1.0, 2.0, 3.0]) == 0.0  # under 4 samples
