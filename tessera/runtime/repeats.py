@@ -50,8 +50,11 @@ class PairedRatio:
     confidence: float
 
     def __post_init__(self) -> None:
-        if not self.pairs or min(self.pairs) <= 0:
+        if not self.pairs or not all(r > 0 for r in self.pairs):  # `not >` also catches NaN
             raise ValueError(f"PairedRatio needs positive pair ratios, got {self.pairs}")
+        if (self.lower is None) != (len(self.pairs) == 1) or (self.lower or 0) > self.geomean * (1 + 1e-12):
+            raise ValueError(f"PairedRatio's bound {self.lower} must be None for one pair and at most the "
+                             f"geometric mean {self.geomean} otherwise ({len(self.pairs)} pairs)")
         if not 0.5 <= self.confidence <= 0.999:
             raise ValueError(f"confidence must be in [0.5, 0.999], got {self.confidence}")
 
@@ -62,7 +65,7 @@ def paired_ratio(a: list[float], b: list[float], confidence: float = 0.9) -> Pai
         raise ValueError(f"paired_ratio needs as many runs of each, at least one; got {len(a)} and {len(b)}")
     if not 0.5 <= confidence <= 0.999:
         raise ValueError(f"confidence must be in [0.5, 0.999], got {confidence}")
-    if min(a) <= 0 or min(b) <= 0:
+    if not all(x > 0 for x in (*a, *b)):  # `not >` also catches NaN
         raise ValueError(f"paired_ratio needs positive throughputs, got {a} and {b}")
     pairs = tuple(x / y for x, y in zip(a, b, strict=True))
     logs = [math.log(r) for r in pairs]

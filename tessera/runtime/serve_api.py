@@ -279,8 +279,11 @@ def predictions(spec: ServeRunSpec, programs: dict[str, Program], assign: dict[s
 
 def speedup(tput: dict[str, list[float]]) -> dict[str, Any] | None:
     """Async over sync from the paired repeats (each repeat ran both back to back): every pair's ratio,
-    their geometric mean and its one-sided 90% lower bound (None from one repeat); None without sync."""
+    their geometric mean and its one-sided 90% lower bound (None from one repeat); None without sync or
+    where a run generated no tokens."""
     if "sync" not in tput or "async" not in tput:
+        return None
+    if not all(x > 0 for x in (*tput["async"], *tput["sync"])):  # a run that generated nothing: no ratio
         return None
     return asdict(paired_ratio(tput["async"], tput["sync"]))
 
@@ -350,4 +353,5 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
         ttft_s=stats["ttft_s"], tpot_s=stats["tpot_s"], extra=extra)
 
 
-__all__ = ["ServeRunResult", "ServeRunSpec", "WorkerFailure", "in_run_link", "plan_assignments", "serve_run", "speedup"]
+__all__ = ["ServeRunResult", "ServeRunSpec", "WorkerFailure", "in_run_link", "plan_assignments", "serve_run",
+           "speedup"]

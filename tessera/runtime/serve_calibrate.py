@@ -19,13 +19,13 @@ events give, under the same conditions:
   already blocked waiting for it (the wire, gloo, and the receiving thread's wake-up; not the time a busy
   receiver took to look). The start-up probe's median ping-pong, taken with both cores idle, sees none of
   the wake-ups' long tail, which a mean over the run pays;
-- how much a device's busy time per step and the control round trip vary from iteration to iteration
-  (standard deviations over all but the 1% most extreme at each end, so that a rare stall of a hundred
-  milliseconds, already paid in the means, does not also count as spread): a stream mixes prompt chunks
-  and decodes in its steps, and on shared cores the same step varies too. Not the interquartile range:
-  with one request per group a sixth of llama-wide's steps carry a prompt chunk and cost 2.5 times a
-  decode, and a quartile-based spread, which cannot see a mode under a quarter of the samples, put the
-  steps' spread at 1.4 ms against their 6.8 ms standard deviation.
+- how much a device's busy time per step and the control round trip vary from iteration to iteration (standard
+  deviations over all but the 1% most extreme at each end, at least one, so that a rare stall of a hundred
+  milliseconds, already paid in the means, does not also count as spread): a stream mixes prompt chunks and
+  decodes in its steps, and on shared cores the same step varies too. Not the interquartile range: with one
+  request per group a sixth of llama-wide's steps carry a prompt chunk and cost 2.5 times a decode, and a
+  quartile-based spread, which cannot see a mode under a quarter of the samples, put the steps' spread at 1.4
+  ms against their 6.8 ms standard deviation.
 
 What stays a prediction: how these costs combine under the placement and the schedule (each device's
 load per iteration, the pipeline latency through the placement over the link, the period, the slots'
@@ -45,11 +45,14 @@ from tessera.runtime.serving import worker_timeline
 
 def spread(xs: list[float], trim: float = 0.01) -> float:
     """The standard deviation of ``xs`` without its ``trim`` share of most extreme values at each end (the
-    lowest and highest ⌊trim·n⌋); 0 under 4 samples. Keeps a minority mode (prompt steps among decodes),
-    which is step-to-step variation the period pays, and drops rare stalls, whose cost the means hold."""
+    lowest and highest ⌈trim·n⌉, so at least the single most extreme of a short run); 0 under 4 samples.
+    Keeps a minority mode (prompt steps among decodes), which is step-to-step variation the period pays,
+    and drops rare stalls, whose cost the means hold."""
+    if not 0 <= trim < 0.5:
+        raise ValueError(f"spread's trim must be in [0, 0.5), got {trim}")
     if len(xs) < 4:
         return 0.0
-    k = int(len(xs) * trim)
+    k = min(math.ceil(len(xs) * trim), (len(xs) - 2) // 2)  # two values left at least
     kept = sorted(xs)[k:len(xs) - k]
     return statistics.stdev(kept)
 

@@ -53,21 +53,22 @@ def test_bad_input_names_the_problem():
         t_quantile(0.4, 3)
     with pytest.raises(ValueError, match="positive"):
         paired_ratio([0.0], [1.0])
+    with pytest.raises(ValueError, match="positive"):
+        paired_ratio([float("nan")], [1.0])
 
 
 def test_serve_run_summary_reads_the_bound_from_paired_repeats():
-    from dataclasses import asdict
-
     from tessera.runtime.serve_api import ServeRunResult, speedup
 
-    tput = {"async": [37.3, 32.9, 31.9, 37.7, 36.8], "sync": [26.7, 28.0, 28.9, 29.6, 27.5]}
-    ratio = speedup(tput)
-    assert ratio == asdict(paired_ratio(tput["async"], tput["sync"]))
-    assert speedup({"async": [1.0]}) is None
-    res = ServeRunResult(model="m", devices=("cpu", "cpu"), placement="layer_split", schedule="async", requests=1,
-                         completed=1, lost=0, verified=True, tokens_identical=True, max_abs_diff=0.0,
-                         measured_throughput_tokens_per_s=36.8, predicted_throughput_tokens_per_s=None,
-                         simulated_throughput_tokens_per_s=None, sync_throughput_tokens_per_s=28.0,
-                         ttft_s={"p50": None, "p99": None}, tpot_s={"p50": None, "p99": None},
-                         extra={"async_over_sync": ratio})
-    assert f"over 5 paired repeats, 90% lower bound {ratio['lower']:.2f}x" in res.summary()
+    ratio = speedup({"async": [2.0, 4.0], "sync": [1.0, 1.0]})  # the pairs of test_bound_by_hand
+    assert ratio["pairs"] == (2.0, 4.0) and ratio["geomean"] == pytest.approx(2 * math.sqrt(2))
+    assert ratio["lower"] == pytest.approx(0.973, abs=1e-3) and ratio["confidence"] == 0.9
+    assert speedup({"async": [1.0]}) is None  # no sync run
+    assert speedup({"async": [1.0, 2.0], "sync": [1.0, 0.0]}) is None  # a run that generated nothing
+    res = ServeRunResult(model="m", devices=("cpu", "cpu"), placement="layer_split", schedule="async",
+                         requests=1, completed=1, lost=0, verified=True, tokens_identical=True,
+                         max_abs_diff=0.0, measured_throughput_tokens_per_s=4.0,
+                         predicted_throughput_tokens_per_s=None, simulated_throughput_tokens_per_s=None,
+                         sync_throughput_tokens_per_s=1.0, ttft_s={"p50": None, "p99": None},
+                         tpot_s={"p50": None, "p99": None}, extra={"async_over_sync": ratio})
+    assert "(async/sync 2.83x over 2 paired repeats, 90% lower bound 0.97x)" in res.summary()

@@ -185,12 +185,13 @@ def test_control_round_trip_means_and_driver_turnaround_by_hand() -> None:
     # the three would be 0.7)
     got = in_run_times(hist, programs, fallback)  # type: ignore[arg-type]
     assert got.overheads.control_s == pytest.approx(0.1 + 0.9 / 6 + 1.6 / 3)
-    # spreads (standard deviations; 1% of 6 samples trims none): busy per step (its kernel) 0.9, 0.2, 0.5,
-    # 0.2, 0.1, 0.1, mean 1/3, squared deviations (17/30)², 2·(2/15)², (1/6)², 2·(7/30)² sum to 0.49333 over
-    # n − 1 = 5; control: launches all 0.1 (0), returns .2 .1 .1 .1 .3 .1, mean 0.15, squared deviations
-    # 5·0.0025 + 0.0225 = 0.035 over 5; turnarounds: 3 samples, too few (0)
-    assert got.overheads.step_sd_s == pytest.approx((math.sqrt(0.49333 / 5),), rel=1e-4)
-    assert got.overheads.control_sd_s == pytest.approx(math.sqrt(0.035 / 5))
+    # spreads (standard deviations without the most extreme value at each end: ⌈1% of 6⌉ = 1): busy per step
+    # (its kernel) 0.9, 0.2, 0.5, 0.2, 0.1, 0.1 keeps .1 .2 .2 .5, mean 0.25, squared deviations
+    # .0225 + .0025 + .0025 + .0625 = 0.09 over n − 1 = 3; control: launches all 0.1 (0), returns
+    # .2 .1 .1 .1 .3 .1 keep .1 .1 .1 .2, mean 0.125, squared deviations 3·.000625 + .005625 = 0.0075 over 3;
+    # turnarounds: 3 samples, too few (0)
+    assert got.overheads.step_sd_s == pytest.approx((math.sqrt(0.09 / 3),))
+    assert got.overheads.control_sd_s == pytest.approx(math.sqrt(0.0075 / 3))
 
 
 def test_simulator_takes_the_runs_chunk_not_the_planners() -> None:
@@ -280,13 +281,19 @@ def test_spread_keeps_a_minority_mode_and_drops_rare_stalls() -> None:
     from tessera.runtime.serve_calibrate import spread
 
     # 84 decode steps of 10 ms and 16 prompt steps of 25 ms (the one-request-per-group mix): trimming one
-    # value at each end leaves 83 x 10 and 15 x 25, mean 10 + 15·15/98, and the variance by hand below;
-    # the quartiles both sit at 10 ms, so a quartile-based spread would be 0
+    # value (⌈1% of 100⌉) at each end leaves 83 x 10 and 15 x 25, mean 10 + 15·15/98, and the variance by hand
+    # below; the quartiles both sit at 10 ms, so a quartile-based spread would be 0
     steps = [10.0] * 84 + [25.0] * 16
     mean = 10 + 15 * 15 / 98
     var = (83 * (10 - mean) ** 2 + 15 * (25 - mean) ** 2) / 97
     assert spread(steps) == pytest.approx(math.sqrt(var))
     assert spread(steps) == pytest.approx(5.43, abs=0.01)
-    # one stall of 1000 ms among 99 steps of 10 ms is the trimmed 1%: no spread left
+    # one stall of 1000 ms among 99 steps of 10 ms is the trimmed 1%: no spread left; in a short run, under
+    # 100 steps, still the single most extreme value at each end; two stalls in 151 steps: ⌈1.51⌉ = 2
     assert spread([10.0] * 99 + [1000.0]) == 0.0
+    assert spread([10.0] * 19 + [1000.0]) == 0.0
+    assert spread([10.0] * 149 + [1000.0] * 2) == 0.0
     assert spread([1.0, 2.0, 3.0]) == 0.0  # under 4 samples
+    assert spread([1.0, 2.0, 3.0, 4.0]) == pytest.approx(math.sqrt(0.5))  # 2 and 3 kept
+    with pytest.raises(ValueError, match="trim must be in"):
+        spread([1.0] * 10, trim=0.5)
