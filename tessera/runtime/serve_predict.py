@@ -143,8 +143,8 @@ def step_costs(programs: dict[str, Program], parts: dict[tuple[str, str], Partit
         ks = charged_kernel_s(part, ks, link, times.setup_s.get(key, 0.0))
         cpus = tuple(gpu("cpu") for _ in range(part.devices))
         cost = ProfileCost(ks, link)
-        ev = evaluate(prog.graph, part.assignment, cpus, link.spec(), cost)  # type: ignore[arg-type]
         on = (prog.graph, part.assignment, cpus, link.spec(), cost)
+        ev = evaluate(*on)  # type: ignore[arg-type]
         one = pipelined_latency_s(*on, 1)  # type: ignore[arg-type]
         follow = None
         if group >= 2:  # what each further request of the group adds
