@@ -66,8 +66,8 @@ def row(model: str, placement: str, n: int, repeats: int, fault: Fault | None = 
     err = lambda x, ref: None if x is None or not ref else x / ref - 1  # noqa: E731
     sim = pa["in_run"]["simulated"]
     out = {
-        "model": model, "placement": placement, "slots": slots, "microbatches": microbatches, "outputs": list(outputs),
-        "requests": r.requests, "completed": r.completed, "lost": r.lost,
+        "model": model, "placement": placement, "slots": slots, "microbatches": microbatches,
+        "outputs": list(outputs), "requests": r.requests, "completed": r.completed, "lost": r.lost,
         "verified": r.verified, "tokens_identical": r.tokens_identical, "max_abs_diff": r.max_abs_diff,
         "measured_tokens_per_s": meas, "sync_tokens_per_s": sync,
         "async_over_sync": meas / sync if sync else None,
@@ -229,27 +229,29 @@ def kernel_seconds(r: dict[str, Any], schedule: str) -> float:
 
 
 def sweep_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | placement | outputs (requests) | slots / groups | async tok/s | sync tok/s | async/sync | "
-             "each repeat's async/sync | paired mean ≥ 90% bound | model's async/sync | "
+    lines = ["| model | placement | outputs (requests) | slots / groups | async tok/s | sync tok/s | "
+             "async/sync | each repeat's async/sync | paired mean ≥ 90% bound | model's async/sync | "
              "kernel seconds async/sync | predicted err | simulated err | runs async / sync tok/s | load |",
              "|" + "---|" * 15]
     for r in rows:
         lo, hi = r.get("outputs", SHORT)  # JSON written before the field: the short outputs
         lines.append(
-            f"| {r['model']} | {r['placement']} | {lo}-{hi} ({r['requests']}) | {r['slots']} / {r['microbatches']} | "
+            f"| {r['model']} | {r['placement']} | {lo}-{hi} ({r['requests']}) | "
+            f"{r['slots']} / {r['microbatches']} | "
             f"{r['measured_tokens_per_s']:.0f} | {r['sync_tokens_per_s']:.0f} | {r['async_over_sync']:.2f}x | "
             f"{pairs_cell(r)} | {bound_cell(r)} | {r['predicted_async_over_sync']:.2f}x | "
             f"{kernel_seconds(r, 'async') / kernel_seconds(r, 'sync'):.2f}x | "
             f"{pct(r['predicted_error'])} | {pct(r['simulated_error'])} | "
             f"{runs_cell(r)} | {join(r['load_avg'], '.1f')} |")
-    return ("Asynchronous vs synchronous by traffic, slots and groups (async: the slots in groups advancing on "
-            "their own; sync: one group of every slot, its requests pipelined through the workers and "
-            "re-synchronised every iteration). With one request per group the synchronous iteration's pipeline "
-            "fill and drain is the largest share of it. Outputs 4-16: a prompt chunk (2.5 decodes' work on "
-            "llama-wide) in 15% of the steps, like the Azure 2023 code trace (17% at 512-token chunks); 32-64: "
-            "in 3%, nearer its conversation trace (1.2%); a group whose step carries a chunk holds the worker "
-            "the other group's next step needs. Each repeat's async/sync: the lowest and highest ratio of a "
-            "repeat's two back-to-back runs; paired mean ≥ bound: those ratios' geometric mean and its one-sided 90% "
+    return ("Asynchronous vs synchronous by traffic, slots and groups (async: the slots in groups advancing "
+            "on their own; sync: one group of every slot, its requests pipelined through the workers and "
+            "re-synchronised every iteration). With one request per group the synchronous iteration's "
+            "pipeline fill and drain is the largest share of it. Outputs 4-16: a prompt chunk (2.5 decodes' "
+            "work on llama-wide) in 15% of the steps, like the Azure 2023 code trace (17% at 512-token "
+            "chunks); 32-64: in 3%, nearer its conversation trace (1.2%); a group whose step carries a chunk "
+            "holds the worker the other group's next step needs. Each repeat's async/sync: the lowest and "
+            "highest ratio of a repeat's two back-to-back runs; paired mean ≥ bound: those ratios' geometric "
+            "mean and its one-sided 90% "
             "lower confidence bound (Student's t on their logs), the figure a threshold is read against; "
             "kernel seconds: both workers' time inside kernels, async over "
             "sync, for the same requests and tokens.\n\n" + "\n".join(lines) + "\n")
@@ -313,8 +315,8 @@ def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
 def render(rows: list[dict[str, Any]], fault: dict[str, Any], sweep: list[dict[str, Any]]) -> str:
     text = table(rows, fault)
     if sweep:
-        order = sorted(sweep, key=lambda r: (r["model"], r["placement"], r.get("outputs", SHORT)[0], r["slots"],
-                                             r["microbatches"]))
+        order = sorted(sweep, key=lambda r: (r["model"], r["placement"], r.get("outputs", SHORT)[0],
+                                             r["slots"], r["microbatches"]))
         text += "\n" + sweep_table(order)
     return text
 
@@ -330,7 +332,8 @@ def main() -> None:
     ap.add_argument("--sweep-models", default="llama-wide",
                     help="models also served one request per group (2 slots in 2 groups, 4 in 4, and 2 in 2 "
                          "with outputs of 32-64 tokens); '' for none")
-    ap.add_argument("--long-requests", type=int, default=32, help="requests of the 32-64-token-output sweep rows")
+    ap.add_argument("--long-requests", type=int, default=32,
+                    help="requests of the sweep rows with outputs of 32-64 tokens")
     a = ap.parse_args()
     if a.render:
         saved = json.loads((OUT / "serve_runtime.json").read_text())
