@@ -287,7 +287,7 @@ def table(rows: list[dict[str, Any]], fault: dict[str, Any] | None) -> str:
                   f"{' '.join(f'{x:.1f}' for x in fault['load_avg'])})."]
     lines += ["", f"{SLOTS} slots in {MICROBATCHES} groups (async) or one group (sync), prompts 4-16 tokens prefilled "
               f"in chunks of {CHUNK} (a longer prompt over two iterations, beside other requests' decodes), outputs "
-              "4-16, Poisson 200 requests/s (saturating). 2 cores shared with other engineers' jobs (load average "
+              f"{SHORT[0]}-{SHORT[1]}, Poisson 200 requests/s (saturating). 2 cores shared with other engineers' jobs (load average "
               "beside each row, and per run in the JSON); OMP_NUM_THREADS=1, one intra-op thread per worker. "
               "Figures: the median run of each schedule, the schedules interleaved on one cluster "
               "(A B, B A, ...); paired mean ≥ bound: the geometric mean of each repeat's async/sync and its "
@@ -331,9 +331,9 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--sweep-models", default="llama-wide",
                     help="models also served one request per group (2 slots in 2 groups, 4 in 4, and 2 in 2 "
-                         "with outputs of 32-64 tokens); '' for none")
+                         f"with outputs of {LONG[0]}-{LONG[1]} tokens); '' for none")
     ap.add_argument("--long-requests", type=int, default=32,
-                    help="requests of the sweep rows with outputs of 32-64 tokens")
+                    help=f"requests of the sweep rows with outputs of {LONG[0]}-{LONG[1]} tokens")
     a = ap.parse_args()
     if a.render:
         saved = json.loads((OUT / "serve_runtime.json").read_text())
