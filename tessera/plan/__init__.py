@@ -3,7 +3,7 @@ at its best batch, micro-batch count and tensor parallelism under memory and SLO
 
 from tessera.plan.pool import Pool
 from tessera.plan.serve import STRATEGIES, PlannerConfig, ServingResult, StrategyResult, plan_serving
-from tessera.plan.types import Device, PhasePlan, Plan, PoolCell, PoolPlan, StepPoint
+from tessera.plan.types import Device, EngineSettings, PhasePlan, Plan, PoolCell, PoolPlan, Segment, StepPoint
 
-__all__ = ["STRATEGIES", "Device", "PhasePlan", "Plan", "PlannerConfig", "Pool", "PoolCell", "PoolPlan",
-           "ServingResult", "StepPoint", "StrategyResult", "plan_serving"]
+__all__ = ["STRATEGIES", "Device", "EngineSettings", "PhasePlan", "Plan", "PlannerConfig", "Pool", "PoolCell", "PoolPlan",
+           "Segment", "ServingResult", "StepPoint", "StrategyResult", "plan_serving"]

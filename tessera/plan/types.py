@@ -19,7 +19,54 @@ from typing import Any
 
 from tessera.errors import os_error_text
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: engine settings; a "mixed" phase's step points are one micro-batch's iteration
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSettings:
+    """What an operator gives a continuous-batching engine to deploy a plan, named as vLLM names them: with
+    the placement and the step costs, all that the simulator and the runtime take from a plan (they
+    schedule by themselves; nothing the planner derived from these, such as a chunk size, is handed on).
+
+    A replica runs ``microbatches`` groups of sequences that advance independently through the placement,
+    each group holding at most ``group_seqs`` running sequences; one iteration of a group carries every
+    decode of the group plus prompt chunks, ``max_num_batched_tokens`` tokens at most. A prefill/decode plan
+    reads them per instance: the decode instance's sequences, the prefill instance's tokens per batch. An
+    image plan's sequences are images in flight (its token budget is unused)."""
+
+    max_num_seqs: int  # sequences running at once in one replica of the cell, all micro-batches together
+    max_num_batched_tokens: int  # token budget of one micro-batch iteration: its decode tokens + prompt chunks
+    microbatches: int = 1  # groups advancing independently through the placement
+
+    def __post_init__(self) -> None:
+        for k in ("max_num_seqs", "max_num_batched_tokens", "microbatches"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"engine setting {k}={v!r} must be an integer >= 1")
+        if self.microbatches > self.max_num_seqs:
+            raise ValueError(f"engine settings: {self.microbatches} micro-batches need at least as many "
+                             f"sequences, max_num_seqs={self.max_num_seqs}")
+
+    @property
+    def group_seqs(self) -> int:
+        """Running sequences one micro-batch (group) holds at most."""
+        return -(-self.max_num_seqs // self.microbatches)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Segment:
+    """A stretch of one micro-batch's iteration through the placement, in program order: a run of kernels on
+    ``device`` (``to`` None), or the values crossing the directed link ``device`` → ``to``. ``share`` is the
+    stretch's fraction of that device's (that link's) busy seconds in one iteration at the operating point,
+    so a consumer can split the busy seconds of any step point into the route's stretches."""
+
+    device: int
+    to: int | None = None
+    share: float
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.share <= 1.0 + 1e-9:
+            raise ValueError(f"route segment share={self.share} must be within [0, 1]")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,12 +82,16 @@ class StepPoint:
 
     Times are per *micro-batch* except ``step_s`` (the whole step with ``microbatches`` in flight):
     step_s = max(m·T, latency_s), T = max(device_busy_s ∪ link_busy_s), the asynchronous period, for a
-    serving plan's phase (its latency for a phase of one micro-batch); a serving run's profile plan
-    (tessera.runtime.serve_predict.profile_plan) stores its own period there.
+    serving plan's phase (its latency for a phase of one micro-batch).
+
+    In a "mixed" phase (the serving model's iteration) a point is *one micro-batch's* iteration: ``batch``
+    decode sequences of that group and ``tokens`` = those decodes + its prompt-chunk tokens, at mean decode
+    context ``context``; ``step_s`` is then the period if all ``microbatches`` groups ran that shape. In the
+    other phases ``batch`` and ``tokens`` count the whole step (all micro-batches).
     """
 
-    batch: int  # sequences in the whole step (all micro-batches)
-    tokens: int  # tokens the step processes (prefill: Σ prompt tokens; decode: batch)
+    batch: int  # sequences: the whole step's, or one micro-batch's in a "mixed" phase (see above)
+    tokens: int  # tokens the step processes (prefill: Σ prompt tokens; decode: batch; mixed: decode + chunk)
     context: int  # KV length attended to (decode); prompt length (prefill); 0 otherwise
     microbatches: int
     device_busy_s: tuple[float, ...]  # [D] compute per micro-batch
@@ -56,6 +107,7 @@ class PhasePlan:
     microbatches: int
     points: tuple[StepPoint, ...]  # sampled shapes; sim interpolates between them
     graph_shape: dict[str, int] = field(default_factory=dict, hash=False)  # shape the graph was captured at
+    route: tuple[Segment, ...] = ()  # one micro-batch's path through the devices at the operating point
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +143,10 @@ class Plan:
     sync_throughput: float | None = None
     device_busy: tuple[float, ...] = ()
     slo: dict[str, float] = field(default_factory=dict, hash=False)
+    engine: EngineSettings | None = None  # the deployment's engine settings (None: a plan with no engine)
+    # the planner's goodput: output tokens/s (images/s) at the highest arrival rate at which the SLO's target
+    # share of requests meets it (all replicas); a simulator's SLO knee is what checks it
+    goodput_per_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -112,11 +168,15 @@ class Plan:
             raise ValueError("it is an old plan of independent replicas (\"members\"): read it with "
                              "read_plan_file, which turns it into the pool plan it describes")
         if d.get("version") != PLAN_VERSION:
-            raise ValueError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}")
+            older = isinstance(d.get("version"), int) and d["version"] < PLAN_VERSION
+            raise ValueError(f"plan version {d.get('version')!r} is not {PLAN_VERSION}" + (
+                " (written by an older Tessera, whose step points mean whole steps: write it again with "
+                "`tessera plan ... -o FILE`)" if older else ""))
         phases = {
             name: PhasePlan(
                 phase=p["phase"], assignment=tuple(p["assignment"]), microbatches=p["microbatches"],
                 graph_shape=dict(p.get("graph_shape", {})),
+                route=tuple(Segment(**x) for x in p.get("route", ())),
                 points=tuple(
                     StepPoint(**{**s, "device_busy_s": tuple(s["device_busy_s"]),
                                  "link_busy_s": tuple(tuple(x) for x in s["link_busy_s"])})
@@ -127,9 +187,10 @@ class Plan:
         }
         # "members" (always empty here) is what plan files before the pool plan carried
         rest = {k: v for k, v in d.items()
-                if k not in ("phases", "devices", "memory_bytes", "notes", "members", "device_busy")}
+                if k not in ("phases", "devices", "memory_bytes", "notes", "members", "device_busy", "engine")}
+        engine = EngineSettings(**d["engine"]) if d.get("engine") is not None else None
         return cls(
-            **rest, phases=phases, devices=tuple(Device(**x) for x in d["devices"]),
+            **rest, phases=phases, devices=tuple(Device(**x) for x in d["devices"]), engine=engine,
             memory_bytes=tuple(dict(m) for m in d["memory_bytes"]), notes=tuple(d.get("notes", ())),
             device_busy=tuple(d.get("device_busy", ())),
         )
