@@ -1,0 +1,184 @@
+"""The engine: requests in, completions out, one scheduled iteration at a time.
+
+``load_engine`` resolves a model (zoo name or directory), checks memory before allocating anything, builds
+the program with real weights (loaded shard by shard, or random), allocates KV pages / state slots and
+traces the program. ``Engine.step`` runs one iteration: the scheduler's batch for the next group, laid
+out flat, through the executor (the traced program, or any callable taking ``IterationInputs``, e.g. a
+split run), then sampling and stop checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from tessera.engine.cache import FreeList, pages_for
+from tessera.engine.config import DTYPES, EngineConfig, SamplingParams
+from tessera.engine.inputs import IterationInputs, SeqPiece, build_inputs
+from tessera.engine.loader import ModelSource, dummy_weights, load_weights, open_model
+from tessera.engine.memory import available_bytes, check_memory, memory_need
+from tessera.engine.models import allocate_caches, build_model
+from tessera.engine.program import Program
+from tessera.engine.request import Completion, Request
+from tessera.engine.sampling import sample
+from tessera.engine.scheduler import Scheduled, Scheduler
+from tessera.engine.tokenizer import Codec, tokenizer_for
+from tessera.errors import UserError
+
+Executor = Callable[[IterationInputs], Tensor]
+LOAD_FORMATS = ("auto", "dummy")
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """What one step ran: its group, the tokens of each scheduled request, and (if kept) the logits."""
+
+    group: int
+    tokens: tuple[tuple[int, int], ...]  # (request id, tokens computed)
+    logits: Tensor | None
+
+
+class Engine:
+    def __init__(self, program: Program, source: ModelSource, config: EngineConfig, codec: Codec, *,
+                 executor: Executor | None = None, devices: tuple[str, ...] = ("cpu",), placement: str = "single",
+                 keep_logits: bool = False) -> None:
+        self.program = program
+        self.source = source
+        self.config = config
+        self.codec = codec
+        self.executor: Executor = executor or program
+        self.devices, self.placement = devices, placement
+        arch = source.arch
+        pages = FreeList(config.pages(arch)) if arch.family == "decoder" else None
+        slots = FreeList(config.max_num_seqs) if arch.family == "mamba2" else None
+        self.scheduler = Scheduler(config, pages, slots)
+        self.keep_logits = keep_logits
+        self.history: list[Iteration] = []
+        self._next_id = 0
+        self._turn = 0
+
+    # ---- requests ----------------------------------------------------------------------------
+
+    def add_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> Request:
+        """Queue a request; a prompt the model or the cache cannot hold is one UserError line."""
+        arch = self.source.arch
+        bad = [t for t in prompt_ids if not 0 <= t < arch.vocab_size]
+        if not prompt_ids or bad:
+            raise UserError(f"prompt token ids must be 0..{arch.vocab_size - 1} and at least one; got "
+                            f"{list(prompt_ids)[:8]}")
+        total = len(prompt_ids) + params.max_tokens
+        limit = self.config.model_len(arch)
+        if limit is not None and total > limit:
+            raise UserError(f"prompt of {len(prompt_ids)} tokens + max-tokens {params.max_tokens} = {total} exceeds "
+                            f"the model's {limit}-token context (max_model_len)")
+        pool = self.scheduler.pages
+        if pool is not None and pages_for(total, self.config.page_size) > pool.count:
+            raise UserError(f"a request of {total} tokens needs {pages_for(total, self.config.page_size)} KV pages "
+                            f"of {self.config.page_size} tokens; the cache has {pool.count}")
+        r = Request(id=self._next_id, prompt_ids=list(prompt_ids), params=params)
+        self._next_id += 1
+        self.scheduler.add(r)
+        return r
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+                 ) -> list[Completion]:
+        """Serve ``prompts`` together (continuous batching) until all finish; completions in prompt order."""
+        plist = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        if len(plist) != len(prompts):
+            raise ValueError(f"{len(plist)} sampling params for {len(prompts)} prompts")
+        requests = [self.add_request(p, sp) for p, sp in zip(prompts, plist, strict=True)]
+        while self.scheduler.has_work():
+            self.step()
+        return [self.completion(r) for r in requests]
+
+    def completion(self, r: Request) -> Completion:
+        assert r.finish_reason is not None, f"request {r.id} has not finished"
+        return Completion(text=r.text, token_ids=tuple(r.output_ids), finish_reason=r.finish_reason,
+                          devices=self.devices, placement=self.placement, prompt_tokens=len(r.prompt_ids))
+
+    # ---- iterations --------------------------------------------------------------------------
+
+    def step(self) -> list[Request]:
+        """Run the next group that has work; returns the requests that finished."""
+        batch: list[Scheduled] = []
+        for _ in range(self.config.groups):
+            group = self._turn
+            self._turn = (self._turn + 1) % self.config.groups
+            batch = self.scheduler.schedule(group)
+            if batch:
+                break
+        if not batch:
+            if self.scheduler.has_work():
+                raise RuntimeError("no group could schedule a token although requests wait: the KV cache is "
+                                   "too small for any of them")
+            return []
+        pieces = [SeqPiece(tokens=tuple(s.request.tokens[s.request.computed:s.request.computed + s.tokens]),
+                           start=s.request.computed, pages=tuple(s.request.pages), slot=s.request.slot or 0,
+                           sample=s.tokens == s.request.remaining) for s in batch]
+        with torch.no_grad():
+            logits = self.executor(build_inputs(pieces, self.config.page_size))
+        self.history.append(Iteration(group=group, tokens=tuple((s.request.id, s.tokens) for s in batch),
+                                      logits=logits.clone() if self.keep_logits else None))
+        rows = iter(logits.float())
+        done = []
+        for s, piece in zip(batch, pieces, strict=True):
+            r = s.request
+            r.computed += s.tokens
+            if piece.sample:
+                r.output_ids.append(sample(next(rows), r.params, r.generator))
+                if self._finished(r):
+                    self.scheduler.finish(r)
+                    done.append(r)
+        return done
+
+    def _finished(self, r: Request) -> bool:
+        """Set the request's text and, when it ends, its finish reason (stop before length, as vLLM)."""
+        p = r.params
+        r.text = self.codec.decode(r.output_ids)
+        if not p.ignore_eos and r.output_ids[-1] in self.codec.eos_token_ids:
+            r.finish_reason = "stop"
+        cut = min((i for i in (r.text.find(s) for s in p.stop) if i >= 0), default=-1)
+        if cut >= 0:
+            r.text, r.finish_reason = r.text[:cut], "stop"
+        limit = self.config.model_len(self.source.arch)
+        if r.finish_reason is None and (len(r.output_ids) >= p.max_tokens
+                                        or (limit is not None and len(r.tokens) >= limit)):
+            r.finish_reason = "length"
+        return r.finished
+
+
+def resolve_dtype(name: str, source: ModelSource) -> torch.dtype:
+    """``auto``: the checkpoint's own dtype (config ``dtype`` / ``torch_dtype``) where it names one of
+    bf16/fp16/fp32, else bf16."""
+    if name in DTYPES:
+        return DTYPES[name]
+    if name != "auto":
+        raise UserError(f"unknown dtype {name!r}; valid: auto, {', '.join(DTYPES)}")
+    by_torch = {str(v).removeprefix("torch."): v for v in DTYPES.values()}
+    return by_torch.get(source.config_dtype or "", torch.bfloat16)
+
+
+def load_engine(target: str, config: EngineConfig, *, dtype: str = "auto", load_format: str = "auto",
+                seed: int = 0, keep_logits: bool = False) -> Engine:
+    """An engine for a zoo name or model directory: memory checked, weights in place, program traced."""
+    if load_format not in LOAD_FORMATS:
+        raise UserError(f"unknown load format {load_format!r}; valid: {', '.join(LOAD_FORMATS)}")
+    source = open_model(target)
+    if load_format == "auto" and not source.has_weights:
+        raise UserError(f"{target} has no safetensors weights to load; use --load-format dummy for random weights")
+    torch_dtype = resolve_dtype(dtype, source)
+    check_memory(source.name, memory_need(source.arch, config, torch_dtype), available_bytes(),
+                 str(torch_dtype).removeprefix("torch."))
+    codec = tokenizer_for(source)
+    model = build_model(source.arch, torch_dtype, "cpu")
+    if load_format == "dummy":
+        dummy_weights(model, seed)
+    else:
+        assert source.directory is not None
+        load_weights(model, source.directory)
+    allocate_caches(model, pages=config.pages(source.arch), page_size=config.page_size, slots=config.max_num_seqs,
+                    dtype=torch_dtype, device="cpu")
+    return Engine(Program(model), source, config, codec, keep_logits=keep_logits)

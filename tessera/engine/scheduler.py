@@ -1,0 +1,133 @@
+"""Continuous batching with chunked prefill, as vLLM v1 schedules it, over m groups of running requests.
+
+An iteration is one group's batch. Its token budget (``max_num_batched_tokens``) goes first to every
+running decode of the group (one token each), then to its requests still prefilling, then to waiting
+requests it admits, each taking a chunk of its prompt as large as the budget left. A request is admitted
+while fewer than ``max_num_seqs`` run in all (``seqs_per_group`` in the group) and the KV pages (or the
+state slot) of its first chunk are free. When a running request needs a page and none is free, the
+group's most recently admitted request not yet in this batch is preempted (vLLM's recompute policy): its
+pages are freed, it goes back to the front of the queue and later recomputes its prompt and output.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from tessera.engine.cache import FreeList, pages_for
+from tessera.engine.config import EngineConfig
+from tessera.engine.request import Request
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    request: Request
+    tokens: int  # tokens computed for it this iteration, from request.computed on
+
+
+class Scheduler:
+    """Holds the waiting queue and each group's running requests; pages and slots come from free lists
+    (``pages`` None: the model has no KV; ``slots`` None: no per-sequence state)."""
+
+    def __init__(self, config: EngineConfig, pages: FreeList | None, slots: FreeList | None) -> None:
+        self.config = config
+        self.pages = pages
+        self.slots = slots
+        self.waiting: deque[Request] = deque()
+        self.running: list[list[Request]] = [[] for _ in range(config.groups)]
+        self.preempted = 0
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    @property
+    def num_running(self) -> int:
+        return sum(len(g) for g in self.running)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting) or self.num_running > 0
+
+    def schedule(self, group: int) -> list[Scheduled]:
+        """The next batch of ``group``: decodes, then prefilling requests' chunks, then admissions."""
+        budget = self.config.max_num_batched_tokens
+        out: list[Scheduled] = []
+        run = self.running[group]
+        for decoding in (True, False):
+            for r in list(run):
+                if budget == 0:
+                    break
+                if r not in run or (r.remaining == 1) != decoding:
+                    continue
+                n = min(r.remaining, budget)
+                if self._grow(r, n, run, out):
+                    out.append(Scheduled(r, n))
+                    budget -= n
+        while budget and self.waiting and len(run) < self.config.seqs_per_group \
+                and self.num_running < self.config.max_num_seqs:
+            r = self.waiting[0]
+            n = min(r.remaining, budget)
+            if not self._admit(r, n):
+                break
+            self.waiting.popleft()
+            r.group = group
+            run.append(r)
+            out.append(Scheduled(r, n))
+            budget -= n
+        return out
+
+    def _grow(self, r: Request, n: int, run: list[Request], batch: list[Scheduled]) -> bool:
+        """Give ``r`` the pages for ``n`` more tokens, preempting others of its group if needed; False when
+        ``r`` itself had to be preempted."""
+        if self.pages is None:
+            return True
+        need = pages_for(r.computed + n, self.config.page_size) - len(r.pages)
+        while need > 0:
+            got = self.pages.take(need)
+            if got is not None:
+                r.pages += got
+                return True
+            in_batch = {s.request for s in batch}
+            victim = next((v for v in reversed(run) if v is not r and v not in in_batch), r)
+            self.preempt(victim)
+            if victim is r:
+                return False
+        return True
+
+    def _admit(self, r: Request, n: int) -> bool:
+        if self.slots is not None:
+            got = self.slots.take(1)
+            if got is None:
+                return False
+            r.slot = got[0]
+        if self.pages is not None:
+            got = self.pages.take(pages_for(n, self.config.page_size))
+            if got is None:
+                self._release_slot(r)
+                return False
+            r.pages = got
+        return True
+
+    def preempt(self, r: Request) -> None:
+        """Back to the front of the queue with nothing cached: it recomputes prompt and output later."""
+        self._release(r)
+        r.computed = 0
+        r.preemptions += 1
+        self.preempted += 1
+        self.waiting.appendleft(r)
+
+    def finish(self, r: Request) -> None:
+        self._release(r)
+
+    def _release(self, r: Request) -> None:
+        if r.group is not None:
+            self.running[r.group].remove(r)
+            r.group = None
+        if self.pages is not None:
+            self.pages.give(r.pages)
+        r.pages = []
+        self._release_slot(r)
+
+    def _release_slot(self, r: Request) -> None:
+        if self.slots is not None and r.slot is not None:
+            self.slots.give([r.slot])
+        r.slot = None
