@@ -29,7 +29,7 @@ OUT = Path(os.environ.get("TESSERA_DEMO_OUT", "out"))
 COMPARE = Path(__file__).resolve().parent.parent / "bench" / "results" / "compare.json"
 # the evaluation study (`tessera evaluate`, about an hour here), read like the compare matrix
 EVALUATION = COMPARE.with_name("eval.json")
-MODEL, GPUS, LINK = "llama-3-8b", ("H100", "L40S"), "pcie5"
+MODEL, GPUS, LINK = "llama-3-8b", ("H100", "L40S"), "auto"  # auto: the pair's best link (PCIe 4)
 # Each plan is simulated at SIM_LOAD of its own predicted goodput (its capacity at the SLO), once per seed:
 # the spread over seeds is the report's "how sure". The sweep runs each plan at SWEEP_LOADS of its capacity
 # (one seed, fewer requests) for the goodput-vs-rate curves: where each saturates.

@@ -45,11 +45,11 @@ import numpy as np
 from tessera.cost import CostModel
 from tessera.errors import UserError
 from tessera.graph import RESIDENT_ROLES, Role
-from tessera.hardware import GpuSpec
+from tessera.hardware import GpuSpec, best_link
 from tessera.plan import strategies as st
 from tessera.plan.pd import decode_shape, prefill_shape
 from tessera.plan.planner import capture_source
-from tessera.plan.pool import Pool, resolve_gpu, resolve_link
+from tessera.plan.pool import Pool, resolve_gpu
 from tessera.plan.problem import default_cost
 from tessera.plan.serve import PlannerConfig, Shapes, StrategyResult, cell_strategy, model_kind, plan_serving
 from tessera.plan.serving import BATCHES, batch_ceiling
@@ -144,7 +144,6 @@ class CellPlanner:
             raise ValueError(f"fleet cells need micro-batch count 1 among {cfg.microbatches} (the homogeneous "
                              f"bound, cells.py)")
         self.model, self.cfg = model, cfg
-        self.link = resolve_link(cfg.link)
         self.cost = cost or default_cost()
         self.images, self.pd_ok = model_kind(model)
         self.source = capture_source(model)
@@ -193,8 +192,9 @@ class CellPlanner:
             return StrategyResult(name="tessera", applicable=True, reason=f"weights do not fit {tp}x{spec.name}")
         unit = make_unit(spec, tp)
         ucost = UnitCost.over(self.cost, ((spec, tp),))
-        r = cell_strategy("tessera", st.uniform(0), self.shapes, Pool(gpus=(unit,), link=self.link), ucost,
-                          self.cfg)
+        # one device: nothing crosses the cell's link; the group's is its best (pairs: plan_serving's rule)
+        cell = Pool(gpus=(unit,), link=best_link((spec,) * tp))
+        r = cell_strategy("tessera", st.uniform(0), self.shapes, cell, ucost, self.cfg)
         return replace(r, tp=(tp,))
 
     def _pair(self, gpus: Cell) -> CellEval:

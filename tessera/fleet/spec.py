@@ -1,7 +1,7 @@
 """The pool file: how many GPUs of each catalog type a fleet has, and the link inside one cell.
 
 ```toml
-link = "pcie5"          # between the GPUs of one cell (catalog link name)
+link = "auto"           # between the GPUs of one cell: auto (each cell's best) or a catalog link
 [[gpu]]
 type = "H100-SXM"       # catalog name or alias (H100, A100)
 count = 4
@@ -15,15 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tessera.errors import UserError
-from tessera.plan.pool import resolve_gpu, resolve_link
+from tessera.hardware import AUTO, buildable, check_link_name, link_named, why_not
+from tessera.plan.pool import resolve_gpu
 
 
 @dataclass(frozen=True, kw_only=True)
 class FleetSpec:
-    """GPU type (catalog name) -> count, in file order; ``link`` joins the GPUs of one cell."""
+    """GPU type (catalog name) -> count, in file order; ``link`` joins the GPUs of one cell: ``auto`` gives
+    each cell its best link, a catalog link name joins every cell and so must be one every pair of the pool
+    can have (tessera.hardware.links)."""
 
     gpus: tuple[tuple[str, int], ...]
-    link: str = "pcie5"
+    link: str = AUTO
 
     def __post_init__(self) -> None:
         if not self.gpus:
@@ -39,10 +42,29 @@ class FleetSpec:
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise UserError(f"pool lists {', '.join(dup)} more than once; give one [[gpu]] table per type")
-        resolve_link(self.link)
+        check_link_name(self.link)
+        if self.link != AUTO:
+            self._check_link()
+
+    def _check_link(self) -> None:
+        """The named link joins every cell, so every pair the pool can form must be able to have it."""
+        lk = link_named(self.link)
+        pairs = [tuple(resolve_gpu(g) for g in p) for p in self.pairs()]
+        for pair in pairs:
+            why = why_not(lk, pair)
+            if why is not None:
+                common = [x.name for x in buildable(pair) if all(why_not(x, p) is None for p in pairs)]
+                every = ", ".join([f"{AUTO} (each cell its best)", *common])
+                raise UserError(f"link {lk.name} cannot join {' + '.join(g.name for g in pair)}: {why}; "
+                                f"every pair of this pool can have: {every}")
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every pair of GPUs a cell of this pool can hold: two types, or one type with at least two GPUs."""
+        names = [n for n, _ in self.gpus]
+        return [(a, b) for i, a in enumerate(names) for b in names[i:] if a != b or self.counts[a] >= 2]
 
     @classmethod
-    def from_counts(cls, counts: dict[str, int], link: str = "pcie5") -> FleetSpec:
+    def from_counts(cls, counts: dict[str, int], link: str = AUTO) -> FleetSpec:
         """Aliases resolved: {"H100": 4, "L4": 2}."""
         merged: dict[str, int] = {}
         for name, n in counts.items():
@@ -74,10 +96,14 @@ class FleetSpec:
             if canon in counts:
                 raise UserError(f"{where}: {canon} is listed twice; give one [[gpu]] table per type")
             counts[canon] = r["count"]
-        link = d.get("link", "pcie5")
+        link = d.get("link", AUTO)
         if not isinstance(link, str):
-            raise UserError(f"{where}: link must be a string (catalog link name), got {link!r}")
-        return cls(gpus=tuple(counts.items()), link=resolve_link(link).name)
+            raise UserError(f"{where}: link must be a string (auto or a catalog link name), got {link!r}")
+        try:
+            name = AUTO if link.strip().lower() == AUTO else link_named(link).name
+            return cls(gpus=tuple(counts.items()), link=name)
+        except UserError as e:
+            raise UserError(f"{where}: {e}") from None
 
     @classmethod
     def load(cls, path: str | Path) -> FleetSpec:

@@ -18,6 +18,7 @@ from tessera.errors import UserError, choices_error, os_error_text
 
 DATA = Path(__file__).parent / "data" / "gpus.toml"
 ENV_VAR = "TESSERA_CATALOG"
+LINK_KINDS = ("nvlink", "pcie", "network")
 _DTYPE_KEYS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8",
                "float8_e5m2": "fp8"}
 
@@ -36,6 +37,7 @@ class GpuSpec:
     pcie_gen: int
     usd_per_hour: float
     nvlink_gen: int = 0
+    nvlink_domain_gpus: int = 0  # most GPUs one NVLink domain joins (HGX board 8, NVL72 72, bridge 2)
     measured: bool = False  # figures measured on this machine rather than read off a datasheet
     memory_type: str = ""  # HBM3e, GDDR6, ...: a feature the cost model's transfer to unmeasured GPUs uses
     boost_clock_hz: float = 0.0  # max boost clock (datasheet); 0: not given. The transfer scales launch floors by it
@@ -58,6 +60,12 @@ class GpuSpec:
             raise ValueError(f"gpu {self.name}: boost_clock_hz={self.boost_clock_hz} must be >= 0 (0: not given)")
         if self.usd_per_hour < 0:
             raise ValueError(f"gpu {self.name}: usd_per_hour={self.usd_per_hour} must be >= 0")
+        if (self.nvlink_gen > 0 and self.nvlink_domain_gpus < 2) or self.nvlink_domain_gpus < 0:
+            raise ValueError(f"gpu {self.name}: nvlink_gen={self.nvlink_gen} needs nvlink_domain_gpus >= 2 "
+                             f"(the most GPUs one NVLink domain joins: 8 on an HGX board, 2 for a bridged "
+                             f"pair), got {self.nvlink_domain_gpus}")
+        if self.pcie_gen < 0:
+            raise ValueError(f"gpu {self.name}: pcie_gen={self.pcie_gen} must be >= 0 (0: the host, no PCIe)")
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for a dtype; falls back bf16 -> fp16 -> fp32."""
@@ -74,6 +82,8 @@ class LinkSpec:
     bytes_per_s: float  # per direction, datasheet peak
     latency_s: float
     efficiency: float = 1.0  # fraction of bytes_per_s a large transfer reaches
+    kind: str = "network"  # nvlink | pcie | network: which cells can have it (tessera.hardware.links)
+    generation: int = 0  # NVLink or PCIe generation; 0 for a network link
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -82,6 +92,16 @@ class LinkSpec:
                              f"latency_s={self.latency_s} >= 0")
         if not 0 < self.efficiency <= 1:
             raise ValueError(f"link {self.name}: efficiency={self.efficiency} must be in (0, 1]")
+        if self.kind not in LINK_KINDS:
+            raise ValueError(f"link {self.name}: kind={self.kind!r}; valid: {', '.join(LINK_KINDS)}")
+        if (self.kind == "network") != (self.generation == 0) or self.generation < 0:
+            raise ValueError(f"link {self.name}: an nvlink or pcie link needs its generation >= 1, a network "
+                             f"link none; got kind={self.kind!r}, generation={self.generation}")
+
+    @property
+    def effective_bytes_per_s(self) -> float:
+        """What a large transfer reaches (B/s per direction)."""
+        return self.bytes_per_s * self.efficiency
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 
 from tessera.errors import UserError
+from tessera.hardware import AUTO
 from tessera.plan.options import (
     IMAGE_S,
     OUTPUT,
@@ -40,7 +41,9 @@ def register(app: typer.Typer) -> None:
         gpus: str | None = typer.Option(None, "--gpus", help="comma-separated catalog GPUs, e.g. H100,L40S"),
         pool: Path | None = typer.Option(None, "--pool", help="a many-GPU pool file (TOML, see README)"),
         objective: str = typer.Option("throughput", "--objective", help="with --pool: throughput | per_dollar"),
-        link: str = typer.Option("pcie5", "--link", help="link between the GPUs (catalog name)"),
+        link: str = typer.Option(AUTO, "--link", help="link between the GPUs (catalog name); auto: the best "
+                                 "the cell can have (NVLink where its GPUs share it, else PCIe of the lowest "
+                                 "generation among them)"),
         batch: BatchCap = None,
         prompt: Prompt = PROMPT,
         output: Output = OUTPUT,
@@ -59,7 +62,7 @@ def register(app: typer.Typer) -> None:
         if pool is not None:
             if gpus is not None:
                 raise UserError("give either --gpus (one cell) or --pool (a many-GPU pool), not both")
-            if link != "pcie5":
+            if link != AUTO:
                 raise UserError("--pool plans with the link named in the pool file; drop --link")
             from tessera.fleet.cli import plan_pool_command
 

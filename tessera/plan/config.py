@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tessera.errors import UserError
+from tessera.hardware import AUTO, check_link_name
 from tessera.plan.serving import Point, Slo, Traffic
 from tessera.plan.types import Plan, PoolPlan
 
@@ -20,7 +21,7 @@ class PlannerConfig:
 
     traffic: Traffic = field(default_factory=Traffic)
     slo: Slo = field(default_factory=Slo)
-    link: str = "pcie5"  # between the GPUs of the cell
+    link: str = AUTO  # between the GPUs of the cell: a catalog link, or "auto": the best the cell can have
     batch_cap: int | None = None  # largest batch (sequences / images in flight per cell) to consider
     microbatches: tuple[int, ...] = MICROBATCHES
     ref_batch: int = 64  # batch of the one capture every shape is rescaled from
@@ -33,6 +34,7 @@ class PlannerConfig:
             raise UserError(f"--batch {self.batch_cap} must be >= 1 (it caps the batch the planner chooses)")
         if not self.microbatches or any(m < 1 for m in self.microbatches):
             raise UserError(f"micro-batch counts {self.microbatches} must be positive")
+        check_link_name(self.link)  # whether the cell can have it is checked where its GPUs are known
         if self.ref_batch < 1:
             raise ValueError(f"ref_batch={self.ref_batch} must be >= 1")
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from tessera.hardware import AUTO
 from tessera.plan.serve import PlannerConfig
 from tessera.plan.serving import Slo, Traffic
 
@@ -30,7 +31,7 @@ ImageTokens = Annotated[int, typer.Option(
 
 
 def config_of(batch: int | None, prompt: int, output: int, steps: int, slo_ttft_ms: float, slo_tpot_ms: float,
-              slo_image_s: float, link: str = "pcie5", image_tokens: int = 0) -> PlannerConfig:
+              slo_image_s: float, link: str = AUTO, image_tokens: int = 0) -> PlannerConfig:
     """The PlannerConfig these flags describe."""
     return PlannerConfig(traffic=Traffic(prompt=prompt, output=output, steps=steps, image_tokens=image_tokens),
                          slo=Slo(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3, image_s=slo_image_s),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tessera.errors import UserError, choices_error
-from tessera.hardware import GpuSpec, LinkSpec, gpu, gpu_names, link, link_names
+from tessera.hardware import AUTO, GpuSpec, LinkSpec, cell_link, gpu, gpu_names, link, link_names
 
 # Short names people type, mapped to the catalog entry the paper's pairs mean (SXM parts, 80 GB A100).
 ALIASES = {"h100": "H100-SXM", "a100": "A100-80GB-SXM", "a100-80gb": "A100-80GB-SXM"}
@@ -45,10 +45,13 @@ class Pool:
             raise UserError("the pool has no GPUs; give --gpus A,B")
 
     @classmethod
-    def parse(cls, gpus: list[str] | str, link_name: str = "pcie5") -> Pool:
+    def parse(cls, gpus: list[str] | str, link_name: str = AUTO) -> Pool:
+        """``link_name``: a catalog link the cell can have, or auto (its best)."""
         names = gpus.split(",") if isinstance(gpus, str) else gpus
-        names = [n for n in names if n.strip()]
-        return cls(gpus=tuple(resolve_gpu(n) for n in names), link=resolve_link(link_name))
+        specs = tuple(resolve_gpu(n) for n in names if n.strip())
+        if not specs:
+            raise UserError("the pool has no GPUs; give --gpus A,B")
+        return cls(gpus=specs, link=cell_link(specs, link_name))
 
     @property
     def n(self) -> int:

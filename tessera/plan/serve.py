@@ -25,7 +25,7 @@ from typing import Any
 
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
-from tessera.hardware import GpuSpec, LinkSpec
+from tessera.hardware import GpuSpec, LinkSpec, cell_link
 from tessera.plan import strategies as st
 from tessera.plan.baselines.attention_ffn import has_attention
 from tessera.plan.baselines.homogeneous import homogeneous
@@ -33,7 +33,7 @@ from tessera.plan.baselines.prefill_decode import prefill_decode
 from tessera.plan.bound import period_floor
 from tessera.plan.cell import Shapes, best_of, cell_strategy, make_plan, model_kind
 from tessera.plan.config import STRATEGIES, PlannerConfig, ServingResult, StrategyResult
-from tessera.plan.pool import Pool, resolve_gpu, resolve_link
+from tessera.plan.pool import Pool, resolve_gpu
 from tessera.plan.problem import default_cost
 from tessera.plan.serving import Traffic, score_point, slo_period_cap
 from tessera.plan.types import Plan
@@ -52,7 +52,7 @@ def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = 
     if not names:
         raise UserError("the pool has no GPUs; give --gpus A,B")
     specs = tuple(resolve_gpu(n) for n in names)
-    lk = resolve_link(cfg.link)
+    lk = cell_link(specs, cfg.link)  # auto: the best link this cell can have; an unbuildable one is refused
     images, pd_ok = model_kind(model)
     t0 = time.perf_counter()
     step = progress or (lambda _desc: None)

@@ -12,6 +12,7 @@ import typer
 
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
+from tessera.hardware import AUTO
 from tessera.plan.options import (
     IMAGE_S,
     OUTPUT,
@@ -141,7 +142,8 @@ def compare(
     slo_ttft_ms: SloTtftMs = TTFT_MS,
     slo_tpot_ms: SloTpotMs = TPOT_MS,
     slo_image_s: SloImageS = IMAGE_S,
-    link: str = typer.Option("pcie5", "--link", help="link between the GPUs of each pair"),
+    link: str = typer.Option(AUTO, "--link", help="link between the GPUs of each pair (catalog name); auto: "
+                                                 "the best each pair can have"),
 ) -> None:
     """Tessera vs every baseline at equal SLO, one model per family on GPU pairs: compare.json and compare.md."""
     from tessera.report.compare import run_compare

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from tessera.errors import UserError
-from tessera.plan.pool import resolve_gpu, resolve_link
+from tessera.hardware import AUTO, best_link, cell_link
+from tessera.plan.pool import resolve_gpu
 from tessera.plan.problem import default_cost
 from tessera.plan.serve import STRATEGIES, PlannerConfig, Shapes, StrategyResult, homogeneous, plan_serving
 
@@ -38,13 +39,12 @@ def same_size_homogeneous(model: str, gpus: tuple[str, ...], cfg: PlannerConfig,
     from tessera.plan.planner import capture_source
 
     best: dict[str, Any] | None = None
-    lk = resolve_link(cfg.link)
     for name in dict.fromkeys((*gpus, REFERENCE)):
         key = (model, name, len(gpus))
         if key not in cache:
             specs = (resolve_gpu(name),) * len(gpus)
             shapes = Shapes(model, capture_source(model), cfg, images=_images(model))
-            r = homogeneous(shapes, specs, lk, default_cost(), cfg)
+            r = homogeneous(shapes, specs, best_link(specs), default_cost(), cfg)  # n GPUs as they come
             cache[key] = {"gpus": [name] * len(gpus), "goodput": r.goodput, "usd_per_hour": r.usd_per_hour,
                           "tokens_per_usd": r.tokens_per_usd, "tp": list(r.tp)}
         c = cache[key]
@@ -75,7 +75,8 @@ def run_cell(model: str, pool: str, cfg: PlannerConfig, cache: dict) -> dict[str
     except UserError as e:
         return {"model": model, "gpus": pool.split(","), "error": str(e).splitlines()[0],
                 "wall_s": time.perf_counter() - t0}
-    cell = {"model": model, "gpus": list(r.gpus), "chosen": r.tessera.chosen, "images": r.images,
+    cell = {"model": model, "gpus": list(r.gpus), "link": r.link, "chosen": r.tessera.chosen,
+            "images": r.images,
             "strategies": {n: _strategy(s, r.images) for n, s in r.strategies.items()},
             "bound_ratio": r.tessera.plan.bound_ratio if r.tessera.plan and r.tessera.chosen == "milp" else None,
             "solve_s": r.solve_s}
@@ -112,6 +113,8 @@ def placement_summary(r) -> dict[str, Any]:
 def run_compare(*, out_dir: Path, cfg: PlannerConfig, quick: bool = False,
                 models: tuple[str, ...] = MODELS) -> tuple[list[dict[str, Any]], str]:
     pools = QUICK_PAIRS if quick else PAIRS
+    for p in pools:  # a named link every pair must be able to have: refused before any planning
+        cell_link(tuple(resolve_gpu(g) for g in p.split(",")), cfg.link)
     out_dir.mkdir(parents=True, exist_ok=True)
     cells: list[dict[str, Any]] = []
     cache: dict = {}
@@ -161,7 +164,8 @@ def gains(cells: list[dict[str, Any]]) -> list[tuple[float, float, str]]:
 
 def markdown(cells: list[dict[str, Any]], cfg: PlannerConfig, wall: float) -> str:
     t, slo = cfg.traffic, cfg.slo
-    lines = [f"# tessera compare: goodput at equal SLO ({cfg.link}; prompt {t.prompt}, output {t.output}; "
+    links = "each pair's best link" if cfg.link == AUTO else cfg.link
+    lines = [f"# tessera compare: goodput at equal SLO ({links}; prompt {t.prompt}, output {t.output}; "
              f"TTFT ≤ {slo.ttft_s:g} s, TPOT ≤ {slo.tpot_s * 1e3:g} ms; images ≤ {slo.image_s:g} s); "
              f"{len(cells)} cells in {wall:.0f} s", "",
              "Goodput: output tokens/s (flux-dev: images/s) of requests meeting the SLO, each strategy at its own "

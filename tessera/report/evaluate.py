@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from tessera.errors import UserError
+from tessera.hardware import AUTO, IN_SERVER, best_link, buildable, cell_link
+from tessera.hardware import gpu as catalog_gpu
 from tessera.plan.types import Plan, PoolPlan
 from tessera.report.workloads import Shape, shapes
 
@@ -58,6 +60,21 @@ class StudyPool:
     def heterogeneous(self) -> bool:
         return len(self.gpus) > 1
 
+    @property
+    def specs(self) -> tuple:
+        return tuple(catalog_gpu(n) for n in self.names)
+
+
+def sensitivity_links(pool: StudyPool) -> tuple[str, ...]:
+    """The links a pair is also run at beside its best: the next slower in-server link it can have (PCIe of
+    a lower generation, or PCIe under NVLink) and the slowest link it can have (two servers over a network);
+    only links the pair can be built with."""
+    best = best_link(pool.specs)
+    links = [lk for lk in buildable(pool.specs) if lk.name != best.name]
+    slower = [lk for lk in links
+              if lk.kind in IN_SERVER and lk.effective_bytes_per_s < best.effective_bytes_per_s]
+    return tuple(dict.fromkeys(lk.name for lk in (*slower[:1], *links[-1:])))
+
 
 def _pool(*gpus: tuple[str, int]) -> StudyPool:
     name = "+".join(f"{n}x{g}" if n > 1 else g for g, n in gpus)
@@ -70,8 +87,7 @@ POOLS = (_pool((H100, 1), (L40S, 1)), _pool((H100, 1), (H20, 1)), _pool((A100, 1
          _pool((H100, 4), (H20, 4)), _pool((H100, 8), (L40S, 8)),
          _pool((H100, 2), (L40S, 2)), _pool((H100, 4), (A100, 4), (H20, 4), (L40S, 2), (L4, 2)))
 CORE_POOLS = 6
-BASE_LINK = "pcie5"
-LINKS = ("pcie4", "nvlink4")  # the pair link's sensitivity, beside the base pcie5
+BASE_LINK = AUTO  # each pool's best link (tessera.hardware.links); the pairs also at sensitivity_links
 QUICK = (("llama-3-8b", "conversation", 0), ("llama-3-8b", "code", 0), ("llama-3-8b", "summarise", 0),
          ("llama-3-8b", "reason", 0), ("llama-3-8b", "conversation", 3), ("mamba2-2.7b", "code", 0),
          ("qwen2.5-vl-7b", "caption", 1), ("flux-dev", "image-1024", 0))
@@ -115,9 +131,9 @@ def matrix(quick: bool = False) -> list[tuple[str, str, StudyPool, str]]:
     out = [(m, s, p, BASE_LINK) for size2 in (True, False) for m, s in order for p in core if (p.size == 2) == size2]
     pairs = [p for p in POOLS if p.size == 2 and p.heterogeneous]
     firsts = [(m, ss[0]) for m, ss in MODEL_SHAPES.items()]
-    out += [(m, s, pairs[0], lk) for lk in LINKS for m, s in firsts]
+    out += [(m, s, pairs[0], lk) for lk in sensitivity_links(pairs[0]) for m, s in firsts]
     out += [(m, s, p, BASE_LINK) for p in reversed(POOLS[CORE_POOLS:]) for m, s in order]
-    out += [(m, s, p, lk) for p in pairs[1:] for lk in LINKS for m, s in firsts]
+    out += [(m, s, p, lk) for p in pairs[1:] for lk in sensitivity_links(p) for m, s in firsts]
     return out
 
 
@@ -133,7 +149,7 @@ def _strategy(s) -> dict[str, Any]:
 def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> dict[str, Any]:
     """n GPUs of one type as vLLM deploys them (best TP × replicas), at list price; cached per process."""
     from tessera.plan.planner import capture_source
-    from tessera.plan.pool import resolve_gpu, resolve_link
+    from tessera.plan.pool import resolve_gpu
     from tessera.plan.problem import default_cost
     from tessera.plan.serve import Shapes, homogeneous
 
@@ -142,7 +158,7 @@ def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> dict[
         cfg = study_config(s)
         shp = Shapes(model, capture_source(model), cfg, images=s.images)
         spec = resolve_gpu(gpu)
-        r = homogeneous(shp, (spec,) * n, resolve_link(cfg.link), default_cost(), cfg)
+        r = homogeneous(shp, (spec,) * n, best_link((spec,) * n), default_cost(), cfg)  # n GPUs as they come
         cache[key] = {"gpu": spec.name, "count": n, "goodput_per_s": r.goodput, "tp": list(r.tp),
                       "usd_per_hour": spec.usd_per_hour * n}
     return cache[key]
@@ -208,7 +224,6 @@ def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, s
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """One cell. ``pair_cell``: for a pool of k GPUs of each of two types, the finished cell of their pair
     (same model, shape, link), whose Tessera answer replicated k times stands for the fleet search."""
-    from tessera.hardware import gpu as catalog_gpu
     from tessera.plan.serve import STRATEGIES, plan_serving
 
     t0 = time.perf_counter()
@@ -216,6 +231,7 @@ def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, s
     cell: dict[str, Any] = {"model": model, "family": FAMILIES[model], "shape": s.name, "prompt": s.prompt,
                             "output": s.output, "steps": s.steps, "images": s.images, "pool": pool.name,
                             "gpus": [list(g) for g in pool.gpus], "n_gpus": pool.size, "link": link,
+                            "link_used": cell_link(pool.specs, link).name,
                             "prices": {g: catalog_gpu(g).usd_per_hour for g, _ in pool.gpus}}
     try:
         r = plan_serving(model, pool.names, cfg, progress=progress)

@@ -24,8 +24,15 @@ A, B = "H100-SXM", "L4"
 
 
 def test_pool_file_parses_and_validates() -> None:
-    s = FleetSpec.parse('link = "pcie5"\n[[gpu]]\ntype = "H100"\ncount = 4\n[[gpu]]\ntype = "L4"\ncount = 2\n')
-    assert s.counts == {A: 4, B: 2} and s.total == 6 and s.link == "pcie5"
+    pool = '[[gpu]]\ntype = "H100"\ncount = 4\n[[gpu]]\ntype = "L4"\ncount = 2\n'
+    s = FleetSpec.parse('link = "PCIe4"\n' + pool)
+    assert s.counts == {A: 4, B: 2} and s.total == 6 and s.link == "pcie4"
+    # the L4 is a PCIe Gen4 card: an H100 + L4 cell cannot have PCIe 5 or NVLink; default: each cell's best
+    with pytest.raises(UserError, match=r"link pcie5 cannot join H100-SXM \+ L4: L4 is a PCIe Gen4 card; every "
+                                        r"pair of this pool can have: auto \(each cell its best\), .*pcie4"):
+        FleetSpec.parse('link = "pcie5"\n' + pool)
+    assert FleetSpec.parse('[[gpu]]\ntype = "H100"\ncount = 4\n').link == "auto"
+    assert FleetSpec.parse('link = "nvlink4"\n[[gpu]]\ntype = "H100"\ncount = 4\n').link == "nvlink4"
     assert FleetSpec.parse(s.to_toml()) == s
     assert s.without("H100").counts == {A: 3, B: 2}
     assert FleetSpec.from_counts({"L4": 1}).without("L4", 0).counts == {B: 1}

@@ -20,7 +20,7 @@ SMALL = SynthConfig(layers=4, hidden=512, ffn=1792, heads=8, kv_heads=2, vocab=4
 
 
 def _pool(gb_per_s: float) -> Pool:
-    base = Pool.parse("H100,L40S", "pcie5")
+    base = Pool.parse("H100,L40S")
     return Pool(gpus=base.gpus, link=LinkSpec(name=f"{gb_per_s}GB/s", bytes_per_s=gb_per_s * 1e9, latency_s=10e-6))
 
 

@@ -13,7 +13,15 @@ import pytest
 from tessera.cli import main
 from tessera.errors import UserError
 from tessera.report import evalsummary as es
-from tessera.report.evaluate import MODEL_SHAPES, POOLS, QUICK, load_cells, matrix
+from tessera.report.evaluate import (
+    BASE_LINK,
+    MODEL_SHAPES,
+    POOLS,
+    QUICK,
+    load_cells,
+    matrix,
+    sensitivity_links,
+)
 from tessera.report.workloads import Shape, shapes, trace_shape
 
 DATA = Path(__file__).parents[2] / "tessera" / "sim" / "data"
@@ -54,7 +62,7 @@ def test_shape_rejects_bad_numbers() -> None:
 
 def test_matrix_extent_and_quick_subset() -> None:
     full = matrix()
-    base = [x for x in full if x[3] == "pcie5"]
+    base = [x for x in full if x[3] == BASE_LINK]
     families_with_4 = [m for m, ss in MODEL_SHAPES.items() if len(ss) >= 4]
     assert len(families_with_4) >= 4
     pools = {p.name for _, _, p, _ in base}
@@ -64,7 +72,11 @@ def test_matrix_extent_and_quick_subset() -> None:
     assert len(base) == len(pools) * sum(len(ss) for ss in MODEL_SHAPES.values())
     keys = {(m, s, p.name, lk) for m, s, p, lk in full}
     assert len(keys) == len(full)  # no cell twice
-    assert {(m, s, POOLS[i].name, "pcie5") for m, s, i in QUICK} <= keys
+    assert {(m, s, POOLS[i].name, BASE_LINK) for m, s, i in QUICK} <= keys
+    # the link sensitivity runs a pair only at links it can be built with: H100 + L40S (a Gen4 card, no shared
+    # NVLink) at PCIe 3 and 100 GbE beside its best, PCIe 4; two H100s at PCIe 5 beside NVLink 4
+    assert {lk for _, _, p, lk in full if p.name == "H100-SXM+L40S"} == {BASE_LINK, "pcie3", "eth100"}
+    assert sensitivity_links(next(p for p in POOLS if p.name == "2xH100-SXM")) == ("pcie5", "eth100")
 
 
 def test_stats_best_median_worst() -> None:
@@ -73,7 +85,7 @@ def test_stats_best_median_worst() -> None:
 
 
 def _cell(pool: str, gpus: list[list], good: dict[str, float], chosen: str, *, same: list[tuple[str, float]],
-          model: str = "m", shape: str = "s", link: str = "pcie5") -> dict:
+          model: str = "m", shape: str = "s", link: str = BASE_LINK) -> dict:
     prices = {"H100-SXM": 2.99, "L40S": 1.1, "H200": 3.99}
     used = {g: n for g, n in gpus}
     n = sum(used.values())
@@ -165,7 +177,7 @@ def test_k_plus_k_pool_replicates_the_pair_and_its_best_baseline() -> None:
 
     big = StudyPool(name="8xH100-SXM+8xL40S", gpus=(("H100-SXM", 8), ("L40S", 8)))
     pair = {**PAIR, "gpus": [["H100-SXM", 1], ["L40S", 1]]}
-    assert pair_of(big, "m", "s", "pcie5", [pair]) is pair
+    assert pair_of(big, "m", "s", BASE_LINK, [pair]) is pair
     assert pair_of(big, "m", "s", "nvlink4", [pair]) is None
     f = replicated_pair(big, pair)
     # 8 × (1000 tok/s, MILP), 8 × its best baseline (layer pipeline, 900 tok/s)
