@@ -30,7 +30,7 @@ import torch
 
 from tessera.hardware import gpu
 from tessera.plan.serving import expected_period_s
-from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
+from tessera.plan.types import Device, EngineSettings, PhasePlan, Plan, StepPoint
 from tessera.plan.verify import evaluate, pipelined_latency_s
 from tessera.runtime.measure import LinkModel, ProfileCost, charged_kernel_s
 from tessera.runtime.partition import Partition
@@ -168,18 +168,27 @@ def iteration_s(decode: StepCost, prefill: StepCost, n_decode: float, n_prefill:
     terms: m·T varies as the sum of the bottleneck's m steps (σ = √m·σ_step), L as one step on every device
     plus the control round trip (σ = √(Σ_d σ_step,d² + σ_control²)); the two share the group's own step on
     the bottleneck (covariance σ_step,top²). One group waits only for itself: its period is its latency."""
+    queued, lat = group_terms(decode, prefill, n_decode, n_prefill, over)
+    sd = over.step_sd_s or (0.0,) * len(queued)
+    if len(sd) != len(queued):
+        raise ValueError(f"{len(sd)} step spreads for {len(queued)} devices: {sd}")
+    if m < 2:
+        return max(max(queued), lat)
+    top = max(range(len(queued)), key=queued.__getitem__)
+    return expected_period_s(m * queued[top], lat, math.sqrt(m) * sd[top], math.hypot(*sd, over.control_sd_s),
+                             covariance=sd[top] ** 2)
+
+
+def group_terms(decode: StepCost, prefill: StepCost, n_decode: float, n_prefill: float,
+                over: Overheads = Overheads()) -> tuple[list[float], float]:
+    """One group's iteration of n_decode decode steps and n_prefill prefill steps: per device its busy
+    seconds when queued behind another group's (its steps plus the gap between queued steps, iteration_s),
+    and its latency through the placement plus the control round trip."""
     busy = [n_decode * d + n_prefill * p for d, p in zip(decode.busy_s, prefill.busy_s, strict=True)]
     t = max(busy)
     queued = [b + g for b, g in zip(busy, over.gap_s or [0.0] * len(busy), strict=True)]
     lat = decode.group_latency_s(t) if n_decode else prefill.group_latency_s(t)
-    sd = over.step_sd_s or (0.0,) * len(busy)
-    if len(sd) != len(busy):
-        raise ValueError(f"{len(sd)} step spreads for {len(busy)} devices: {sd}")
-    if m < 2:
-        return max(max(queued), lat + over.control_s)
-    top = max(range(len(queued)), key=queued.__getitem__)
-    return expected_period_s(m * queued[top], lat + over.control_s, math.sqrt(m) * sd[top],
-                             math.hypot(*sd, over.control_sd_s), covariance=sd[top] ** 2)
+    return queued, lat + over.control_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,40 +240,55 @@ def predicted_tokens_per_s(mix: StreamMix, w: WorkloadSpec, slots: int, m: int, 
     return min(capacity, w.rate_per_s * mix.output_tokens) if w.kind != "offline" else capacity
 
 
-def profile_plan(model: str, mix: StreamMix, slots: int, m: int, over: Overheads = Overheads()) -> Plan:
-    """A serving-model Plan ("mixed" phase) priced by these costs, for tessera.sim: a point per token
-    count t at the workload's mean context, t = decode tokens (up to B) then prompt tokens (a mean prompt,
-    all its chunks, per P of them)."""
+def profile_plan(model: str, mix: StreamMix, slots: int, m: int, over: Overheads = Overheads(),
+                 budget_tokens: int | None = None) -> Plan:
+    """A serving-model Plan (version 2: a "mixed" phase) priced by these costs, for tessera.sim. A point is one
+    group's iteration of n decode steps and c prompt tokens (c/P mean prompts, all their chunks) at the
+    contract's grid: n in {1, ⌈b/2⌉, b} (b = ⌈slots/m⌉), c in {0, ⌈K/2⌉, K}, context P and P + O (the mean
+    prompt and output); K = ``budget_tokens``, default b·⌈P⌉ (every slot of a group taking a whole mean
+    prompt). Per device its queued busy seconds, latency the group's (group_terms). Where the run measured
+    how much its steps vary, the expected period over m groups (iteration_s) exceeds max(m·T, L): the excess
+    goes to the term that bounds it (the bottleneck's busy seconds, or the latency), so that m groups of the
+    shape settle at the expected period in the simulator too. Engine settings: ``slots`` sequences, K, m."""
     p, o = mix.prompt_tokens, mix.output_tokens
-    dec, pre = mix.decode, mix.prompt
-    chunk = math.ceil(slots * p / o)
-    points = []
-    for t in sorted({1, max(1, slots // 2), slots, slots + chunk, 2 * (slots + chunk)}):
-        n_dec = min(t, slots)
-        n_pre = (t - n_dec) / p
-        step = iteration_s(dec, pre, n_dec / m, n_pre / m, m, over)
-        busy = tuple((n_dec * d + n_pre * q) / m for d, q in zip(dec.busy_s, pre.busy_s, strict=True))
-        points.append(StepPoint(batch=max(1, n_dec), tokens=t, context=int(p + o / 2), microbatches=m,
-                                device_busy_s=busy, link_busy_s=(), latency_s=dec.latency_s + over.control_s,
-                                step_s=step))
-    n_dev = len(dec.busy_s)
+    b = -(-slots // m)
+    k = budget_tokens or b * math.ceil(p)
+    points = [_profile_point(mix, n, c, x, m, over) for n in sorted({1, -(-b // 2), b})
+              for c in sorted({0, -(-k // 2), k}) for x in sorted({int(p), int(p + o)})]
+    n_dev = len(mix.decode.busy_s)
     phase = PhasePlan(phase="mixed", assignment=tuple(range(n_dev)), microbatches=m, points=tuple(points))
     return Plan(model=model, strategy="runtime-profile", mode="throughput", link="gloo-local",
                 devices=tuple(Device(index=i, gpu="cpu", mem_bytes=1 << 34) for i in range(n_dev)),
                 phases={"mixed": phase}, memory_bytes=tuple({} for _ in range(n_dev)), batch=slots,
-                microbatches=m, workload={"prompt": p, "output": o})
+                microbatches=m, workload={"prompt": p, "output": o},
+                engine=EngineSettings(max_num_seqs=slots, max_num_batched_tokens=k, microbatches=m))
+
+
+def _profile_point(mix: StreamMix, n: int, c: int, context: int, m: int, over: Overheads) -> StepPoint:
+    """profile_plan's point of one group: n decode steps and c prompt tokens."""
+    n_pre = c / mix.prompt_tokens
+    queued, lat = group_terms(mix.decode, mix.prompt, n, n_pre, over)
+    period = iteration_s(mix.decode, mix.prompt, n, n_pre, m, over)
+    top = max(range(len(queued)), key=queued.__getitem__)
+    excess = period - max(m * queued[top], lat)  # what the steps' spread costs (0 without spreads, or m = 1)
+    if m * queued[top] >= lat:
+        queued[top] += excess / m
+    else:
+        lat += excess
+    return StepPoint(batch=n, tokens=n + c, context=context, microbatches=m, device_busy_s=tuple(queued),
+                     link_busy_s=(), latency_s=lat, step_s=period)
 
 
 def run_scheduler(slots: int, groups: int, prefills: int, chunk_tokens: int) -> SchedulerConfig:
     """The runtime's admission and chunking in the simulator's terms: ``slots`` requests at once (decoding
-    or prefilling); a request prefills ``chunk_tokens`` prompt tokens per iteration; each of the ``groups``
-    prefills at most ``prefills`` prompts at a time (0: no limit, every slot may be in its prompt), so an
-    iteration's token budget is the decodes plus the prompts' chunks. (The simulator's default is the
-    planner's chunk ⌈B·P/O⌉ spread over the micro-batches, 2 tokens per request for B = 4, P = O = 10:
-    prompts would hold their slots 4x longer.)"""
-    prompts = slots if prefills == 0 else min(slots, groups * prefills)
-    return SchedulerConfig(max_batch=slots, max_prefill_tokens=slots + prompts * chunk_tokens,
-                           chunk_tokens=chunk_tokens)
+    or prefilling) over ``groups`` groups; a request prefills at most ``chunk_tokens`` prompt tokens per
+    iteration; each group prefills at most ``prefills`` prompts at a time (0: no limit, every slot may be in
+    its prompt). The token budget of a group's iteration is then what such a group can carry at most: p
+    prompts' chunks and its other slots' decodes, b − p + p·chunk (b = ⌈slots/groups⌉, p = min(b, prefills))."""
+    b = -(-slots // groups)
+    p = min(b, prefills or b)
+    return SchedulerConfig(max_num_seqs=slots, max_num_batched_tokens=b - p + p * chunk_tokens,
+                           microbatches=groups, chunk_tokens=chunk_tokens, max_partial_prefills=prefills or None)
 
 
 def simulated(plan: Plan, w: WorkloadSpec, seed: int, scheduler: SchedulerConfig, trace: str | None = None
@@ -276,11 +300,11 @@ def simulated(plan: Plan, w: WorkloadSpec, seed: int, scheduler: SchedulerConfig
 
     got = run(plan, w, seed=seed, config=scheduler, trace_window_s=(0.0, math.inf) if trace else None)
     if trace:
-        write_chrome_trace(trace, {m: pm.plan for m, pm in got.models.items()}, got.trace)
+        write_chrome_trace(trace, {m: pm.plan for m, pm in got.models.items()}, got.trace, got.spans)
     r = got.result
     return {"throughput_tokens_per_s": r.throughput_tokens_per_s, "ttft_s": r.ttft_s, "tpot_s": r.tpot_s,
             "completed": r.completed}
 
 
-__all__ = ["KernelTimes", "Overheads", "StepCost", "StreamMix", "iteration_s", "predicted_period_s", "predicted_tokens_per_s",
+__all__ = ["KernelTimes", "Overheads", "StepCost", "StreamMix", "group_terms", "iteration_s", "predicted_period_s", "predicted_tokens_per_s",
            "profile", "profile_plan", "profiled_times", "run_scheduler", "simulated", "step_costs", "stream_mix"]

@@ -16,10 +16,15 @@ from tessera.plan.types import Plan, PoolPlan, read_plan_file
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run
 from tessera.sim.failure import Failure
+from tessera.sim.knee import Knee, KneeConfig, find_knee
 from tessera.sim.metrics import SLO, SimResult
 from tessera.sim.model import SchedulerConfig
+from tessera.sim.trace import write_chrome_trace
+from tessera.sim.traffic import images, mean_tokens, plan_goodput_per_s, plan_lengths, plan_slo
 from tessera.sim.workload import LengthSpec, WorkloadSpec
 from tessera.text import plural
+
+GOODPUT_SHARE = 0.9  # default load: this share of the plan's goodput
 
 out = Console()
 
@@ -90,25 +95,94 @@ def _replica_plan(plan: Plan | PoolPlan, replica: int, replicas: int) -> Plan:
     return plan.cells[-1].plan
 
 
+def _workload(plan: Plan | PoolPlan, kind: str | None, rate: float | None, requests: int, prompt: LengthSpec,
+              output: LengthSpec, burst: str, burst_cv: float, replicas: int) -> tuple[WorkloadSpec, str]:
+    """The workload the flags ask for; a rate without --workload is poisson; neither (or an open workload
+    without a rate) is poisson at 90% of the plan's goodput where it has one, offline otherwise. The second
+    value says which default was taken ("" when none)."""
+    note = ""
+    if kind is None:
+        kind = "poisson" if rate is not None else None
+    if rate is None and kind != "offline":
+        good = plan_goodput_per_s(plan)
+        if good:
+            mean_out = 1.0 if images(plan) else mean_tokens(output, 1)
+            rate = GOODPUT_SHARE * good * replicas / mean_out
+            kind = kind or "poisson"
+            note = (f"{kind} arrivals at {GOODPUT_SHARE:.0%} of the plan's goodput "
+                    f"({good * replicas:,.4g} {'images' if images(plan) else 'tokens'}/s): {rate:.4g} req/s")
+        elif kind is None:
+            kind = "offline"
+    spec = WorkloadSpec(kind=kind, requests=requests, rate_per_s=rate or 0.0, prompt=prompt, output=output,
+                        burst=burst, burst_cv=burst_cv)
+    return spec, note
+
+
+def _slo(plan: Plan | PoolPlan, ttft_ms: float | None, tpot_ms: float | None, e2e_ms: float | None) -> SLO | None:
+    """The plan's SLO, each target the flags give replacing its own."""
+    base = plan_slo(plan) or SLO()
+    given = {k: v / 1e3 for k, v in (("ttft_s", ttft_ms), ("tpot_s", tpot_ms), ("e2e_s", e2e_ms)) if v is not None}
+    slo = replace(base, **given)
+    return slo if slo.given else None
+
+
+def _print_knee(k: Knee, json_out: bool) -> None:
+    if json_out:
+        print(json.dumps(k.to_dict()))
+        return
+    t = Table(title="SLO knee (bisection over the Poisson arrival rate)", show_header=False)
+    slo = ", ".join(f"{n} {v * 1e3:g} ms" for n, v in (("TTFT", k.slo["ttft_s"]), ("TPOT", k.slo["tpot_s"]),
+                                                        ("E2E", k.slo["e2e_s"])) if v is not None)
+    t.add_row("traffic / SLO", f"prompt {k.prompt}, output {k.output}; {slo}; target {k.target:.0%} of requests")
+    t.add_row("knee", f"{k.rate_per_s:.4g} req/s = {k.per_s:,.4g} {k.unit}" + (
+        "" if k.attainment is None else f" (attainment {k.attainment:.1%})"))
+    if k.above_rate_per_s is not None:
+        t.add_row("just above", f"{k.above_rate_per_s:.4g} req/s (attainment {k.above_attainment:.1%})")
+    if k.planner_per_s is not None:
+        ratio = f" (knee / plan {k.per_s / k.planner_per_s:.2f})" if k.planner_per_s > 0 else ""
+        t.add_row("plan's goodput", f"{k.planner_per_s:,.4g} {k.unit}{ratio}")
+    t.add_row("search", f"{k.rates} rates x {plural(len(k.seeds), 'seed')} x {k.requests:,} requests "
+                        f"(first {k.warmup:.0%} not judged), bracket {k.rel_tol:.0%}, {k.wall_s:.1f} s")
+    if k.note:
+        t.add_row("note", k.note)
+    out.print(t)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("simulate")
     def simulate_cmd(
         plan_path: Path = typer.Argument(..., metavar="PLAN.json", help="plan file from `tessera plan -o` (one "
                                          "cell's plan, or a pool plan of different cells)"),
-        workload: str = typer.Option("offline", help="offline | poisson | bursty"),
-        rate: float = typer.Option(0.0, help="mean arrival rate, requests/s (poisson, bursty)"),
-        requests: int = typer.Option(1000, help="number of requests"),
-        prompt: str = typer.Option("512", help="prompt tokens: N, LO-HI, or azure_conv_2023 / azure_code_2023"),
-        output: str = typer.Option("128", help="output tokens (denoising steps for image plans): as --prompt"),
+        workload: str | None = typer.Option(None, help="offline | poisson | bursty (default: poisson with --rate; "
+                                            "without it poisson at 90% of the plan's goodput, else offline)"),
+        rate: float | None = typer.Option(None, help="mean arrival rate, requests/s (poisson, bursty)"),
+        requests: int | None = typer.Option(None, help="number of requests (default 1000; --knee: per rate and "
+                                            "seed, 15 x the sequences the pool runs at once, >= 2000)"),
+        prompt: str | None = typer.Option(None, help="prompt tokens: N, LO-HI, or azure_conv_2023 / "
+                                          "azure_code_2023 (default: the plan's traffic, else 512)"),
+        output: str | None = typer.Option(None, help="output tokens (denoising steps for image plans): as "
+                                          "--prompt (default: the plan's traffic, else 128)"),
         burst: str = typer.Option("gamma", help="bursty shape: gamma | onoff"),
         burst_cv: float = typer.Option(3.0, help="gamma: coefficient of variation of inter-arrival times"),
-        seed: int = typer.Option(0, help="random seed (same seed, same metrics)"),
-        slo_ttft_ms: float | None = typer.Option(None, help="TTFT target for SLO attainment"),
-        slo_tpot_ms: float | None = typer.Option(None, help="TPOT target for SLO attainment"),
+        seed: int = typer.Option(0, help="random seed (same seed, same metrics; --knee: seeds S and S+1)"),
+        slo_ttft_ms: float | None = typer.Option(None, help="TTFT target (default: the plan's SLO)"),
+        slo_tpot_ms: float | None = typer.Option(None, help="TPOT target (default: the plan's SLO)"),
+        slo_e2e_ms: float | None = typer.Option(None, help="end-to-end target, an image plan's latency per image "
+                                                "(default: the plan's SLO)"),
         replicas: int = typer.Option(1, help="copies of the plan behind the router"),
         router: str = typer.Option("least_loaded", help="least_loaded | round_robin"),
-        max_batch: int | None = typer.Option(None, help="max sequences in flight (default: plan's largest)"),
-        chunked_prefill: bool = typer.Option(False, help="split prompts into chunks mixed with decode"),
+        max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", "--max-batch", help="sequences running at "
+                                                "once per replica (default: the plan's engine settings)"),
+        max_num_batched_tokens: int | None = typer.Option(None, help="token budget of one micro-batch's iteration "
+                                                          "(two-phase plans: of a prefill iteration; default: "
+                                                          "the plan's engine settings)"),
+        microbatches: int | None = typer.Option(None, help="serving-model plans: groups advancing independently "
+                                                "(default: the plan's engine settings)"),
+        chunked_prefill: bool = typer.Option(False, help="two-phase plans: split prompts into chunks mixed with "
+                                             "decode (serving-model plans always do)"),
+        knee: bool = typer.Option(False, help="find the SLO knee: the highest poisson rate at which --target of "
+                                  "requests meet the SLO"),
+        target: float = typer.Option(0.9, help="--knee: share of requests that must meet the SLO"),
         adaptive: bool = typer.Option(False, help="switch between --latency-plan and PLAN by queue depth"),
         latency_plan: Path | None = typer.Option(None, help="latency-mode plan for --adaptive"),
         switch_ms: float | None = typer.Option(None, help="switch cost (default: one pipeline fill)"),
@@ -129,10 +203,26 @@ def register(app: typer.Typer) -> None:
         window_s: float | None = typer.Option(None, help="throughput series / failure window (default: "
                                               "simulated span / 100)"),
     ) -> None:
-        """Serve a workload on a plan (discrete-event simulation) and report serving metrics."""
+        """Serve a workload on a plan (discrete-event simulation) and report serving metrics, or its SLO knee.
+        Traffic, SLO and engine settings default to the plan's own."""
         plan = read_plan_file(plan_path)
-        spec = WorkloadSpec(kind=workload, requests=requests, rate_per_s=rate, prompt=LengthSpec.parse(prompt),
-                            output=LengthSpec.parse(output), burst=burst, burst_cv=burst_cv)
+        p_def, o_def = plan_lengths(plan)
+        p_spec = LengthSpec.parse(prompt) if prompt is not None else p_def
+        o_spec = LengthSpec.parse(output) if output is not None else o_def
+        slo = _slo(plan, slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
+        cfg = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                              microbatches=microbatches, chunked_prefill=chunked_prefill, router=router)
+        if chunked_prefill and any("mixed" in p.phases for p in _cell_plans(plan)):
+            print("note: a serving-model (mixed) plan always prefills in chunks up to its token budget; "
+                  "--chunked-prefill changes nothing for it", file=sys.stderr)
+        if knee:
+            k = find_knee(plan, prompt=p_spec, output=o_spec, slo=slo, scheduler=cfg, replicas=replicas,
+                          config=KneeConfig(target=target, requests=requests, seeds=(seed, seed + 1)))
+            _print_knee(k, json_out)
+            return
+        spec, note = _workload(plan, workload, rate, requests or 1000, p_spec, o_spec, burst, burst_cv, replicas)
+        if note:
+            print(f"note: simulating {note}", file=sys.stderr)
         _warn_overload(plan, spec, replicas)
         policy = None
         if adaptive:
@@ -140,10 +230,6 @@ def register(app: typer.Typer) -> None:
                 raise UserError("--adaptive needs --latency-plan P.json (PLAN is the throughput-mode plan)")
             policy = AdaptivePolicy(latency_plan=Plan.load(latency_plan), high_load=high_load,
                                     low_load=low_load, switch_s=None if switch_ms is None else switch_ms / 1e3)
-        slo = None
-        if slo_ttft_ms is not None or slo_tpot_ms is not None:
-            slo = SLO(ttft_s=None if slo_ttft_ms is None else slo_ttft_ms / 1e3,
-                      tpot_s=None if slo_tpot_ms is None else slo_tpot_ms / 1e3)
         window = None
         if trace is not None:
             try:
@@ -151,21 +237,13 @@ def register(app: typer.Typer) -> None:
             except ValueError:
                 raise UserError(f"--trace-window-s {trace_window_s!r} is not START:END") from None
             window = (a, b)
-        cfg = SchedulerConfig(max_batch=max_batch, chunked_prefill=chunked_prefill, router=router)
         r = run(plan, spec, replicas=replicas, policy=policy, seed=seed, slo=slo, config=cfg,
                 trace_window_s=window, window_s=window_s,
                 failures=_failure(plan, fail_at, fail_replica, fail_replacement, fail_replan_s, replicas))
         if trace is not None:
-            from tessera.sim.trace import write_chrome_trace
-
-            write_chrome_trace(trace, {m: pm.plan for m, pm in r.models.items()}, r.trace)
+            write_chrome_trace(trace, {m: pm.plan for m, pm in r.models.items()}, r.trace, r.spans)
         if gantt is not None:
-            from tessera.sim.gantt import plot_plan
-
-            pm = r.models["throughput"]
-            ctx = float(spec.prompt.lo or 0) + float(spec.output.lo or 0) / 2
-            plot_plan(plan.lead if isinstance(plan, PoolPlan) else plan, gantt, phase=pm.iter.phase,
-                      tokens=pm.max_batch * pm.iter.tokens_per_item, context=0.0 if pm.image else ctx)
+            _gantt(plan, r, spec, gantt)
         res = r.result
         kv = max(p.kv_capacity_tokens for p in _cell_plans(plan))
         if res.lost == res.requests:
@@ -179,7 +257,21 @@ def register(app: typer.Typer) -> None:
             print(json.dumps(res.to_dict() if detail else res.to_json()))
         else:
             kind = f" (pool of {plural(len(plan.cells), 'different cell')})" if isinstance(plan, PoolPlan) else ""
-            out.print(_table(res, f"{plan.model} / {plan.strategy}{kind} / {workload}"))
+            rate_s = "" if spec.kind == "offline" else f" {spec.rate_per_s:.4g} req/s"
+            out.print(_table(res, f"{plan.model} / {plan.strategy}{kind} / {spec.kind}{rate_s}, prompt "
+                                  f"{spec.prompt}, output {spec.output}"))
+
+
+def _gantt(plan: Plan | PoolPlan, r, spec: WorkloadSpec, path: Path) -> None:
+    """A few pipelined iterations of the first cell's iterative phase: a mixed plan's at its token budget,
+    another's at its largest batch, at prompt + half the output of context."""
+    from tessera.sim.gantt import plot_plan  # matplotlib is slow to import: only when a Gantt is asked for
+
+    pm = r.models["throughput"]
+    ctx = float(spec.prompt.lo or 0) + float(spec.output.lo or 0) / 2
+    lead = plan.lead if isinstance(plan, PoolPlan) else plan
+    tokens = None if pm.mixed else pm.max_batch * pm.iter.tokens_per_item
+    plot_plan(lead, path, phase=pm.iter.phase, tokens=tokens, context=0.0 if pm.image else ctx)
 
 
 def _cell_plans(plan: Plan | PoolPlan) -> list[Plan]:

@@ -4,9 +4,12 @@ Events are per *iteration* (one batched model step of a replica lane), per arriv
 switch and per pool change (a replica lost, a replacement joining); token progress inside a decode batch is tracked lazily (a request's KV length is
 ``base + iteration counter``), so no Python work is done per generated token.
 
+A mixed plan's iteration whose route revisits a device or link runs stage by stage (tessera.sim.stages):
+its replica answers a kick with STAGE events, and the STAGE event that completes it brings its DONE.
+
 Event tuple: (time_s, priority, seq, kind, replica, arg). At equal times pool changes (priority -1)
 come first (an iteration ending at the instant its replica is lost is lost with it), then arrivals (0),
-iteration ends (1) and lane kicks (2): an offline burst at t=0 is one batch, not many.
+iteration ends and stages (1) and lane kicks (2): an offline burst at t=0 is one batch, not many.
 """
 
 from __future__ import annotations
@@ -15,22 +18,23 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tessera.sim.mixed import MixedReplica
 from tessera.sim.replica import Replica, State
 from tessera.sim.router import Router
 
-ARRIVE, DONE, KICK, SWITCHED, FAIL, JOIN = range(6)
-PRIO = {ARRIVE: 0, DONE: 1, SWITCHED: 1, KICK: 2, FAIL: -1, JOIN: -1}
+ARRIVE, DONE, KICK, SWITCHED, FAIL, JOIN, STAGE = range(7)
+PRIO = {ARRIVE: 0, DONE: 1, SWITCHED: 1, KICK: 2, FAIL: -1, JOIN: -1, STAGE: 1}
 
 
 @dataclass
 class Engine:
     state: State
-    replicas: list[Replica]
+    replicas: list[Replica | MixedReplica]
     router: Router
     pool_events: tuple[tuple[float, int, int], ...] = ()  # (time_s, FAIL | JOIN, replica)
 
     def run(self) -> None:
-        heap: list[tuple[float, int, int, int, int, int]] = []
+        heap: list[tuple[float, int, int, int, int, object]] = []
         seq = 0
         n = len(self.state.arrival)
         if n:
@@ -38,7 +42,7 @@ class Engine:
         for t, kind, rep in self.pool_events:
             seq += 1
             heapq.heappush(heap, (t, PRIO[kind], seq, kind, rep, 0))
-        handlers = (self._arrive, self._done, self._kick, self._switched, self._fail, self._join)
+        handlers = (self._arrive, self._done, self._kick, self._switched, self._fail, self._join, self._stage)
         while heap:
             t, _, _, kind, rep, arg = heapq.heappop(heap)
             for et, ek, er, ea in handlers[kind](t, rep, arg):
@@ -80,7 +84,19 @@ class Engine:
         if dur is None:
             return ()
         rep.busy[lane] = True
+        if isinstance(dur, list):  # stage by stage (a mixed plan's route that revisits a resource)
+            return [(et, STAGE, r, a) for et, a in dur]
         return ((t + dur, DONE, r, lane),)
+
+    def _stage(self, t: float, r: int, arg) -> Iterable[tuple[float, int, int, object]]:
+        rep = self.replicas[r]
+        if rep.dead:
+            return ()
+        evs, g, end = rep.stage(t, arg)  # type: ignore[union-attr]
+        out: list[tuple[float, int, int, object]] = [(et, STAGE, r, a) for et, a in evs]
+        if g >= 0:
+            out.append((end, DONE, r, g))
+        return out
 
     def _done(self, t: float, r: int, lane: int) -> Iterable[tuple[float, int, int, int]]:
         rep = self.replicas[r]

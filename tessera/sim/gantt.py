@@ -12,7 +12,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 
 from tessera.plan.types import Plan  # noqa: E402
-from tessera.sim.timing import StepTable, mixed_table  # noqa: E402
+from tessera.sim.model import PlanModel, SchedulerConfig  # noqa: E402
+from tessera.sim.stages import run_groups  # noqa: E402
+from tessera.sim.timing import StepTable  # noqa: E402
 from tessera.sim.trace import Span, iteration_spans  # noqa: E402
 from tessera.text import plural  # noqa: E402
 
@@ -34,22 +36,42 @@ def plot_spans(spans: Sequence[Span], path: str | Path, title: str = "") -> None
     plt.close(fig)
 
 
+def mixed_spans(plan: Plan, *, tokens: float | None = None, context: float | None = None,
+                iterations: int = 3) -> list[Span]:
+    """A mixed plan's m groups iterating back to back through the engine's stages (tessera.sim.stages), each
+    iteration ``tokens`` tokens (default: the token budget), its group's sequences decoding first, at mean
+    decode context ``context`` (default: prompt + half the output of the plan's traffic)."""
+    pm = PlanModel.build(plan, SchedulerConfig())
+    eng, route, times = pm.engine, pm.route, pm.stage_times
+    assert eng is not None and route is not None and times is not None
+    tok = float(eng.max_num_batched_tokens if tokens is None else tokens)
+    dec = min(float(eng.group_seqs), tok)
+    w = plan.workload
+    ctx = float(w.get("prompt", 0) + w.get("output", 0) // 2) if context is None else context
+    shape = times.at(dec, tok - dec, ctx)
+    raw: list[tuple[int, int, float, float]] = []
+    run_groups(route, [shape] * eng.microbatches, iterations, spans=raw)
+    rows = route.rows(plan)
+    return [Span(row=rows[r], start_s=s, dur_s=h, microbatch=g, kind="compute" if route.resources[r][1] is None
+                 else "link", phase="mixed") for r, g, s, h in raw if h > 0]
+
+
 def plot_plan(plan: Plan, path: str | Path, *, phase: str = "decode", tokens: float | None = None,
               context: float | None = None, iterations: int = 3) -> list[Span]:
-    """Lay ``iterations`` steps of ``phase`` at (tokens, context) and plot them. Defaults: a serving-model
-    plan's ("mixed") operating point, drawn asynchronously (each micro-batch starts its next iteration as
-    soon as it can, the period apart); else the largest sampled shape at context 0, synchronously."""
-    mixed = phase == "mixed" and plan.batch > 0
-    table = mixed_table(plan, phase) if phase == "mixed" else StepTable.build(plan, phase)
-    w0 = plan.workload
-    if tokens is None:
-        tokens = float(plan.batch + -(-plan.batch * w0.get("prompt", 1) // max(1, w0.get("output", 1)))) if mixed \
-            else float(table.max_tokens)
-    if context is None:
-        context = float(w0.get("prompt", 0) + w0.get("output", 0) // 2) if mixed else 0.0
-    tok = tokens
-    dur, w = table.time(tok, context)
-    spans = [s for k in range(iterations) for s in iteration_spans(plan, phase, w, k * dur, dur, overlap=mixed)]
+    """Lay ``iterations`` steps of ``phase`` at (tokens, context) and plot them. A serving-model plan's
+    ("mixed") groups run through the simulator's stages (``mixed_spans``: each group starts its next iteration
+    when its previous one ends); other phases: the largest sampled shape at context 0, synchronously."""
+    if phase == "mixed":
+        spans = mixed_spans(plan, tokens=tokens, context=context, iterations=iterations)
+        m = plan.engine.microbatches if plan.engine else plan.phases[phase].microbatches
+        plot_spans(spans, path, f"{plan.model} {plan.strategy} mixed: {iterations} iterations of "
+                                f"{plural(m, 'micro-batch', 'micro-batches')}")
+        return spans
+    table = StepTable.build(plan, phase)
+    tok = float(table.max_tokens) if tokens is None else tokens
+    ctx = 0.0 if context is None else context
+    dur, w = table.time(tok, ctx)
+    spans = [s for k in range(iterations) for s in iteration_spans(plan, phase, w, k * dur, dur)]
     plot_spans(spans, path, f"{plan.model} {plan.strategy} {phase}: {iterations} iterations at tokens={tok:g}, "
-                            f"context={context:g}, {plural(plan.phases[phase].microbatches, 'micro-batch', 'micro-batches')}")
+                            f"context={ctx:g}, {plural(plan.phases[phase].microbatches, 'micro-batch', 'micro-batches')}")
     return spans

@@ -1,4 +1,4 @@
-"""What the engine needs from one Plan, derived once: step tables, lanes, KV capacity, batch limits."""
+"""What the engine needs from one Plan, derived once: step tables, lanes, KV capacity, engine limits."""
 
 from __future__ import annotations
 
@@ -6,33 +6,39 @@ import math
 from dataclasses import dataclass, field
 
 from tessera.errors import UserError
-from tessera.plan.types import Plan
-from tessera.sim.timing import MixedTable, StepTable, lanes, mixed_table
+from tessera.plan.types import EngineSettings, Plan
+from tessera.sim.stages import Route, StageTimes, route_of
+from tessera.sim.timing import MixedTable, StepTable, lanes
 
 FIRST_PHASES = ("prefill", "encode")  # run once per request, before the iterative phase
 ITER_PHASES = ("mixed", "decode", "denoise")  # run once per output token / denoising step
-# "mixed": the serving model's iteration (decode tokens + a prefill chunk in one step, one step table over
-# all its tokens); requests are prefilled in chunks inside it.
+# "mixed": the serving model's iteration (a micro-batch's decode tokens + prompt chunks in one step); a mixed
+# plan is served by tessera.sim.mixed (groups, token budget, stages along the route), the others by
+# tessera.sim.replica (lanes of whole steps).
 
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
-    """vLLM-style continuous batching knobs; None takes the default derived from the plan."""
+    """The engine's knobs (vLLM's names); None takes the plan's engine settings (``Plan.engine``), or for a plan
+    without them the default derived from its step points (docs/sim.md)."""
 
-    max_batch: int | None = None  # sequences in flight; default: largest sampled decode/denoise batch
-    max_prefill_tokens: int | None = None  # tokens per prefill iteration; default: largest sampled prefill
-    chunked_prefill: bool = False  # split prompts across iterations, mixed with decode on a shared lane
+    max_num_seqs: int | None = None  # sequences running at once per replica (all micro-batches together)
+    # token budget: of one micro-batch's iteration (mixed plans), of one prefill iteration (two-phase plans)
+    max_num_batched_tokens: int | None = None
+    microbatches: int | None = None  # mixed plans: groups advancing independently through the placement
+    chunked_prefill: bool = False  # two-phase plans on a shared lane: prompt chunks beside decodes
     router: str = "least_loaded"  # least_loaded | round_robin
-    chunk_tokens: int | None = None  # prompt tokens one request prefills per iteration; default: the plan's
-    # chunk over its micro-batches (a mixed plan), else up to the token budget
+    chunk_tokens: int | None = None  # prompt tokens one request may prefill per iteration (vLLM's
+    # long_prefill_token_threshold; the runtime's chunk); None: up to the token budget
+    max_partial_prefills: int | None = None  # mixed plans: prompts one group prefills at once; None: no limit
 
     def __post_init__(self) -> None:
         if self.router not in ("least_loaded", "round_robin"):
             raise UserError(f"unknown router {self.router!r}; valid: least_loaded, round_robin")
-        for k in ("max_batch", "max_prefill_tokens", "chunk_tokens"):
+        for k in ("max_num_seqs", "max_num_batched_tokens", "microbatches", "chunk_tokens", "max_partial_prefills"):
             v = getattr(self, k)
-            if v is not None and v < 1:
-                raise UserError(f"{k}={v} must be >= 1")
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise UserError(f"{k}={v!r} must be an integer >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,12 +50,16 @@ class PlanModel:
     emits_token: bool  # the first phase produces the first output token (prefill does, encode does not)
     image: bool  # requests are images (denoise), not token sequences
     kv_cap: float  # tokens of KV the cell holds; inf when the model keeps no per-token KV
-    max_batch: int
-    max_prefill_tokens: int
+    max_batch: int  # sequences (images) running at once per replica
+    max_prefill_tokens: int  # token budget: of a prefill iteration, or of one micro-batch's mixed iteration
     chunked: bool
     names: tuple[str, ...] = field(default=())
-    mixed: bool = False  # one table prices decode and chunk tokens together (a "mixed" phase)
-    chunk_cap: int | None = None  # prompt tokens one request may prefill per iteration (its micro-batch's chunk)
+    mixed: bool = False  # a serving-model plan: served by tessera.sim.mixed
+    engine: EngineSettings | None = None  # mixed plans: the settings the engine runs under (overrides applied)
+    route: Route | None = None  # mixed plans: one micro-batch's stages along the placement
+    stage_times: StageTimes | None = None  # mixed plans: each stage's hold and the latency at a shape
+    chunk_cap: int | None = None  # prompt tokens one request may prefill per iteration (None: the budget's)
+    partial_prefills: int | None = None  # mixed plans: prompts a group prefills at once (None: no limit)
 
     @classmethod
     def build(cls, plan: Plan, cfg: SchedulerConfig) -> PlanModel:
@@ -67,35 +77,50 @@ class PlanModel:
         it = StepTable.build(plan, it_name)
         names = [n for n in (first_name, it_name) if n in plan.phases]
         shared = len(lanes(plan, names)) == 1
-        if plan.kv_bytes_per_token > 0:
-            if plan.kv_capacity_tokens <= 0:
-                raise UserError(f"plan {plan.model}/{plan.strategy} has kv_bytes_per_token="
-                                f"{plan.kv_bytes_per_token} but kv_capacity_tokens={plan.kv_capacity_tokens}")
-            kv_cap = float(plan.kv_capacity_tokens)
-        else:
-            kv_cap = math.inf
-        max_pf = cfg.max_prefill_tokens or (first.max_tokens if first else 1)
+        eng = plan.engine
+        # the decode (denoise) instance's sequences and the prefill instance's tokens per batch: the plan's
+        # engine settings where it has them, else its largest sampled shapes
+        max_batch = cfg.max_num_seqs or (eng.max_num_seqs if eng else it.max_batch)
+        max_pf = cfg.max_num_batched_tokens or (eng.max_num_batched_tokens if eng else None) or \
+            (first.max_tokens if first else 1)
         return cls(plan=plan, first=first, iter=it, shared=shared, emits_token=first_name == "prefill",
-                   image=image, kv_cap=kv_cap, max_batch=cfg.max_batch or it.max_batch,
-                   max_prefill_tokens=max_pf, chunked=cfg.chunked_prefill, names=tuple(names))
+                   image=image, kv_cap=kv_capacity(plan), max_batch=max_batch, max_prefill_tokens=max_pf,
+                   chunked=cfg.chunked_prefill, names=tuple(names), chunk_cap=cfg.chunk_tokens)
 
     @classmethod
     def _mixed(cls, plan: Plan, cfg: SchedulerConfig) -> PlanModel:
-        """A serving-model plan: every iteration is one lookup of the mixed table at (decode sequences,
-        chunk tokens, mean context); the batch limit defaults to the planned B plus the prompts in prefill,
-        the token budget to B + C, and a request prefills at most its micro-batch's chunk ⌈C/m⌉ per
-        iteration."""
-        it = mixed_table(plan, "mixed")
-        w = plan.workload
-        batch = plan.batch or it.max_batch
-        m = max(1, plan.microbatches)
-        prompt = max(1, w.get("prompt", 1))
-        chunk = math.ceil(batch * prompt / max(1, w.get("output", 1)))
-        # the planner's B decoding sequences plus the prompts its chunks are prefilling: one per micro-batch,
-        # or ⌈c/P⌉ when a micro-batch's chunk c holds whole prompts
-        prefilling = m * max(1, math.ceil(math.ceil(chunk / m) / prompt))
-        kv_cap = float(plan.kv_capacity_tokens) if plan.kv_bytes_per_token > 0 else math.inf
-        return cls(plan=plan, first=it, iter=it, shared=True, emits_token=True, image=False, kv_cap=kv_cap,
-                   max_batch=cfg.max_batch or batch + prefilling,
-                   max_prefill_tokens=cfg.max_prefill_tokens or batch + chunk,
-                   chunked=True, names=("mixed",), mixed=True, chunk_cap=cfg.chunk_tokens or math.ceil(chunk / m))
+        """A serving-model plan: the engine settings (the plan's, each overridable by ``cfg``), the step points
+        of one micro-batch's iteration and the route. Nothing the planner derived from the settings (its
+        batch, its chunk) is read."""
+        table = MixedTable.build(plan, "mixed")
+        eng = engine_settings(plan, table, cfg)
+        route = route_of(plan, "mixed")
+        return cls(plan=plan, first=table, iter=table, shared=True, emits_token=True, image=False,
+                   kv_cap=kv_capacity(plan), max_batch=eng.max_num_seqs,
+                   max_prefill_tokens=eng.max_num_batched_tokens, chunked=True, names=("mixed",), mixed=True,
+                   engine=eng, route=route, stage_times=StageTimes.build(plan, "mixed", route, table),
+                   chunk_cap=cfg.chunk_tokens, partial_prefills=cfg.max_partial_prefills)
+
+
+def kv_capacity(plan: Plan) -> float:
+    """Tokens of KV one replica of the cell holds; inf for a model without per-token KV."""
+    if plan.kv_bytes_per_token <= 0:
+        return math.inf
+    if plan.kv_capacity_tokens <= 0:
+        raise UserError(f"plan {plan.model}/{plan.strategy} has kv_bytes_per_token={plan.kv_bytes_per_token} "
+                        f"but kv_capacity_tokens={plan.kv_capacity_tokens}")
+    return float(plan.kv_capacity_tokens)
+
+
+def engine_settings(plan: Plan, table: MixedTable, cfg: SchedulerConfig) -> EngineSettings:
+    """``plan.engine`` with ``cfg``'s overrides. A mixed plan without engine settings (a hand-made one) runs
+    its grid's largest shape: the phase's micro-batches, groups of the largest sampled batch, and a budget of
+    the largest sampled tokens."""
+    eng = plan.engine
+    m = cfg.microbatches or (eng.microbatches if eng else max(1, plan.phases["mixed"].microbatches))
+    seqs = cfg.max_num_seqs or (eng.max_num_seqs if eng else m * table.max_batch)
+    budget = cfg.max_num_batched_tokens or (eng.max_num_batched_tokens if eng else table.max_tokens)
+    try:
+        return EngineSettings(max_num_seqs=seqs, max_num_batched_tokens=budget, microbatches=m)
+    except ValueError as e:
+        raise UserError(f"plan {plan.model}/{plan.strategy}: {e}") from None

@@ -17,6 +17,7 @@ from tessera.sim.adaptive import AdaptivePolicy, check_switchable
 from tessera.sim.engine import FAIL, JOIN, Engine
 from tessera.sim.failure import Cell, Failure, check_failures, failure_report, window_rates
 from tessera.sim.metrics import SLO, SimResult, summarise
+from tessera.sim.mixed import MixedReplica
 from tessera.sim.model import PlanModel, SchedulerConfig
 from tessera.sim.replica import LOST, Replica, State
 from tessera.sim.router import Router
@@ -26,21 +27,45 @@ SERIES_WINDOWS = 100  # default window_s = simulated span / this
 
 
 @dataclass(frozen=True)
+class PerRequest:
+    """Each request's arrival, first token and completion (NaN: never), and output length: what an SLO is
+    judged on (tessera.sim.knee reads it without a warm-up share)."""
+
+    arrival_s: np.ndarray
+    first_s: np.ndarray
+    done_s: np.ndarray
+    output: np.ndarray
+
+
+@dataclass(frozen=True)
 class Run:
     """A finished simulation: the metrics plus what the trace and Gantt writers need."""
 
     result: SimResult
     models: dict[str, PlanModel] = field(hash=False)  # of the first cell entry
     trace: list[tuple] = field(hash=False)
+    spans: list[tuple] = field(default_factory=list, hash=False)  # mixed plans' stage spans (State.spans)
+    requests: PerRequest | None = field(default=None, hash=False)
 
 
 def cell_speed(pm: PlanModel) -> float:
     """A cell's steady-state rate for the router's weights: items (sequences or images) per second of
     the iterative phase at its max batch and the median sampled context (the step table's own figure,
-    so cells planned by different tools are weighed the same way)."""
-    it = pm.iter
-    ctx = statistics.median(it.contexts)
-    return pm.max_batch / it.time(pm.max_batch * it.tokens_per_item, ctx)[0]
+    so cells planned by different tools are weighed the same way). A mixed plan: m groups of decodes only,
+    each iteration alone taking its latency L and loading its busiest resource T: max(m·T, L) apart."""
+    ctx = statistics.median(pm.iter.contexts)
+    if not pm.mixed:
+        it = pm.iter
+        return pm.max_batch / it.time(pm.max_batch * it.tokens_per_item, ctx)[0]
+    eng, route, times = pm.engine, pm.route, pm.stage_times
+    assert eng is not None and route is not None and times is not None
+    b = min(eng.group_seqs, eng.max_num_seqs)
+    holds, lat = times.at(b, 0, ctx)
+    per = [0.0] * len(route.resources)
+    for (r, _), h in zip(route.stages, holds, strict=True):
+        per[r] += h
+    period = max(eng.microbatches * max(per, default=0.0), lat, 1e-12)
+    return min(eng.max_num_seqs, b * eng.microbatches) / period
 
 
 def _models(plan: Plan, cfg: SchedulerConfig, policy: AdaptivePolicy | None) -> dict[str, PlanModel]:
@@ -50,6 +75,8 @@ def _models(plan: Plan, cfg: SchedulerConfig, policy: AdaptivePolicy | None) -> 
         models["latency"] = PlanModel.build(policy.latency_plan, cfg)
         if models["latency"].image != models["throughput"].image:
             raise UserError("adaptive plans must both serve images or both serve tokens")
+        if models["latency"].mixed != models["throughput"].mixed:
+            raise UserError("adaptive plans must both be serving-model (mixed) plans or both two-phase plans")
     return models
 
 
@@ -82,11 +109,12 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
     reqs = generate(workload, seed)
     st = State(arrival=reqs.arrival_s.tolist(), prompt=reqs.prompt.tolist(), output=reqs.output.tolist(),
                trace_window_s=trace_window_s)
-    reps: list[Replica] = []
+    reps: list[Replica | MixedReplica] = []
     owner: list[int] = []  # replica -> group index
     for g, (plan, n) in enumerate(groups):
         for _ in range(n * plan.replicas):  # plan.replicas: identical cells inside the plan
-            reps.append(Replica(len(reps), st, built[id(plan)], start_mode, policy, switch_s))
+            kind = MixedReplica if built[id(plan)]["throughput"].mixed else Replica
+            reps.append(kind(len(reps), st, built[id(plan)], start_mode, policy, switch_s))
             owner.append(g)
     speed = [cell_speed(r.models["throughput"]) for r in reps]
     fastest = max(speed)
@@ -103,10 +131,8 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
 
     busy = [(np.zeros(len(p.devices)), n * p.replicas) for p, n in groups]
     for rep, g in zip(reps, owner, strict=True):
-        for (mode, phase), acc in rep.acc.items():
-            pm = rep.models[mode]
-            table = pm.first if pm.first and pm.first.phase == phase else pm.iter
-            busy[g][0][:] += np.asarray(acc) @ table.busy_s
+        busy[g][0][:] += rep.device_busy_s()
+        rep.flush_trace()
     done = np.array(st.done_s)
     t_first = float(reqs.arrival_s.min())
     end = float(np.nanmax(done)) if not np.isnan(done).all() else t_first
@@ -123,7 +149,9 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
         runtime_s=runtime_s, replica_completed=tuple(r.completed for r in reps), series_start_s=t_first,
         series_window_s=win,
         series_per_s=tuple(window_rates(emit_s, emit_n, t_first, win, n_win).tolist()), failures=reports)
-    return Run(result=res, models=built[id(cells[0][0])], trace=st.trace)
+    per = PerRequest(arrival_s=reqs.arrival_s, first_s=np.array(st.first_s), done_s=done,
+                     output=reqs.output.astype(float))
+    return Run(result=res, models=built[id(cells[0][0])], trace=st.trace, spans=st.spans, requests=per)
 
 
 def simulate_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, slo: SLO | None = None,

@@ -17,6 +17,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tessera.sim.model import PlanModel
 
 WAITING, PREFILLING, PENDING, RUNNING, DONE, LOST = range(6)
@@ -41,6 +43,8 @@ class State:
     preemptions: int = 0
     trace_window_s: tuple[float, float] | None = None
     trace: list[tuple] = field(default_factory=list)  # (replica, lane, mode, phase, start_s, dur_s, weights, batch)
+    # mixed plans: (replica, mode, row, group, start_s, hold_s) of each stage inside the trace window
+    spans: list[tuple] = field(default_factory=list)
     # output produced at each iteration end (tokens; images for image plans): the throughput series
     emit_s: list[float] = field(default_factory=list)
     emit_n: list[int] = field(default_factory=list)
@@ -82,6 +86,18 @@ class Replica:
                 self.acc.setdefault((mode, t.phase), [0.0] * len(t.step_s))
 
     # -- router / engine interface
+
+    def device_busy_s(self) -> np.ndarray:
+        """Seconds each device of the cell was busy (interpolated busy time of every iteration run)."""
+        out = 0.0
+        for (mode, phase), acc in self.acc.items():
+            pm = self.models[mode]
+            table = pm.first if pm.first and pm.first.phase == phase else pm.iter
+            out = out + np.asarray(acc) @ table.busy_s
+        return np.asarray(out, dtype=float)
+
+    def flush_trace(self) -> None:
+        """Nothing to flush: iteration records go to the State as they happen."""
 
     def load(self) -> int:
         return len(self.waiting) + len(self.prefilling) + len(self.pending) + self.n
@@ -137,8 +153,6 @@ class Replica:
             parts.append(("first", self._start_first(t, pm.max_prefill_tokens)))
         elif self.split or pm.first is None:
             parts.append(("iter", self._start_iter(t)))
-        elif pm.mixed:  # the serving model's iteration: decode + chunk tokens priced together
-            parts += self._start_mixed(t)
         elif pm.chunked:  # one mixed iteration: every running decode + prefill chunks up to the budget
             d = self._start_iter(t)
             parts += [("iter", d), ("first", self._start_first(t + (d or 0.0), pm.max_prefill_tokens - self.n))]
@@ -168,24 +182,9 @@ class Replica:
         if win is not None and win[0] <= t <= win[1]:
             self.st.trace.append((self.idx, lane, self.mode, phase, t, dur, w, batch))
 
-    def _start_mixed(self, t: float) -> list[tuple[str, float | None]]:
-        """Every running sequence decodes and prompts are prefilled up to the token budget, in one step
-        priced at (decode + chunk tokens, mean decode context) on the plan's mixed table."""
-        pm = self.pm
-        dec = self._start_iter(t, price=False)
-        pf = self._start_first(t, pm.max_prefill_tokens - self.n, price=False)
-        if dec is None and pf is None:
-            return []
-        ctx = dec[1] if dec else pf[1]
-        dur, w = pm.iter.time3(dec[0] if dec else 0, pf[0] if pf else 0, ctx)
-        self._record(0, pm.iter.phase, t, dur, w, self.n)
-        if dec and pf:
-            return [("iter", dur), ("first", 0.0)]
-        return [("iter", dur)] if dec else [("first", dur)]
-
-    def _start_first(self, t: float, budget: int, price: bool = True):
-        """Admit and chunk prompts up to ``budget`` tokens; the step's duration (or, with price=False,
-        (tokens, mean prompt length) for the caller to price), None when there is nothing to prefill."""
+    def _start_first(self, t: float, budget: int) -> float | None:
+        """Admit and chunk prompts up to ``budget`` tokens; the step's duration, None when there is nothing
+        to prefill."""
         st, pm = self.st, self.pm
         batch: list[tuple[int, int]] = []
         tokens = 0
@@ -220,8 +219,6 @@ class Replica:
             return None
         ctx = sum(st.need[r] for r, _ in batch) / len(batch)
         self.pf_batch = batch
-        if not price:
-            return tokens, ctx
         dur, w = pm.first.time(tokens, ctx)
         self._record(0, pm.first.phase, t, dur, w, len(batch))
         return dur
@@ -262,9 +259,8 @@ class Replica:
         self.joined.append((r, st.epoch[r]))
         self.new.append((r, st.epoch[r]))
 
-    def _start_iter(self, t: float, price: bool = True):
-        """Join pending requests and start a decode step: its duration (or, with price=False, (tokens,
-        mean context) for the caller to price), None when nothing runs."""
+    def _start_iter(self, t: float) -> float | None:
+        """Join pending requests and start a decode step: its duration, None when nothing runs."""
         st, pm = self.st, self.pm
         self.new = []
         room = max(0, pm.max_batch - self.n) if self.split else len(self.pending)
@@ -289,8 +285,6 @@ class Replica:
         if not self.n:
             return None
         ctx = self.S / self.n + self.it
-        if not price:
-            return self.n, ctx
         dur, w = pm.iter.time(self.n * pm.iter.tokens_per_item, ctx)
         self._record(1 if self.split else 0, pm.iter.phase, t, dur, w, self.n)
         return dur

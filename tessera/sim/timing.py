@@ -136,71 +136,49 @@ def lanes(plan: Plan, names: list[str]) -> list[list[str]]:
 
 @dataclass(frozen=True)
 class MixedTable:
-    """The serving model's step table (a plan's "mixed" phase): points on a full grid over decode sequences
-    (``batch``), chunk tokens (``tokens − batch``) and ``context``, interpolated along each axis with the
-    rules of StepTable (clamp below, linear above, never falling). A decode-only iteration and one that is
-    mostly prefill price differently even at the same token count.
-
-    ``time(tokens, context)`` splits ``tokens`` at the plan's steady ratio (B decode : C chunk) for callers
-    that think in tokens (the router's speed, the Gantt); the replica calls ``time3``."""
+    """The serving model's step table (a plan's "mixed" phase): points of *one micro-batch's* iteration on a
+    full grid over its decode sequences (``batch``), chunk tokens (``tokens − batch``) and mean decode
+    ``context``, interpolated multilinearly along each axis with the rules of StepTable (clamp below, linear
+    above). A decode-only iteration and one that is mostly prefill price differently even at the same token
+    count. The mixed engine (tessera.sim.mixed) prices each stage of an iteration from these weights
+    (tessera.sim.stages); ``busy_s`` is per iteration of one micro-batch."""
 
     phase: str
-    step_s: np.ndarray  # [P]
-    busy_s: np.ndarray  # [P, D] device seconds per whole step
+    busy_s: np.ndarray  # [P, D] device seconds of one micro-batch's iteration
     batches: tuple[float, ...]
     chunks: tuple[float, ...]
     contexts: tuple[float, ...]
     index: dict[tuple[int, int, int], int]  # (batch i, chunk i, context i) -> point
-    tokens_per_item: float  # (B + C) / B: tokens one running sequence brings at the steady state
-    max_batch: int
-    max_tokens: int
+    max_batch: int  # largest sampled decode sequences of one micro-batch
+    max_tokens: int  # largest sampled tokens of one micro-batch's iteration
 
     @classmethod
     def build(cls, plan: Plan, name: str = "mixed") -> MixedTable:
         p: PhasePlan = plan.phases[name]
+        if not p.points:
+            raise UserError(f"plan phase {name!r} has no step points; the simulator needs at least one")
         ndev = len(plan.devices)
         for s in p.points:
-            if s.step_s <= 0 or len(s.device_busy_s) != ndev or s.tokens < s.batch:
+            if s.latency_s <= 0 or len(s.device_busy_s) != ndev or s.tokens < s.batch or s.batch < 0:
                 raise UserError(f"plan phase {name!r}: point (batch={s.batch}, tokens={s.tokens}, context="
-                                f"{s.context}) is not a mixed-iteration point with {ndev} device times")
+                                f"{s.context}) has latency_s={s.latency_s} and {len(s.device_busy_s)} device "
+                                f"times for {ndev} devices; a mixed point needs latency_s > 0 and tokens >= batch")
         axes = [sorted({float(v) for v in vals}) for vals in (
             [s.batch for s in p.points], [s.tokens - s.batch for s in p.points], [s.context for s in p.points])]
         index = {(axes[0].index(s.batch), axes[1].index(s.tokens - s.batch), axes[2].index(s.context)): i
                  for i, s in enumerate(p.points)}
-        if len(index) != len(axes[0]) * len(axes[1]) * len(axes[2]):
+        if len(index) != len(p.points) or len(index) != len(axes[0]) * len(axes[1]) * len(axes[2]):
             raise UserError(f"plan phase {name!r}: its {len(p.points)} points do not form a full grid over "
-                            "(batch, chunk, context)")
-        big = max(p.points, key=lambda s: (s.batch, s.tokens))
-        return cls(phase=name, step_s=np.array([s.step_s for s in p.points]),
-                   busy_s=np.array([[b * s.microbatches for b in s.device_busy_s] for s in p.points]),
+                            f"(batch, chunk, context) ({len(axes[0])} x {len(axes[1])} x {len(axes[2])} values)")
+        return cls(phase=name, busy_s=np.array([s.device_busy_s for s in p.points], dtype=float),
                    batches=tuple(axes[0]), chunks=tuple(axes[1]), contexts=tuple(axes[2]), index=index,
-                   tokens_per_item=big.tokens / big.batch, max_batch=big.batch, max_tokens=big.tokens)
+                   max_batch=max(s.batch for s in p.points), max_tokens=max(s.tokens for s in p.points))
 
-    def time3(self, decode: float, chunk: float, context: float) -> tuple[float, Weights]:
-        out: dict[int, float] = {}
-        for bi, wb in _axis_weights(self.batches, decode):
-            for ci, wc in _axis_weights(self.chunks, chunk):
-                for xi, wx in _axis_weights(self.contexts, context):
-                    i = self.index[bi, ci, xi]
-                    out[i] = out.get(i, 0.0) + wb * wc * wx
-        w = tuple(out.items())
-        t = sum(wi * float(self.step_s[i]) for i, wi in w)
-        lo = min(float(self.step_s[i]) for i, _ in w)
-        if t < lo:  # a falling extrapolation: hold the nearest sample
-            i = min(out, key=lambda j: self.step_s[j])
-            return float(self.step_s[i]), ((i, 1.0),)
-        return t, w
+    def weights2(self, decode: float, chunk: float, context_i: int) -> Weights:
+        """Weights over the points of context slice ``context_i`` for (decode sequences, chunk tokens)."""
+        return tuple((self.index[bi, ci, context_i], wb * wc)
+                     for bi, wb in _axis_weights(self.batches, decode)
+                     for ci, wc in _axis_weights(self.chunks, chunk))
 
-    def time(self, tokens: float, context: float) -> tuple[float, Weights]:
-        decode = tokens / self.tokens_per_item
-        return self.time3(decode, tokens - decode, context)
-
-
-def mixed_table(plan: Plan, name: str = "mixed") -> MixedTable | StepTable:
-    """The step table of a plan's mixed phase: a MixedTable when its points form a full grid over (batch,
-    chunk, context), as `tessera plan` writes them; else a StepTable over (tokens, context)."""
-    pts = plan.phases[name].points
-    axes = [{s.batch for s in pts}, {s.tokens - s.batch for s in pts}, {s.context for s in pts}]
-    full = len({(s.batch, s.tokens - s.batch, s.context) for s in pts}) == len(pts) == \
-        len(axes[0]) * len(axes[1]) * len(axes[2])
-    return MixedTable.build(plan, name) if full else StepTable.build(plan, name)
+    def context_weights(self, context: float) -> tuple[tuple[int, float], ...]:
+        return _axis_weights(self.contexts, context)

@@ -12,6 +12,7 @@ layout overruns the iteration's step time (extrapolated shapes) it is compressed
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,11 +30,9 @@ class Span:
     phase: str
 
 
-def iteration_spans(plan: Plan, phase: str, w: Weights, start_s: float, dur_s: float,
-                    overlap: bool = False) -> list[Span]:
-    """One iteration's spans: micro-batch j enters T·j after the first (T the busiest device's time).
-    Synchronous iterations (``overlap`` False) are squeezed into ``dur_s``; asynchronous ones are not:
-    a micro-batch's spans run past ``dur_s`` into the next iteration's, as independent micro-batches do."""
+def iteration_spans(plan: Plan, phase: str, w: Weights, start_s: float, dur_s: float) -> list[Span]:
+    """One iteration's spans: micro-batch j enters T·j after the first (T the busiest device's time),
+    squeezed into ``dur_s`` when the layout overruns it."""
     p = plan.phases[phase]
     pts = p.points
     ndev = len(plan.devices)
@@ -61,14 +60,17 @@ def iteration_spans(plan: Plan, phase: str, w: Weights, start_s: float, dur_s: f
                 spans.append(Span(row=f"link {s}->{d}", start_s=j * period + offset.get(s, 0.0) + busy[s],
                                   dur_s=sec, microbatch=j, kind="link", phase=phase))
     end = max((s.start_s + s.dur_s for s in spans), default=0.0)
-    k = dur_s / end if end > dur_s > 0 and not overlap else 1.0
+    k = dur_s / end if end > dur_s > 0 else 1.0
     return [Span(row=s.row, start_s=start_s + s.start_s * k, dur_s=s.dur_s * k, microbatch=s.microbatch,
                  kind=s.kind, phase=s.phase) for s in spans]
 
 
-def write_chrome_trace(path: str | Path, plans: dict[str, Plan], records: list[tuple]) -> int:
+def write_chrome_trace(path: str | Path, plans: dict[str, Plan], records: list[tuple],
+                       spans: Sequence[tuple] = ()) -> int:
     """Write trace records (from a run with a trace window) as Chrome trace JSON; returns event count.
-    One process per replica; one thread per device, per link and per lane (iteration spans)."""
+    One process per replica; one thread per device, per link and per lane (iteration spans; a mixed plan's
+    lane is a group). A mixed plan's device and link spans are the simulated stages themselves (``spans``,
+    tessera.sim.replica.State.spans); other plans' are laid out from each iteration's busy seconds."""
     events: list[dict] = []
     tids: dict[tuple[int, str], int] = {}
 
@@ -79,11 +81,16 @@ def write_chrome_trace(path: str | Path, plans: dict[str, Plan], records: list[t
                            "args": {"name": row}})
         return tids[(rep, row)]
 
-    for rep in sorted({r[0] for r in records}):
+    for rep in sorted({r[0] for r in records} | {s[0] for s in spans}):
         events.append({"ph": "M", "name": "process_name", "pid": rep, "args": {"name": f"replica {rep}"}})
+    for rep, mode, row, group, t, dur in spans:
+        events.append({"ph": "X", "name": f"mixed mb{group}", "cat": "link" if row.startswith("link") else "compute",
+                       "pid": rep, "tid": tid(rep, row), "ts": t * 1e6, "dur": dur * 1e6, "args": {"mode": mode}})
     for rep, lane, mode, phase, t, dur, w, batch in records:
         events.append({"ph": "X", "name": phase, "cat": "iteration", "pid": rep, "tid": tid(rep, f"lane {lane}"),
                        "ts": t * 1e6, "dur": dur * 1e6, "args": {"batch": batch, "mode": mode}})
+        if w is None:  # a mixed iteration: its stages are in ``spans``
+            continue
         for s in iteration_spans(plans[mode], phase, w, t, dur):
             events.append({"ph": "X", "name": f"{phase} mb{s.microbatch}", "cat": s.kind, "pid": rep,
                            "tid": tid(rep, s.row), "ts": s.start_s * 1e6, "dur": s.dur_s * 1e6})

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tessera.plan.serving import expected_period_s
+from tessera.plan.types import EngineSettings
 from tessera.runtime.serve_api import in_run_link
 from tessera.runtime.serve_calibrate import in_run_times
 from tessera.runtime.serve_predict import (
@@ -129,14 +130,35 @@ def test_stream_mix_and_period_by_hand() -> None:
 def test_profile_plan_points_follow_the_formula() -> None:
     reqs, costs = two_requests()
     plan = profile_plan("llama-tiny", stream_mix(costs, reqs), slots=4, m=2)
-    pts = {p.tokens: p for p in plan.phases["mixed"].points}
-    # chunk = ceil(4 · 5 / 1.5) = 14: points at 1, 2, 4, 18, 36 tokens
-    assert sorted(pts) == [1, 2, 4, 18, 36]
-    assert pts[4].step_s == iteration_s(DEC, PRE, 2, 0, 2) == 8.0
-    # 18 tokens: 4 decodes + 14 prompt tokens = 2.8 prompts; per group 2 decodes and 1.4 prompts:
-    # busy (2 + 5.6, 4 + 2.8) = (7.6, 6.8), T = 7.6, L = 3 + 7.6 - 2 = 8.6 -> max(15.2, 8.6)
-    assert pts[18].step_s == pytest.approx(15.2)
-    assert plan.batch == 4 and plan.microbatches == 2
+    # one group's iteration: 2 slots per group, budget K = 2 · ⌈P⌉ = 10 (P = 5, O = 1.5); the grid: decodes
+    # {1, 1, 2}, chunk tokens {0, 5, 10}, contexts {int 5, int 6.5} = {5, 6}
+    assert plan.engine == EngineSettings(max_num_seqs=4, max_num_batched_tokens=10, microbatches=2)
+    pts = {(p.batch, p.tokens - p.batch, p.context): p for p in plan.phases["mixed"].points}
+    assert sorted(pts) == [(n, c, x) for n in (1, 2) for c in (0, 5, 10) for x in (5, 6)]
+    # 2 decodes: busy (2, 4), T = 4, L = 3 + (4 - 2) = 5; two groups: max(2·4, 5) = 8
+    two = pts[(2, 0, 5)]
+    assert (two.device_busy_s, two.latency_s, two.step_s) == ((2.0, 4.0), 5.0, 8.0)
+    assert two.step_s == iteration_s(DEC, PRE, 2, 0, 2)
+    # 2 decodes + 10 prompt tokens = 2 mean prompts: busy (2 + 8, 4 + 4) = (10, 8), T = 10,
+    # L = 3 + (10 - 2) = 11, max(20, 11) = 20
+    full = pts[(2, 10, 6)]
+    assert (full.device_busy_s, full.latency_s, full.step_s) == ((10.0, 8.0), 11.0, 20.0)
+    # 1 decode + 5 prompt tokens: busy (1 + 4, 2 + 2) = (5, 4), L = 3 + (5 - 2) = 6
+    assert pts[(1, 5, 5)].device_busy_s == (5.0, 4.0) and pts[(1, 5, 5)].latency_s == 6.0
+    assert plan.phases["mixed"].route == ()  # the simulator's fallback: device 0, then device 1
+
+
+def test_profile_plan_puts_the_spread_on_the_bounding_term() -> None:
+    reqs, costs = two_requests()
+    over = Overheads(step_sd_s=(1.0, 2.0), control_sd_s=2.0)
+    plan = profile_plan("llama-tiny", stream_mix(costs, reqs), slots=4, m=2, over=over)
+    pts = {(p.batch, p.tokens - p.batch, p.context): p for p in plan.phases["mixed"].points}
+    # 2 decodes per group: m·T = 8 bounds L = 5; the expected period 8.24995 (the spreads' test above), so
+    # device 1's busy time carries the excess over 2 groups: 4 + 0.24995 / 2, the latency stays 5
+    two = pts[(2, 0, 5)]
+    assert two.step_s == pytest.approx(8.24995, abs=1e-4)
+    assert two.device_busy_s == pytest.approx((2.0, 4.0 + 0.24995 / 2), abs=1e-4) and two.latency_s == 5.0
+    assert max(2 * max(two.device_busy_s), two.latency_s) == pytest.approx(two.step_s)
 
 
 def test_in_run_times_from_worker_events_by_hand() -> None:
@@ -194,14 +216,19 @@ def test_control_round_trip_means_and_driver_turnaround_by_hand() -> None:
     assert got.overheads.control_sd_s == pytest.approx(math.sqrt(0.0075 / 3))
 
 
-def test_simulator_takes_the_runs_chunk_not_the_planners() -> None:
+def test_simulator_takes_the_runs_engine_settings() -> None:
     reqs, costs = two_requests()
     plan = profile_plan("llama-tiny", stream_mix(costs, reqs), slots=4, m=2)
-    # the planner's chunk ceil(4 · 5 / 1.5) = 14 over 2 micro-batches: 7 prompt tokens per request per iteration
-    assert PlanModel.build(plan, SchedulerConfig(max_batch=4)).chunk_cap == 7
-    # the run's: 3 tokens per request per iteration; 2 groups, one prompt each: budget 4 decodes + 2 · 3
+    # the plan's own: 4 slots in 2 groups, budget 10, no cap per request
+    pm = PlanModel.build(plan, SchedulerConfig())
+    assert (pm.engine, pm.chunk_cap, pm.partial_prefills) == (plan.engine, None, None)
+    # the run's: 3 tokens per request per iteration, one prompt per group at a time: a group of 2 slots
+    # carries at most 1 decode + one 3-token chunk, a budget of 4
     pm = PlanModel.build(plan, run_scheduler(slots=4, groups=2, prefills=1, chunk_tokens=3))
-    assert (pm.chunk_cap, pm.max_prefill_tokens, pm.max_batch) == (3, 10, 4)
+    assert pm.engine == EngineSettings(max_num_seqs=4, max_num_batched_tokens=4, microbatches=2)
+    assert (pm.chunk_cap, pm.partial_prefills) == (3, 1)
+    # no limit on prompts: both slots may prefill, 2 · 3 tokens
+    assert run_scheduler(slots=4, groups=2, prefills=0, chunk_tokens=3).max_num_batched_tokens == 6
     with pytest.raises(Exception, match="chunk_tokens=0"):
         SchedulerConfig(chunk_tokens=0)
 

@@ -42,7 +42,7 @@ def test_same_seed_same_metrics_bit_for_bit(shared_pair_plan):
 
 
 def test_split_plan_runs_prefill_and_decode_concurrently(split_plan, shared_pair_plan):
-    cfg = SchedulerConfig(max_prefill_tokens=128)  # one prompt per prefill iteration
+    cfg = SchedulerConfig(max_num_batched_tokens=128)  # one prompt per prefill iteration
     w = fixed(2, 128, 3)
     # split: r0 decodes on device 1 while r1 prefills on device 0
     r = simulate(split_plan, w, config=cfg)
@@ -69,7 +69,7 @@ def test_requests_that_can_never_fit_are_lost_not_dropped():
 
 
 def test_chunked_prefill_completes_and_mixes_decode(plan):
-    cfg = SchedulerConfig(chunked_prefill=True, max_prefill_tokens=256)
+    cfg = SchedulerConfig(chunked_prefill=True, max_num_batched_tokens=256)
     r = simulate(plan, fixed(20, 300, 20, "poisson", 50.0), config=cfg)
     assert r.completed == 20
     # a lone request: prompt 300 in chunks of 256 then 44 (with its first decode), hand-computed
@@ -108,9 +108,9 @@ def test_diffusion_images_per_step():
 
 
 def test_split_plan_prefills_the_next_batch_while_decode_is_full(split_plan):
-    # max_batch 2: the prefill instance prefills requests 3 and 4 while 1 and 2 decode (DistServe), so
+    # max_num_seqs 2: the prefill instance prefills requests 3 and 4 while 1 and 2 decode (DistServe), so
     # the second batch starts decoding the moment the first finishes: no prefill on the critical path.
-    cfg = SchedulerConfig(max_batch=2, max_prefill_tokens=256)
+    cfg = SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=256)
     r = simulate(split_plan, fixed(4, 128, 50), config=cfg)
     p2 = p_s(256)  # one prefill iteration of two 128-token prompts; it emits each request's first token
     assert r.sim_wall_s == pytest.approx(p2 + 2 * 49 * d_s(2))  # serialised it would be 2·p2 + 98·d_s(2)

@@ -148,8 +148,8 @@ def test_bad_failures_are_user_errors():
         simulate_pool([(plan, 0)], w)
     with pytest.raises(UserError, match="valid: least_loaded, round_robin"):
         simulate_pool([(plan, 1)], w, router="random")
-    with pytest.raises(UserError, match="max_batch"):
-        simulate_pool([(plan, 1)], w, config=SchedulerConfig(max_batch=0))
+    with pytest.raises(UserError, match="max_num_seqs"):
+        simulate_pool([(plan, 1)], w, config=SchedulerConfig(max_num_seqs=0))
 
 
 @pytest.mark.slow  # imports every stage's CLI (torch)
