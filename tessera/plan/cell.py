@@ -18,15 +18,16 @@ from tessera.plan.serving import (
     Point,
     Traffic,
     batch_ceiling,
-    encoded_images,
+    chunk_shape,
+    group_sizes,
     image_shape,
     search,
     steady_shape,
     sync_period_s,
 )
 from tessera.plan.shapes import iteration_graph
-from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
-from tessera.plan.verify import evaluate_cached
+from tessera.plan.types import Device, EngineSettings, PhasePlan, Plan, Segment, StepPoint
+from tessera.plan.verify import RESIDENT_ROLES, evaluate_cached
 
 
 class Shapes:
@@ -84,8 +85,9 @@ def cell_strategy(name: str, placer, shapes: Shapes, cell: Pool, cost, cfg: Plan
     (bound.period_floor), letting the search skip points it already decides."""
     units = cell.gpus
     ceiling = batch_ceiling(shapes.base, units, cfg.traffic, shapes.images, cfg.batch_cap)
-    best, fit = search(shapes.graph, placer, units=units, link=cell.link, cost=cost, traffic=cfg.traffic,
-                       slo=cfg.slo, ms=cfg.microbatches, ceiling=ceiling, floor=floor)
+    best, fit = search(shapes.graph, placer, at=shapes.at, units=units, link=cell.link, cost=cost,
+                       traffic=cfg.traffic, slo=cfg.slo, ms=cfg.microbatches, ceiling=ceiling,
+                       budgets=cfg.budgets, floor=floor)
     if best is None:
         reason = fit.reason if fit is not None else "no placement fits memory at any batch"
         return StrategyResult(name=name, applicable=True, reason=reason, usd_per_hour=cell.usd_per_hour,
@@ -101,38 +103,25 @@ def cell_strategy(name: str, placer, shapes: Shapes, cell: Pool, cost, cfg: Plan
 
 def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSpec, cost,
               cfg: PlannerConfig, *, bound_ratio: float | None = None, replicas: int = 1) -> Plan:
-    """A Plan for the simulator and the report: the placement, the chosen operating point, and step points
-    over point_grid on this placement."""
+    """A Plan for the simulator, the runtime and the report: the placement, the engine settings, step
+    points over a full grid of one micro-batch's iteration shapes (step_points) and the route."""
     t = cfg.traffic
     phase = "denoise" if shapes.images else "mixed"
     m = p.microbatches
-    pts = []
-    for b, chunk, ctx in point_grid(p, t, shapes.images):
-        if shapes.images:
-            sh = shapes.shape(b, m)
-        else:  # b decode sequences and a chunk of `chunk` prompt tokens over the whole step, split m ways
-            full = shapes.shape(b, m)
-            c = math.ceil(chunk / m)
-            sh = replace(full, context=ctx, chunk=c, chunk_len=min(c, t.prompt),
-                         prefix=max(0, (t.prompt - c) // 2) if c < t.prompt else 0,
-                         encode_images=encoded_images(c, t) if c else 0.0)
-        g = shapes.at(sh)
-        # a VLM's grid point without a chunk has no vision tower, whose kernels come first in the graph
-        ev = evaluate_cached(g, p.assignment[len(p.assignment) - len(g.kernels):], units, lk, cost)
-        pts.append(StepPoint(batch=b, tokens=b if shapes.images else b + chunk, context=ctx, microbatches=m,
-                             device_busy_s=ev.device_busy_s, link_busy_s=ev.link_tuple(),
-                             latency_s=ev.latency_s, step_s=max(m * ev.bottleneck_s, ev.latency_s)))
+    g = shapes.graph(p.batch, m)  # the operating point's placement shape
     usd = sum(u.usd_per_hour for u in units) * replicas
     thr = p.throughput * replicas
-    busy = p.evaluation.device_busy_s
-    frac = tuple(min(1.0, p.microbatches * b / p.period_s) for b in busy)
-    sync_s = sync_period_s(shapes.graph(p.batch, m), p, units, lk, cost)  # the operating point's graph
+    frac = tuple(min(1.0, m * b / p.period_s) for b in p.evaluation.device_busy_s)
+    sync_s = sync_period_s(g, p, units, lk, cost)
+    engine = EngineSettings(max_num_seqs=p.batch, max_num_batched_tokens=p.budget or p.batch, microbatches=m)
     return Plan(
         model=shapes.model, strategy=strategy, mode="throughput",
         devices=tuple(Device(index=i, gpu=u.name, mem_bytes=u.mem_bytes) for i, u in enumerate(units)),
         link=lk.name, replicas=replicas,
-        phases={phase: PhasePlan(phase=phase, assignment=p.assignment, microbatches=p.microbatches,
-                                 points=tuple(pts), graph_shape=dict(shapes.base.shape))},
+        phases={phase: PhasePlan(phase=phase, assignment=p.assignment, microbatches=m,
+                                 points=step_points(p, shapes, units, lk, cost, t),
+                                 graph_shape=dict(shapes.base.shape),
+                                 route=route(g, p.assignment, units, lk, cost))},
         memory_bytes=p.memory_bytes, kv_bytes_per_token=kv_bytes_per_token(shapes),
         kv_capacity_tokens=kv_capacity(shapes, p, units),
         throughput_tokens_per_s=None if shapes.images else thr,
@@ -141,23 +130,71 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
         bound_ratio=bound_ratio,
         workload={"batch": p.batch, "prompt": t.prompt, "output": t.output, "steps": t.steps,
                   "image_tokens": t.image_tokens},
-        batch=p.batch, microbatches=p.microbatches, tpot_s=p.tpot_s, ttft_s=p.ttft_s,
-        sync_throughput=thr * p.period_s / sync_s,
-        device_busy=frac, slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s},
-        notes=(f"batch {p.batch}, {p.microbatches} micro-batch{'es' if p.microbatches > 1 else ''}",))
+        batch=p.batch, microbatches=m, tpot_s=p.tpot_s, ttft_s=p.ttft_s,
+        sync_throughput=thr * p.period_s / sync_s, engine=engine, goodput_per_s=p.goodput * replicas,
+        device_busy=frac, slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s,
+                               "target": cfg.slo.target},
+        notes=(f"batch {p.batch}, {m} micro-batch{'es' if m > 1 else ''}"
+               + (f", {p.budget} tokens per iteration" if p.budget else ""),))
 
 
-def point_grid(p: Point, t: Traffic, images: bool) -> list[tuple[int, int, int]]:
-    """(batch, chunk tokens, context) of the step points a Plan carries, whole step: batches ¼, ½ and 1 of
-    the operating point's; for token models also chunks 0, ½ and 1 of its steady chunk C = B·P/O and
-    contexts P and P + O, a full grid (the simulator interpolates in all three)."""
+def step_points(p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSpec, cost,
+                t: Traffic) -> tuple[StepPoint, ...]:
+    """Token models: one micro-batch's iteration on a full grid of decode sequences {1, ½, all of a
+    group's}, chunk tokens {0, ½, all of the budget K} and contexts {P, P + O} (the simulator interpolates
+    in all three). Image models: whole steps at ¼, ½ and all of the batch."""
     m = p.microbatches
-    batches = sorted({max(m, p.batch // 4), max(m, p.batch // 2), p.batch})
-    if images:
-        return [(b, 0, 0) for b in batches]
-    c = math.ceil(p.batch * t.prompt / t.output)
-    chunks = sorted({0, max(m, c // 2), c})
-    return [(b, ch, ctx) for b in batches for ch in chunks for ctx in (t.prompt, t.prompt + t.output)]
+    out = []
+    if shapes.images:
+        for b in sorted({max(m, p.batch // 4), max(m, p.batch // 2), p.batch}):
+            ev = evaluate_cached(shapes.graph(b, m), p.assignment, units, lk, cost)
+            out.append(StepPoint(batch=b, tokens=b, context=0, microbatches=m, device_busy_s=ev.device_busy_s,
+                                 link_busy_s=ev.link_tuple(), latency_s=ev.latency_s,
+                                 step_s=max(m * ev.bottleneck_s, ev.latency_s)))
+        return tuple(out)
+    for n in group_sizes(-(-p.batch // m)):
+        for chunk in sorted({0, -(-p.budget // 2), p.budget}):
+            for ctx in (t.prompt, t.prompt + t.output):
+                sh = replace(chunk_shape(n, chunk, t, p.batch, m), context=ctx)
+                g = shapes.at(sh)
+                # a VLM's shape without a chunk has no vision tower, whose kernels come first in the graph
+                ev = evaluate_cached(g, p.assignment[len(p.assignment) - len(g.kernels):], units, lk, cost)
+                out.append(StepPoint(batch=n, tokens=n + chunk, context=ctx, microbatches=m,
+                                     device_busy_s=ev.device_busy_s, link_busy_s=ev.link_tuple(),
+                                     latency_s=ev.latency_s, step_s=max(m * ev.bottleneck_s, ev.latency_s)))
+    return tuple(out)
+
+
+def route(g: KernelGraph, a: tuple[int, ...], units: tuple[GpuSpec, ...], lk: LinkSpec, cost) -> tuple[Segment, ...]:
+    """One micro-batch's path through the placement in program order: runs of kernels on one device and the
+    values crossing a link between them, each with its share of that device's (link's) busy seconds. A
+    value crosses once per (producer, destination device), as the verifier counts it."""
+    segs: list[list] = []  # [device, to, seconds]
+    writer: dict[int, int] = {}
+    sent: set[tuple[int, int, int]] = set()
+
+    def add(dev: int, to: int | None, sec: float) -> None:
+        if segs and segs[-1][0] == dev and segs[-1][1] == to:
+            segs[-1][2] += sec
+        else:
+            segs.append([dev, to, sec])
+
+    for k in g.kernels:
+        d = a[k.id]
+        for b in sorted(set(k.reads) | set(k.writes)):
+            w = writer.get(b)
+            if w is None or g.buffers[b].role in RESIDENT_ROLES or a[w] == d or (w, b, d) in sent:
+                continue
+            sent.add((w, b, d))
+            add(a[w], d, cost.transfer_time_s(g.buffers[b].bytes, lk))
+        add(d, None, cost.kernel_time_s(k, units[d]))
+        for b in k.writes:
+            writer[b] = k.id
+    total: dict[tuple[int, int | None], float] = {}
+    for dev, to, sec in segs:
+        total[dev, to] = total.get((dev, to), 0.0) + sec
+    return tuple(Segment(device=dev, to=to, share=sec / total[dev, to] if total[dev, to] > 0 else 0.0)
+                 for dev, to, sec in segs)
 
 
 def kv_bytes_per_token(shapes: Shapes) -> int:

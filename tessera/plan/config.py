@@ -8,7 +8,7 @@ from typing import Any
 
 from tessera.errors import UserError
 from tessera.hardware import AUTO, check_link_name
-from tessera.plan.serving import Point, Slo, Traffic
+from tessera.plan.serving import BUDGETS, Point, Slo, Traffic
 from tessera.plan.types import Plan, PoolPlan
 
 STRATEGIES = ("tessera", "homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
@@ -24,6 +24,7 @@ class PlannerConfig:
     link: str = AUTO  # between the GPUs of the cell: a catalog link, or "auto": the best the cell can have
     batch_cap: int | None = None  # largest batch (sequences / images in flight per cell) to consider
     microbatches: tuple[int, ...] = MICROBATCHES
+    budgets: tuple[int, ...] = BUDGETS  # token budgets per micro-batch iteration tried (max_num_batched_tokens)
     ref_batch: int = 64  # batch of the one capture every shape is rescaled from
     mip_rel_gap: float = 2e-2
     time_limit_s: float = 10.0  # per MILP solve
@@ -35,6 +36,8 @@ class PlannerConfig:
         if not self.microbatches or any(m < 1 for m in self.microbatches):
             raise UserError(f"micro-batch counts {self.microbatches} must be positive")
         check_link_name(self.link)  # whether the cell can have it is checked where its GPUs are known
+        if not self.budgets or any(not isinstance(k, int) or k < 1 for k in self.budgets):
+            raise UserError(f"--max-num-batched-tokens {self.budgets} must be positive token counts")
         if self.ref_batch < 1:
             raise ValueError(f"ref_batch={self.ref_batch} must be >= 1")
 

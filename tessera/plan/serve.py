@@ -240,7 +240,7 @@ def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, sou
             return None
         assignment = sol.assignment
     p = score_point(g, assignment, batch=b, m=1, units=units, link=lk, cost=cost, traffic=cfg.traffic,
-                    slo=cfg.slo)
+                    slo=cfg.slo, at=shapes.at, budgets=cfg.budgets)
     return replace(make_plan(s.plan.strategy, p, shapes, units, lk, cost, cfg), mode="latency")
 
 

@@ -1,29 +1,19 @@
-"""The serving model every plan is scored under: continuous-batching iterations, asynchronous micro-batches,
-batch and micro-batch count chosen by memory and SLO (docs/plan.md "The serving model").
+"""The serving model every plan is scored under: continuous-batching iterations with a token budget,
+asynchronous micro-batches, goodput as the SLO knee (docs/plan.md "The serving model").
 
-Steady state of an engine serving requests of P prompt and O output tokens at batch B (sequences in flight):
-  - one iteration decodes B tokens and prefills a chunk of C = B·P/O prompt tokens (each finishing request
-    is replaced by a new one), split over m micro-batches: b = ⌈B/m⌉ decode sequences and c = ⌈C/m⌉ chunk
-    tokens each (shapes.IterShape); decode attention at the mean context P + O/2; a chunk shorter than a
-    prompt attends to a mean prefix of (P − c)/2, a longer one holds ⌈c/P⌉ whole prompts;
-  - KV resident per micro-batch: b·(P + ⌈O/2⌉) tokens + one prompt being prefilled (P);
-  - a vision-language model whose prompts hold an image (Traffic.image_tokens) also runs its vision tower
-    on c / P images per micro-batch iteration (one per prompt started), before the language model;
-  - the m micro-batches advance independently through the placement: with T the busiest device's or
-    link's time per micro-batch and L one micro-batch's latency through it,
-        period = max(m·T, L)
-    (the synchronous form, reported beside it, simulates the m micro-batches through the placement:
-    sync_period_s);
-    (expected_period_s: where T and L vary from iteration to iteration, as a served stream's mixed steps
-    on shared CPUs do, the period is the expectation of that max, not the max of the expectations; a
-    steady-state iteration on a GPU repeats the same kernels, and the planner takes the spreads as 0);
-    TPOT = period; output throughput = B / period tokens/s; TTFT = (⌈P / c⌉ + 1)·period (a prompt is
-    chunked at c tokens per iteration of its micro-batch, after waiting up to one iteration to join);
-  - image models (denoise): B images per step, m micro-batches; images/s = B / (steps·period); the
-    latency of an image is steps·period.
-Goodput is the output rate of an operating point that meets the SLO (TTFT and TPOT; image latency) at the
-highest arrival rate that keeps 90% of requests within it once they queue, for the batch's places and for
-the prefill chunks (M/M/c, slo_rate); 0 when the point misses the SLO.
+An engine serving requests of P prompt and O output tokens runs m micro-batches (groups) of at most
+⌈B/m⌉ running sequences each (B: vLLM's max_num_seqs); one iteration of a group carries all its decodes
+and prompt chunks up to a token budget K (max_num_batched_tokens), set independently of B. The m groups
+advance independently through the placement: with T the busiest device's or link's time per group
+iteration and L one iteration's latency through it, the period is max(m·T, L) (the synchronous form,
+reported beside it, simulates the m micro-batches through the placement: sync_period_s).
+
+A placement is made at the full-load mean mix (steady_shape: ⌈B/m⌉ decodes and the chunk C = B·P/O/m
+that keeps prefill level with decode) and then costed at the shapes the knee needs (decode-only at
+1, ½ and all of a group's sequences; one full chunk of K − ⌈B/m⌉ tokens beside them), from which
+tessera.plan.knee works out the SLO knee: the highest arrival rate at which 90% of requests (Slo.target)
+meet TTFT and TPOT. Goodput is that rate in output tokens/s; B, m and K are searched, K over BUDGETS.
+Image models (denoise): B images in flight, an iteration one denoising step of a group's images.
 """
 
 from __future__ import annotations
@@ -36,6 +26,7 @@ from statistics import NormalDist
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
+from tessera.plan.knee import SLO_TARGET, Engine, IterCosts, Knee, Load, image_knee, token_knee
 from tessera.plan.shapes import IterShape
 from tessera.plan.verify import POLICIES, Evaluation, evaluate_cached, pipelined_latency_s
 
@@ -45,17 +36,22 @@ BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512
 
 @dataclass(frozen=True, kw_only=True)
 class Slo:
-    """Service-level objective; defaults as in `tessera plan --help`."""
+    """Service-level objective; defaults as in `tessera plan --help`. ``target``: the share of requests that
+    must meet it for an arrival rate to count as goodput."""
 
     ttft_s: float = 2.0  # time to first token
     tpot_s: float = 0.1  # time per output token
     image_s: float = 60.0  # latency of one image (diffusion)
+    target: float = SLO_TARGET
 
     def __post_init__(self) -> None:
         for k in ("ttft_s", "tpot_s", "image_s"):
             v = getattr(self, k)
             if not (isinstance(v, int | float) and v > 0 and math.isfinite(v)):
-                raise UserError(f"SLO {k}={v!r} must be a positive number of seconds")
+                raise UserError(f"SLO {k.replace('_s', '')} of {v!r} s must be a positive number of seconds")
+        if not (isinstance(self.target, int | float) and 0 < self.target < 1):
+            raise UserError(f"SLO target {self.target!r} must be a share of requests between 0 and 1 "
+                            "(e.g. 0.9)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,14 +73,32 @@ class Traffic:
                             f"{self.prompt} tokens")
 
 
+# Token budgets tried per micro-batch iteration (vLLM's max_num_batched_tokens; 512–8,192 in practice).
+BUDGETS = (512, 1024, 2048, 4096, 8192, 16384)
+
+
+def kv_tokens_per_seq(t: Traffic, batch: int) -> float:
+    """KV tokens one running sequence holds on average, with room for the spread of a batch's ages: P + O/2
+    plus two standard deviations of the mean age of ``batch`` sequences whose ages are uniform over
+    [0, O] (O/√(12·batch) each). The batch ceiling and the memory check both use it."""
+    return t.prompt + t.output / 2 + 2 * t.output / math.sqrt(12 * max(1, batch))
+
+
 def steady_shape(batch: int, m: int, t: Traffic) -> IterShape:
-    """One micro-batch's iteration at batch ``batch`` split ``m`` ways (module doc)."""
+    """One micro-batch's iteration at full load, where placements are made: ⌈B/m⌉ decodes at the mean
+    context P + O/2 and the mean prompt chunk that keeps prefill level with decode, C = B·P/O over m."""
     b = math.ceil(batch / m)
-    c = math.ceil(batch * t.prompt / t.output / m)
-    prefix = max(0, (t.prompt - c) // 2) if c < t.prompt else 0
-    return IterShape(decode=b, context=t.prompt + t.output // 2, chunk=c, chunk_len=min(c, t.prompt),
-                     prefix=prefix, kv_tokens=b * (t.prompt + math.ceil(t.output / 2)) + t.prompt,
-                     encode_images=encoded_images(c, t))
+    return chunk_shape(b, math.ceil(batch * t.prompt / t.output / m), t, batch, m)
+
+
+def chunk_shape(decode: int, chunk: int, t: Traffic, batch: int, m: int) -> IterShape:
+    """A group iteration of ``decode`` sequences and ``chunk`` prompt tokens (a chunk shorter than a prompt
+    attends to a mean prefix of (P − c)/2; a longer one holds ⌈c/P⌉ whole prompts); KV of the whole group."""
+    kv = math.ceil(math.ceil(batch / m) * kv_tokens_per_seq(t, batch))
+    prefix = max(0, (t.prompt - chunk) // 2) if 0 < chunk < t.prompt else 0
+    return IterShape(decode=decode, context=t.prompt + t.output // 2, chunk=chunk,
+                     chunk_len=min(chunk, t.prompt) if chunk else 0, prefix=prefix, kv_tokens=kv,
+                     encode_images=encoded_images(chunk, t) if chunk else 0.0)
 
 
 def encoded_images(chunk: int, t: Traffic) -> float:
@@ -99,29 +113,34 @@ def image_shape(batch: int, m: int) -> IterShape:
 
 @dataclass(frozen=True, kw_only=True)
 class Point:
-    """One strategy's placement at one batch and micro-batch count, scored by the serving model."""
+    """One strategy's placement at one batch, micro-batch count and token budget, scored by the serving
+    model: the placement's period at full load, and the SLO knee (tessera.plan.knee)."""
 
-    batch: int
+    batch: int  # B: sequences (images) in flight per replica
     microbatches: int
+    budget: int  # K: tokens per micro-batch iteration (0 for images)
     assignment: tuple[int, ...]
-    evaluation: Evaluation  # the verifier's loads at the micro-batch shape
+    evaluation: Evaluation  # the verifier's loads at the placement shape (steady_shape)
     memory_bytes: tuple[dict[str, int], ...]  # whole step: weights, kv/state × m, activations
-    period_s: float
-    ttft_s: float
-    throughput: float  # output tokens/s (images/s for image models), one cell
+    period_s: float  # max(m·T, L) at the placement shape
+    ttft_s: float  # mean TTFT at the knee (images: mean latency of an image)
+    throughput: float  # capacity: output tokens/s (images/s) where the engine saturates, one cell
     images: bool
     fits: bool
     meets_slo: bool
     reason: str | None  # why it does not fit or misses the SLO
-    slo_throughput: float = 0.0  # the throughput at the highest arrival rate meeting the SLO (slo_rate)
+    knee: Knee | None = None
+    per_request: int = 1  # output units per request: O tokens, or 1 image
 
     @property
     def goodput(self) -> float:
-        return self.slo_throughput if self.fits and self.meets_slo else 0.0
+        if not (self.fits and self.meets_slo and self.knee is not None):
+            return 0.0
+        return self.knee.rate_per_s * self.per_request
 
     @property
     def tpot_s(self) -> float | None:
-        return None if self.images else self.period_s
+        return None if self.images else (self.knee.tpot_s if self.knee else self.period_s)
 
 
 def whole_step_memory(ev: Evaluation, m: int) -> tuple[dict[str, int], ...]:
@@ -137,37 +156,6 @@ def over_memory(mem: tuple[dict[str, int], ...], units: tuple[GpuSpec, ...]) -> 
     i = worst[1]
     return (f"needs {sum(mem[i].values()) / 1e9:.1f} GB on {units[i].name} (device {i}), capacity "
             f"{units[i].mem_bytes / 1e9:.1f} GB")
-
-
-SLO_TARGET = 0.9  # fraction of requests that must meet the SLO for an arrival rate to count as goodput
-
-
-def erlang_c(c: int, a: float) -> float:
-    """Probability that an arrival waits in an M/M/c queue with offered load a = λ/μ < c (Erlang C, from
-    the Erlang B recursion B_k = a·B_{k−1} / (k + a·B_{k−1}), which stays stable for large c)."""
-    b = 1.0
-    for k in range(1, c + 1):
-        b = a * b / (k + a * b)
-    return c * b / (c - a * (1 - b))
-
-
-def slo_rate(slots: int, service_s: float, budget_s: float, target: float = SLO_TARGET) -> float:
-    """The largest arrival rate (requests/s) at which a fraction ``target`` of requests waits at most
-    ``budget_s`` for one of ``slots`` places held ``service_s`` each: M/M/c, P(W > t) = C(c, a)·e^−(cμ−λ)t.
-    Exponential service is the pessimistic end (a request's hold time barely varies at fixed lengths)."""
-    if budget_s < 0 or slots < 1 or service_s <= 0:
-        return 0.0
-    mu = 1.0 / service_s
-    cap = slots * mu
-
-    def ok(lam: float) -> bool:
-        return erlang_c(slots, lam / mu) * math.exp(-(cap - lam) * budget_s) <= 1 - target
-
-    lo, hi = 0.0, cap
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
 
 
 def expected_period_s(queued_s: float, latency_s: float, queued_sd_s: float = 0.0, latency_sd_s: float = 0.0,
@@ -188,48 +176,95 @@ def expected_period_s(queued_s: float, latency_s: float, queued_sd_s: float = 0.
     return queued_s * n.cdf(a) + latency_s * n.cdf(-a) + theta * n.pdf(a)
 
 
+def as_load(ev: Evaluation) -> Load:
+    """An evaluation's busy seconds per resource (devices, then directed links) and latency."""
+    return Load(busy_s=(*ev.device_busy_s, *(s for _, s in sorted(ev.link_busy_s.items()))),
+                latency_s=ev.latency_s)
+
+
+ShapeGraph = Callable[[IterShape], KernelGraph]  # the model's iteration graph at any shape (Shapes.at)
+
+
+def load_at(at: ShapeGraph, shape: IterShape, assignment: tuple[int, ...], units: tuple[GpuSpec, ...],
+            link: LinkSpec, cost) -> Load:
+    """One group iteration's load at ``shape`` on a placement made at another shape of the same model (a
+    VLM's shape without a chunk has no vision tower, whose kernels come first in the graph)."""
+    g = at(shape)
+    return as_load(evaluate_cached(g, assignment[len(assignment) - len(g.kernels):], units, link, cost))
+
+
+def group_sizes(b: int) -> list[int]:
+    """Decode sequences per group at which a placement is costed: 1, ½ and all of the group's."""
+    return sorted({1, math.ceil(b / 2), b})
+
+
+def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units, link, cost, traffic: Traffic,
+                slo: Slo, budgets: tuple[int, ...], extra_latency_s: float = 0.0) -> list[tuple[int, Knee]]:
+    """(budget, knee) for every budget K > ⌈B/m⌉ (decodes alone must fit the iteration)."""
+    b = math.ceil(batch / m)
+    decode = tuple((n, load_at(at, chunk_shape(n, 0, traffic, batch, m), a, units, link, cost))
+                   for n in group_sizes(b))
+    out = []
+    for k in sorted({x for x in budgets if x > b}):
+        q = k - b
+        full = load_at(at, chunk_shape(b, q, traffic, batch, m), a, units, link, cost)
+        costs = IterCosts(decode=decode, chunk_tokens=q, chunk=full.minus(decode[-1][1]))
+        out.append((k, token_knee(costs, Engine(seqs=batch, budget=k, microbatches=m), prompt=traffic.prompt,
+                                  output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
+                                  target=slo.target)))
+    return out
+
+
+def image_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units, link, cost, traffic: Traffic,
+                slo: Slo) -> list[tuple[int, Knee]]:
+    b = math.ceil(batch / m)
+    costs = IterCosts(decode=tuple((n, load_at(at, IterShape(images=n), a, units, link, cost))
+                                   for n in group_sizes(b)))
+    return [(0, image_knee(costs, Engine(seqs=batch, budget=0, microbatches=m), steps=traffic.steps,
+                           latency_slo_s=slo.image_s, target=slo.target))]
+
+
 def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: int, units: tuple[GpuSpec, ...],
-                link: LinkSpec, cost, traffic: Traffic, slo: Slo, extra_latency_s: float = 0.0) -> Point:
-    """Score a placement of micro-batch graph ``g`` (built at steady_shape(batch, m) or image_shape)."""
-    ev = evaluate_cached(g, assignment, units, link, cost)
+                link: LinkSpec, cost, traffic: Traffic, slo: Slo, at: ShapeGraph,
+                budgets: tuple[int, ...] = BUDGETS, extra_latency_s: float = 0.0) -> Point:
+    """Score a placement of micro-batch graph ``g`` (built at steady_shape(batch, m) or image_shape): its
+    memory, its period at full load, and its SLO knee at the best token budget of ``budgets``."""
+    a = tuple(assignment)
+    ev = evaluate_cached(g, a, units, link, cost)
     mem = whole_step_memory(ev, m)
-    t = ev.bottleneck_s
-    period = expected_period_s(m * t, ev.latency_s)  # spreads 0: max(m·T, L)
+    period = max(m * ev.bottleneck_s, ev.latency_s)
     images = g.phase != "mixed"
-    if images:
-        thr = batch / (traffic.steps * period)
-        ttft = traffic.steps * period
-        meets = ttft <= slo.image_s
-        why = None if meets else f"image latency {ttft:.2f} s > SLO {slo.image_s:g} s"
-    else:
-        c = g.shape.get("chunk", 0)
-        ttft = (max(1, math.ceil(traffic.prompt / max(1, c))) + 1) * period + extra_latency_s
-        thr = batch / period
-        meets = ttft <= slo.ttft_s and period <= slo.tpot_s
-        why = None if meets else (f"TPOT {period * 1e3:.1f} ms > SLO {slo.tpot_s * 1e3:g} ms"
-                                  if period > slo.tpot_s else f"TTFT {ttft:.2f} s > SLO {slo.ttft_s:g} s")
+    per_request = 1 if images else traffic.output
+    common = dict(batch=batch, microbatches=m, assignment=a, evaluation=ev, memory_bytes=mem, period_s=period,
+                  images=images, per_request=per_request)
     over = over_memory(mem, units)
-    good = 0.0
-    if meets and over is None:
-        # goodput: the arrival rate at which SLO_TARGET of requests still meet the latency SLO once they queue
-        # for one of the batch's places (held for a request's whole life), in output units per second
-        if images:
-            good = min(thr, slo_rate(batch, ttft, slo.image_s - ttft))
-        else:
-            hold = ttft + (traffic.output - 1) * period
-            c = max(1, g.shape.get("chunk", 1))
-            # prompts also queue for the chunks: each micro-batch's chunk prefills ⌊c/P⌋ prompts per period
-            # (c ≥ P) or one prompt per ⌈P/c⌉ periods
-            servers, per = (m * (c // traffic.prompt), period) if c >= traffic.prompt else \
-                (m, math.ceil(traffic.prompt / c) * period)
-            budget = slo.ttft_s - ttft
-            good = min(thr, slo_rate(batch, hold, budget) * traffic.output,
-                       slo_rate(servers, per, budget) * traffic.output)
-        if good <= 0:
-            meets, why = False, "no arrival rate keeps 90% of requests within the SLO once they queue"
-    return Point(batch=batch, microbatches=m, assignment=tuple(assignment), evaluation=ev, memory_bytes=mem,
-                 period_s=period, ttft_s=ttft, throughput=thr, images=images,
-                 fits=over is None, meets_slo=meets, reason=over or why, slo_throughput=good)
+    if over is not None:
+        return Point(**common, budget=0, ttft_s=math.inf, throughput=0.0, fits=False, meets_slo=False,
+                     reason=over)
+    args = dict(batch=batch, m=m, units=units, link=link, cost=cost, traffic=traffic, slo=slo)
+    knees = image_knees(at, a, **args) if images else token_knees(at, a, **args, budgets=budgets,
+                                                                   extra_latency_s=extra_latency_s)
+    if not knees:
+        return Point(**common, budget=0, ttft_s=math.inf, throughput=0.0, fits=True, meets_slo=False,
+                     reason=f"no token budget of {', '.join(map(str, budgets))} exceeds the "
+                            f"{math.ceil(batch / m)} decodes of a micro-batch")
+    k, kn = max(knees, key=lambda x: (x[1].rate_per_s, -x[1].ttft_s))
+    if kn.rate_per_s <= 0:  # nothing meets the SLO even unloaded: the budget nearest to it says how far
+        k, kn = max(knees, key=lambda x: (x[1].attainment, -x[1].ttft_s))
+    meets = kn.rate_per_s > 0
+    return Point(**common, budget=k, ttft_s=kn.ttft_s + extra_latency_s, throughput=kn.capacity_per_s * per_request,
+                 fits=True, meets_slo=meets, reason=None if meets else miss_reason(kn, slo, images, batch, m, k),
+                 knee=kn)
+
+
+def miss_reason(kn: Knee, slo: Slo, images: bool, batch: int, m: int, budget: int) -> str:
+    """Why an operating point meets the SLO at no arrival rate: the binding constraint with its numbers."""
+    at = f"batch {batch}, {m} micro-batch{'es' if m > 1 else ''}" + (f", budget {budget} tokens" if budget else "")
+    if images:
+        return f"image latency {kn.ttft_s:.2f} s > SLO {slo.image_s:g} s unloaded ({at})"
+    if kn.binding == "TPOT":
+        return f"TPOT {kn.tpot_s * 1e3:.1f} ms > SLO {slo.tpot_s * 1e3:g} ms unloaded ({at})"
+    return f"TTFT {kn.ttft_s:.2f} s > SLO {slo.ttft_s:g} s unloaded ({at})"
 
 
 def sync_period_s(g: KernelGraph, p: Point, units: tuple[GpuSpec, ...], link: LinkSpec, cost) -> float:
@@ -249,53 +284,62 @@ def sync_period_s(g: KernelGraph, p: Point, units: tuple[GpuSpec, ...], link: Li
 Placer = Callable[[KernelGraph, int, int], tuple[int, ...] | None]  # (graph, batch, m) -> assignment or None
 
 
+Placer = Callable[[KernelGraph, int, int], tuple[int, ...] | None]  # (graph, batch, m) -> assignment or None
+
+
 def batch_ceiling(base: KernelGraph, units: tuple[GpuSpec, ...], traffic: Traffic, images: bool,
                   cap: int | None) -> int:
-    """Largest batch worth trying: KV of that many sequences fits beside the weights in all memory."""
+    """Largest batch worth trying: KV of that many sequences (kv_tokens_per_seq, as the memory check counts
+    it) fits beside the weights in all memory."""
     weights = sum(b.bytes for b in base.buffers if b.role == Role.WEIGHT)
     free = sum(u.mem_bytes for u in units) - weights
     if free <= 0:
         return 0
     r = base.shape.get("batch", 1)
     per_seq = sum(b.bytes for b in base.buffers if b.role in (Role.KV, Role.STATE)) / max(1, r)
-    if not images:
-        slots = base.shape.get("context", 0) + 1
-        per_seq = per_seq / slots * (traffic.prompt + traffic.output) if any(
-            b.role == Role.KV for b in base.buffers) else per_seq
-    top = int(free // per_seq) if per_seq > 0 else BATCHES[-1]
-    return max(1, min(top, cap or BATCHES[-1], BATCHES[-1]))
+    kv = any(b.role == Role.KV for b in base.buffers)
+    top = BATCHES[-1]
+    for batch in BATCHES[::-1]:
+        need = per_seq / (base.shape.get("context", 0) + 1) * kv_tokens_per_seq(traffic, batch) \
+            if kv and not images else per_seq
+        if need <= 0 or batch * need <= free:
+            top = batch
+            break
+    else:
+        top = 1
+    return max(1, min(top, cap or BATCHES[-1]))
 
 
-def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units: tuple[GpuSpec, ...],
-           link: LinkSpec, cost, traffic: Traffic, slo: Slo, ms: tuple[int, ...], ceiling: int,
+def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, at: ShapeGraph,
+           units: tuple[GpuSpec, ...], link: LinkSpec, cost, traffic: Traffic, slo: Slo, ms: tuple[int, ...],
+           ceiling: int, budgets: tuple[int, ...] = BUDGETS,
            extra_latency_s: Callable[[tuple[int, ...]], float] | None = None,
            floor: Callable[[KernelGraph, int, int], float] | None = None) -> tuple[Point | None, Point | None]:
-    """(best point meeting memory and SLO, the fastest point that fits at all) over batches ≤ ceiling and ms.
+    """(best point meeting memory and SLO, the fitting point nearest to the SLO) over batches ≤ ceiling,
+    micro-batch counts ``ms`` and token budgets ``budgets``.
 
-    Per m, batches are tried from the ceiling down: memory and both latencies grow with the batch, so the
-    first point that fits and meets the SLO is that m's largest feasible batch; smaller ones are tried
-    while goodput still grows (a smaller batch can queue less when its period leaves more TTFT budget).
-    The second answer (lowest TPOT, then TTFT) says how far the SLO is when no point meets it.
-    ``floor(graph, batch, m)``, when given, is a lower bound on the period of any placement of that graph that
-    fits memory (bound.period_floor); a point whose floor already misses the SLO is not placed (for the
-    MILP, most of the search's time), so the first answer is the same as without it. The second is then the
-    same too when no point meets the SLO (the only case a caller reads it): the skipped points are placed
-    afterwards from the lowest floor up, until a floor exceeds the fastest period found.
+    Per m, batches are tried from the ceiling down and smaller ones while goodput still grows (a smaller
+    batch shortens the period: TPOT and TTFT have more room). The second answer, read when no point meets
+    the SLO, is the fitting point with the lowest unloaded TTFT (then TPOT): what the refusal reports.
+    ``floor(graph, batch, m)``, when given, is a lower bound on the period of any placement of that graph
+    that fits memory (bound.period_floor); a point whose floor already exceeds the TPOT SLO is not placed
+    (a smaller batch, searched too, shortens the period). The skipped points are placed afterwards,
+    lowest floor first, only when nothing meets the SLO, to say how far it is.
     """
     best: Point | None = None
-    best_fit: Point | None = None
+    nearest: Point | None = None
     missed: list[tuple[float, int, int]] = []  # (floor, batch, m) of points the floor says miss the SLO
 
     def place(b: int, m: int) -> Point | None:
-        nonlocal best_fit
+        nonlocal nearest
         g = graph_at(b, m)
         a = placer(g, b, m)
         if a is None:
             return None
-        p = score_point(g, a, batch=b, m=m, units=units, link=link, cost=cost, traffic=traffic, slo=slo,
-                        extra_latency_s=extra_latency_s(a) if extra_latency_s else 0.0)
-        if p.fits and (best_fit is None or (p.period_s, p.ttft_s) < (best_fit.period_s, best_fit.ttft_s)):
-            best_fit = p
+        p = score_point(g, a, batch=b, m=m, units=units, link=link, cost=cost, traffic=traffic, slo=slo, at=at,
+                        budgets=budgets, extra_latency_s=extra_latency_s(a) if extra_latency_s else 0.0)
+        if p.fits and (nearest is None or closeness(p, slo) < closeness(nearest, slo)):
+            nearest = p
         return p
 
     for m in ms:
@@ -308,30 +352,37 @@ def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, units
                 f = floor(g, b, m)
                 if f == math.inf:
                     continue  # nothing fits memory there
-                if f > slo_period_cap(g, traffic, slo):  # misses the SLO whatever the placement
-                    missed.append((f, b, m))  # only the fastest-fitting answer can need it (below)
+                if f > slo_period_cap(g, traffic, slo):  # misses TPOT at full load whatever the placement
+                    missed.append((f, b, m))
                     continue
             p = place(b, m)
             if p is not None and p.fits and p.meets_slo:
                 if m_best is not None and p.goodput < m_best.goodput:
-                    break  # goodput past its peak for this m (smaller batches queue more and serve less)
+                    break  # goodput past its peak for this m
                 m_best = p
         if m_best is not None and (best is None or m_best.goodput > best.goodput):
             best = m_best
     if best is None:
-        # nothing meets the SLO: the fastest fitting point says how far it is. Points the floor skipped are
-        # placed from the lowest floor up, until a floor exceeds the fastest period found.
         for f, b, m in sorted(missed):
-            if best_fit is not None and f > best_fit.period_s:
+            if nearest is not None and nearest.knee is not None and f > 2 * nearest.period_s:
                 break
             place(b, m)
-    return best, best_fit
+    return best, nearest
+
+
+def closeness(p: Point, slo: Slo) -> tuple[float, float]:
+    """How far an unloaded point is from the SLO (smaller is nearer): 1 − its attainment, then its worse
+    ratio of TTFT (image latency) and TPOT to their SLOs."""
+    k = p.knee
+    if k is None:
+        return (math.inf, math.inf)
+    ratio = k.ttft_s / slo.image_s if p.images else max(k.ttft_s / slo.ttft_s, k.tpot_s / slo.tpot_s)
+    return (1 - k.attainment, ratio)
 
 
 def slo_period_cap(g: KernelGraph, traffic: Traffic, slo: Slo) -> float:
-    """The longest period at which a point of micro-batch graph ``g`` can meet the SLO (score_point): TPOT,
-    and TTFT = (⌈P / c⌉ + 1)·period at the graph's chunk c; for images, steps·period ≤ the image SLO."""
+    """The longest full-load period at which a point of micro-batch graph ``g`` is worth placing: the TPOT
+    SLO (a request's TPOT is the period it decodes at); for images, the image SLO over the steps."""
     if g.phase != "mixed":
         return slo.image_s / traffic.steps
-    c = max(1, g.shape.get("chunk", 0))
-    return min(slo.tpot_s, slo.ttft_s / (max(1, math.ceil(traffic.prompt / c)) + 1))
+    return slo.tpot_s

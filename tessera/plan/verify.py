@@ -16,7 +16,7 @@ from tessera.cost import CostModel
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
 
-_RESIDENT = (Role.WEIGHT, Role.KV, Role.STATE)
+RESIDENT_ROLES = (Role.WEIGHT, Role.KV, Role.STATE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,7 +57,7 @@ def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: 
         for b in sorted(set(k.reads) | set(k.writes)):
             buf = graph.buffers[b]
             w = writer.get(b)
-            if buf.role in _RESIDENT or w is None:
+            if buf.role in RESIDENT_ROLES or w is None:
                 continue
             src = assignment[w]
             if src == d:
@@ -205,7 +205,7 @@ def _step_messages(graph: KernelGraph, dev: list[int]
         d = dev[k.id]
         for b in sorted(set(k.reads) | set(k.writes)):
             w = writer.get(b)
-            if graph.buffers[b].role in _RESIDENT or w is None or dev[w] == d:
+            if graph.buffers[b].role in RESIDENT_ROLES or w is None or dev[w] == d:
                 continue
             awaits.setdefault(k.id, []).append((w, b, d))
             if (b, d) not in sends.setdefault(w, []):
@@ -249,7 +249,7 @@ def memory_by_device(graph: KernelGraph, assignment: tuple[int, ...] | list[int]
     for k in graph.kernels:
         d = assignment[k.id]
         for b in (*k.reads, *k.writes):
-            if graph.buffers[b].role in _RESIDENT:
+            if graph.buffers[b].role in RESIDENT_ROLES:
                 held[d].add(b)
             else:
                 first[d].setdefault(b, k.id)

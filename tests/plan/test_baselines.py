@@ -87,7 +87,8 @@ def test_floor_skips_points_without_changing_the_search(tpot_s: float) -> None:
         calls.append((b, m))
         return milp(g, b, m)
 
-    kw = dict(units=cell.gpus, link=cell.link, cost=cost, traffic=cfg.traffic, slo=cfg.slo, ms=(1, 2, 4, 8),
+    kw = dict(at=shapes.at, units=cell.gpus, link=cell.link, cost=cost, traffic=cfg.traffic, slo=cfg.slo,
+              ms=(1, 2, 4, 8),
               ceiling=min(64, batch_ceiling(shapes.base, cell.gpus, cfg.traffic, False, None)))
     plain = search(shapes.graph, placer, **kw)
     n_plain = len(calls)

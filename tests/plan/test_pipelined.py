@@ -113,13 +113,13 @@ def test_planner_sync_period_is_the_better_issue_order() -> None:
     # asynchronous period max(m·T, L) = max(2·1, 2) = 2 and the chain formula's L + T = 3
     g, cost = chain([0.5] * 4)
     p = score_point(g, (0, 1, 0, 1), batch=2, m=2, units=POOL.gpus, link=POOL.link, cost=cost,
-                    traffic=Traffic(), slo=Slo())
+                    traffic=Traffic(), slo=Slo(), at=lambda _shape: g)
     assert p.period_s == pytest.approx(2.0)
     assert sync_period_s(g, p, POOL.gpus, POOL.link, cost) == pytest.approx(2.5)
     # a two-stage chain of 1 s and 2 s at m = 3: both orders give 7 s = L + 2·T
     g, cost = chain([1.0, 2.0])
     p = score_point(g, (0, 1), batch=3, m=3, units=POOL.gpus, link=POOL.link, cost=cost, traffic=Traffic(),
-                    slo=Slo())
+                    slo=Slo(), at=lambda _shape: g)
     assert (p.period_s, sync_period_s(g, p, POOL.gpus, POOL.link, cost)) == pytest.approx((6.0, 7.0))
 
 

@@ -1,13 +1,13 @@
 """Prefill/decode disaggregation on a pair, rate-matched (DistServe); ``prefill_decode`` tries both orientations.
 
-Prefill GPU: steps of n whole prompts (n·P tokens, causal attention within each prompt); the n with the
-highest rate whose step fits memory and leaves TTFT = 2·step + KV transfer within the SLO (a request waits
-for the step in flight, then runs in the next); rate_p = n / step requests/s.
-Decode GPU: pure decode iterations of B sequences at the mean context P + O/2; the largest B that fits
-memory and meets the TPOT SLO; rate_d = B / (O · period) requests/s.
-Link: each request's KV (P tokens) crosses once: rate_l = 1 / transfer time.
-The pair serves min(rate_p, rate_d, rate_l) requests/s: O times that in output tokens/s (its capacity);
-its goodput is the rate at which 90% of requests still meet the SLO once they queue on either side.
+Prefill GPU: steps of up to n whole prompts (n·P tokens, causal attention within each prompt), run back
+to back, each taking every prompt waiting; n is searched over the sizes whose step fits memory and leaves
+TTFT = 2·step within the SLO (a request waits for the step in flight, then runs in the next).
+Decode GPU: pure decode iterations of up to B sequences at the mean context P + O/2; B is searched over
+the largest sizes that fit memory and meet the TPOT SLO.
+Link: each request's KV (P tokens) crosses once.
+Capacity is the least of the prefill, decode and link rates; goodput is the SLO knee of the pair
+(tessera.plan.knee.pd_knee), best over the (n, B) tried.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from dataclasses import replace
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.cell import Shapes, best_of, kv_bytes_per_token
 from tessera.plan.config import PlannerConfig, StrategyResult
-from tessera.plan.serving import BATCHES, IterShape, batch_ceiling, slo_rate
-from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
+from tessera.plan.knee import IterCosts, Knee, pd_knee
+from tessera.plan.serving import BATCHES, IterShape, as_load, batch_ceiling, group_sizes, kv_tokens_per_seq
+from tessera.plan.types import Device, EngineSettings, PhasePlan, Plan, StepPoint
 from tessera.plan.verify import evaluate_cached
 
 
@@ -39,9 +40,11 @@ def prefill_shape(n: int, t) -> IterShape:
                      encode_images=float(n) if t.image_tokens else 0.0)
 
 
-def decode_shape(batch: int, t) -> IterShape:
+def decode_shape(batch: int, t, seqs: int | None = None) -> IterShape:
+    """``batch`` decodes at the mean context, with the KV of ``seqs`` (default: ``batch``) sequences."""
     ctx = t.prompt + t.output // 2
-    return IterShape(decode=batch, context=ctx, kv_tokens=batch * (t.prompt + math.ceil(t.output / 2)))
+    n = seqs or batch
+    return IterShape(decode=batch, context=ctx, kv_tokens=math.ceil(n * kv_tokens_per_seq(t, n)))
 
 
 def rate_matched(shapes, specs: tuple[GpuSpec, ...], a: int, b: int, lk: LinkSpec, cost, cfg):
@@ -49,49 +52,78 @@ def rate_matched(shapes, specs: tuple[GpuSpec, ...], a: int, b: int, lk: LinkSpe
     usd = sum(s.usd_per_hour for s in specs)
     kv_req = kv_bytes(shapes, t.prompt)
     xfer = cost.transfer_time_s(kv_req, lk)
-    pre = None
+    pre: list[tuple[int, float]] = []  # (prompts per step, seconds) that fit and leave TTFT room
     for n in BATCHES:
         if cfg.batch_cap and n > cfg.batch_cap:
             break
         s, mem, _ = _step(shapes, prefill_shape(n, t), specs[a], lk, cost)
-        if not _fits(mem, specs[a]) or 2 * s + xfer > slo.ttft_s:  # wait for the step in flight, then its own
+        if not _fits(mem, specs[a]) or 2 * s > slo.ttft_s:  # wait for the step in flight, then its own
             break
-        if pre is None or n / s > pre[0] / pre[1]:
-            pre = (n, s)
-    dec = None
+        pre.append((n, s))
+    dec: list[int] = []  # decode batches that fit and meet TPOT, largest first
     top = batch_ceiling(shapes.base, (specs[b],), t, False, cfg.batch_cap)
     for batch in [x for x in BATCHES if x <= top][::-1]:
         s, mem, _ = _step(shapes, decode_shape(batch, t), specs[b], lk, cost)
         if _fits(mem, specs[b]) and s <= slo.tpot_s:
-            dec = (batch, s)
-            break
+            dec.append(batch)
+            if len(dec) == PD_DECODE_TRIES:
+                break
     name = f"prefill on {specs[a].name}, decode on {specs[b].name}"
-    if pre is None or dec is None:
-        side = "prefill" if pre is None else "decode"
+    if not pre or not dec:
+        side = "prefill" if not pre else "decode"
         return StrategyResult(name="prefill_decode", applicable=True, usd_per_hour=usd, tp=(1, 1),
                               reason=f"{name}: no {side} batch fits memory and the SLO")
-    rate_p, rate_d, rate_l = pre[0] / pre[1], dec[0] / (t.output * dec[1]), 1.0 / xfer
-    rps = min(rate_p, rate_d, rate_l)
-    thr = rps * t.output
-    limit = {rate_p: "prefill", rate_d: "decode", rate_l: "link"}[rps]
-    # goodput: arrivals queue for a prefill place (held one step; TTFT budget left after 2·step + transfer)
-    # and for a decode place (held O iterations; a wait W adds W/(O−1) to TPOT)
-    good_p = slo_rate(pre[0], pre[1], slo.ttft_s - 2 * pre[1] - xfer)
-    good_d = slo_rate(dec[0], t.output * dec[1], (slo.tpot_s - dec[1]) * max(1, t.output - 1))
-    good = min(good_p, good_d, rate_l) * t.output
-    plan = _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit)
+    best: tuple[float, int, int, Knee] | None = None
+    for bd in dec:
+        costs = IterCosts(decode=tuple((n, as_load(_step(shapes, decode_shape(n, t, bd), specs[b], lk, cost)[2]))
+                                       for n in group_sizes(bd)))
+        for n_p, _ in pre:
+            k = pd_knee(prefill_seconds(pre, n_p), n_p, costs, bd, transfer_s=xfer, prompt=t.prompt,
+                        output=t.output, ttft_s=slo.ttft_s, tpot_s=slo.tpot_s, target=slo.target)
+            if best is None or k.rate_per_s > best[0]:
+                best = (k.rate_per_s, n_p, bd, k)
+    assert best is not None
+    _, n_p, bd, kn = best
+    s_p = dict(pre)[n_p]
+    s_d = _step(shapes, decode_shape(bd, t), specs[b], lk, cost)[0]
+    rate_p, rate_d, rate_l = n_p / s_p, bd / (max(1, t.output - 1) * s_d), 1.0 / xfer
+    limit = min((rate_p, "prefill"), (rate_d, "decode"), (rate_l, "link"))[1]
+    good = kn.rate_per_s * t.output
+    thr = kn.capacity_per_s * t.output
+    if good <= 0:
+        return StrategyResult(name="prefill_decode", applicable=True, usd_per_hour=usd, tp=(1, 1),
+                              reason=f"{name}: {kn.binding} misses the SLO unloaded (TTFT {kn.ttft_s:.2f} s, "
+                                     f"TPOT {kn.tpot_s * 1e3:.1f} ms)")
+    plan = _plan(shapes, specs, a, b, lk, cost, cfg, (n_p, s_p), (bd, s_d), kv_req, thr, usd, limit, kn)
     return StrategyResult(name="prefill_decode", applicable=True, plan=plan, goodput=good, usd_per_hour=usd,
-                          tp=(1, 1), detail={"orientation": name, "prefill_prompts": pre[0],
-                                             "decode_batch": dec[0], "limited_by": limit,
+                          tp=(1, 1), detail={"orientation": name, "prefill_prompts": n_p,
+                                             "decode_batch": bd, "limited_by": limit, "binding": kn.binding,
                                              "requests_per_s": {"prefill": rate_p, "decode": rate_d,
                                                                 "link": rate_l}})
+
+
+PD_DECODE_TRIES = 3  # largest decode batches tried (each with every prefill size)
+
+
+def prefill_seconds(pre: list[tuple[int, float]], cap: int):
+    """A prefill step's seconds at k prompts (k ≤ cap), linear between the measured sizes."""
+    xs = [(n, s) for n, s in pre if n <= cap]
+
+    def at(k: float) -> float:
+        if k <= xs[0][0] or len(xs) == 1:
+            return xs[0][1]
+        for (n0, s0), (n1, s1) in zip(xs, xs[1:], strict=False):
+            if k <= n1:
+                return s0 + (s1 - s0) * (k - n0) / (n1 - n0)
+        return xs[-1][1]
+    return at
 
 
 def kv_bytes(shapes, tokens: int) -> int:
     return kv_bytes_per_token(shapes) * tokens
 
 
-def _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit) -> Plan:
+def _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit, kn: Knee) -> Plan:
     t = cfg.traffic
     devs = tuple(Device(index=i, gpu=s.name, mem_bytes=s.mem_bytes) for i, s in enumerate(specs))
 
@@ -132,9 +164,12 @@ def _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit)
         usd_per_million_tokens=usd / 3600 / thr * 1e6,
         workload={"batch": n_dec, "prompt": t.prompt, "output": t.output, "steps": t.steps,
                   "image_tokens": t.image_tokens},
-        batch=n_dec, microbatches=1, tpot_s=dec[1], ttft_s=2 * pre[1] + cost.transfer_time_s(kv_req, lk),
+        batch=n_dec, microbatches=1, tpot_s=kn.tpot_s, ttft_s=kn.ttft_s,
         sync_throughput=thr, device_busy=_busy(a, b, pre, dec, thr, t),
-        slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s},
+        engine=EngineSettings(max_num_seqs=n_dec, max_num_batched_tokens=n_pre * t.prompt, microbatches=1),
+        goodput_per_s=kn.rate_per_s * t.output,
+        slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s,
+             "target": cfg.slo.target},
         notes=(f"rate-matched: limited by {limit}; prefill {n_pre} prompts/step, decode batch {n_dec}",))
 
 

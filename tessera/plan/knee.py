@@ -1,0 +1,460 @@
+"""The planner's closed form for goodput: the SLO knee of a continuous-batching engine, from step costs.
+
+Goodput is the highest arrival rate λ (requests/s, Poisson) at which a target share of requests (90%)
+meets both TTFT and TPOT. The simulator finds it by bisection over simulated runs; the planner needs it
+for every candidate operating point, so it is worked out here in closed form from the costs of one
+micro-batch's iteration (``IterCosts``) and the engine settings (sequences B, micro-batches m, token
+budget K per micro-batch iteration). The model, per micro-batch (group) at rate λ_g = λ/m:
+
+  steady state   n = λ_g·(O − 1)·τ̄ decodes per iteration (Little's law over a request's O − 1 decode
+                 iterations), prompt tokens c̄ = λ_g·P·τ̄ per iteration; an iteration either carries a
+                 full chunk of Q = K − n prompt tokens (the prefill queue is busy) or none, so a share
+                 ρ = c̄ / Q of the iterations carry one (ρ < 1: prefill capacity is fractional, not tied
+                 to the batch);
+  period         one iteration of a group lasts max(Σ_groups busy on the bottleneck, its own latency):
+                 max_r(m·T0_r + X·Δ_r, L0 + Y·ΔL), r every device and link, X the groups carrying a
+                 chunk (the own one, Y ~ Bernoulli(ρ), plus Binomial(m − 1, ρ) others), T0/L0 the busy
+                 and latency without a chunk, Δ what a chunk adds; τ̄ its mean (a fixed point, since n
+                 and c̄ grow with τ̄);
+  TPOT           a request's mean over its O − 1 iterations: normal, mean τ̄, variance Var(period)/(O − 1);
+  TTFT           the prefill queue's wait (M/D/1 over the pooled chunk capacity m·Q per full iteration,
+                 tail by the Cramér–Lundberg approximation), plus the wait for a slot when all B are
+                 taken (M/M/c, Erlang C, held TTFT + (O − 1)·τ̄), plus half a group's turn to join,
+                 plus its own prefill: ⌈P/Q⌉ busy iterations when it starts an iteration's chunk,
+                 1 + P/Q on average when it starts mid-chunk (behind another prompt);
+  attainment     P(TTFT ≤ SLO) · P(TPOT ≤ SLO), the two taken as independent.
+
+The knee is the largest λ below capacity whose attainment reaches the target (attainment falls with λ).
+Image models (denoising steps) use the same pieces without chunks: a request holds a slot for ``steps``
+iterations and its latency is the slot wait plus those iterations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+SLO_TARGET = 0.9  # share of requests that must meet the SLO for an arrival rate to count as goodput
+
+
+@dataclass(frozen=True, kw_only=True)
+class Load:
+    """Per-resource busy seconds of one micro-batch iteration (devices, then directed links) and its
+    latency through the placement alone."""
+
+    busy_s: tuple[float, ...]
+    latency_s: float
+
+    def plus(self, other: Load, w: float = 1.0) -> Load:
+        return Load(busy_s=tuple(a + w * b for a, b in zip(self.busy_s, other.busy_s, strict=True)),
+                    latency_s=self.latency_s + w * other.latency_s)
+
+    def minus(self, other: Load) -> Load:
+        return self.plus(other, -1.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IterCosts:
+    """What one micro-batch iteration costs on a placement, sampled where the knee needs it.
+
+    ``decode``: (n, load) with no prompt chunk, n decode sequences, sorted by n (interpolated linearly,
+    held below the first); ``chunk_tokens`` Q_ref and ``chunk``: what Q_ref prompt tokens add to an
+    iteration (scaled linearly to other chunk sizes)."""
+
+    decode: tuple[tuple[int, Load], ...]
+    chunk_tokens: int = 0
+    chunk: Load | None = None
+
+    def at(self, n: float) -> Load:
+        pts = self.decode
+        if n <= pts[0][0] or len(pts) == 1:
+            return pts[0][1]
+        for (n0, l0), (n1, l1) in zip(pts, pts[1:], strict=False):
+            if n <= n1 or (n1, l1) == pts[-1]:
+                return l0.plus(l1.minus(l0), (n - n0) / (n1 - n0))
+        raise AssertionError("unreachable")
+
+    def chunk_of(self, q: float) -> Load:
+        if self.chunk is None or not self.chunk_tokens:
+            raise ValueError("these costs sample no prompt chunk")
+        z = Load(busy_s=(0.0,) * len(self.chunk.busy_s), latency_s=0.0)
+        return z.plus(self.chunk, q / self.chunk_tokens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Engine:
+    """The engine settings the knee is worked out for (tessera.plan.types.EngineSettings' three numbers)."""
+
+    seqs: int  # B: running sequences per replica, all micro-batches
+    budget: int  # K: tokens per micro-batch iteration (decodes + prompt chunks); 0 for image models
+    microbatches: int  # m
+
+    @property
+    def group_seqs(self) -> int:
+        return -(-self.seqs // self.microbatches)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Knee:
+    """The closed form's answer for one operating point."""
+
+    rate_per_s: float  # requests/s at the knee (0: no rate meets the SLO)
+    capacity_per_s: float  # requests/s at which the engine saturates (a slot, the prefill budget)
+    tpot_s: float  # mean TPOT at the knee (images: mean iteration)
+    ttft_s: float  # mean TTFT at the knee (images: mean latency of an image)
+    attainment: float  # at the knee
+    binding: str  # what stops the rate from growing: "TTFT", "TPOT", "latency", "slots", "prefill budget"
+    decode_seqs: float  # n at the knee, per micro-batch
+    chunk_share: float  # ρ at the knee: share of iterations that carry a prompt chunk
+
+
+# ---- queueing tails --------------------------------------------------------------------------------------------
+
+
+def erlang_c(c: int, a: float) -> float:
+    """Probability that an arrival waits in an M/M/c queue with offered load a = λ/μ < c (Erlang C, from
+    the Erlang B recursion B_k = a·B_{k−1} / (k + a·B_{k−1}), which stays stable for large c)."""
+    b = 1.0
+    for k in range(1, c + 1):
+        b = a * b / (k + a * b)
+    return c * b / (c - a * (1 - b))
+
+
+@dataclass(frozen=True)
+class Tail:
+    """P(W > t) = mass·e^(−rate·t) for t ≥ 0 (W = 0 with probability 1 − mass)."""
+
+    mass: float
+    rate: float
+
+    def above(self, t: float) -> float:
+        if t < 0:
+            return 1.0
+        return min(1.0, self.mass * math.exp(-self.rate * t)) if self.mass > 0 else 0.0
+
+
+NO_WAIT = Tail(0.0, 1.0)
+
+
+def md1_wait(lam: float, service_s: float) -> Tail:
+    """Waiting time of an M/D/1 queue (arrivals λ, service time S, ρ = λS < 1), Cramér–Lundberg: the decay
+    θ solves λ(e^{θS} − 1) = θ and P(W > t) ≈ C·e^{−θt}, C = (1 − ρ)/(λ·S·e^{θS} − 1), which overstates
+    P(W > 0) only where t is small. (ρ = 0.5, S = 1, t = 2: 0.0536 against the exact 0.0530 of Erlang's
+    M/D/1 formula.)"""
+    rho = lam * service_s
+    if rho <= 0:
+        return NO_WAIT
+    if rho >= 1:
+        return Tail(1.0, 0.0)
+    f = lambda x: rho * math.expm1(x) - x  # noqa: E731  x = θS; f < 0 on (0, root), convex
+    lo, hi = 0.0, 1.0
+    while f(hi) < 0:
+        lo, hi = hi, 2 * hi
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < 0 else (lo, mid)
+    x = hi
+    return Tail((1 - rho) / (rho * math.exp(x) - 1), x / service_s)
+
+
+def mmc_wait(lam: float, servers: int, hold_s: float) -> Tail:
+    """Waiting time for one of ``servers`` places each held ``hold_s`` (M/M/c): P(W > t) = C(c, a)·e^{−(c/H − λ)t},
+    a = λH. Exponential holding is the pessimistic end (a request's hold barely varies at fixed lengths)."""
+    a = lam * hold_s
+    if a <= 0:
+        return NO_WAIT
+    if a >= servers:
+        return Tail(1.0, 0.0)
+    return Tail(erlang_c(servers, a), servers / hold_s - lam)
+
+
+def sum_above(x: Tail, y: Tail, t: float) -> float:
+    """P(X + Y > t) for independent X, Y each 0 or exponential (``Tail``)."""
+    if t < 0:
+        return 1.0
+    a, b = x.mass, y.mass
+    out = a * (1 - b) * x.above(t) / a if a > 0 else 0.0
+    out += b * (1 - a) * y.above(t) / b if b > 0 else 0.0
+    if a > 0 and b > 0:
+        al, be = x.rate, y.rate
+        if al <= 0 or be <= 0:
+            return 1.0
+        if abs(al - be) < 1e-12 * max(al, be):
+            both = (1 + al * t) * math.exp(-al * t)
+        else:
+            both = (be * math.exp(-al * t) - al * math.exp(-be * t)) / (be - al)
+        out += a * b * both
+    return min(1.0, out)
+
+
+# ---- the iteration at a load -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Period:
+    mean_s: float
+    var_s2: float
+    busy_s: float  # mean period of an iteration that carries the own group's chunk
+    full_s: float  # period when every group carries a chunk (the prefill queue is busy)
+
+
+def period(base: Load, chunk: Load, m: int, rho: float) -> Period:
+    """The period of one group's iteration: max over resources of the m groups' busy time, each group's
+    carrying ``chunk`` with probability ρ, and the own group's latency (module doc), exact over the
+    Binomial(m − 1, ρ) other groups and the own Bernoulli(ρ)."""
+    def at(x: int, y: int) -> float:
+        q = max(m * t0 + (x + y) * d for t0, d in zip(base.busy_s, chunk.busy_s, strict=True))
+        return max(q, base.latency_s + y * chunk.latency_s)
+
+    mean = sq = busy = 0.0
+    for x in range(m):
+        px = math.comb(m - 1, x) * rho ** x * (1 - rho) ** (m - 1 - x)
+        for y, py in ((0, 1 - rho), (1, rho)):
+            v = at(x, y)
+            mean += px * py * v
+            sq += px * py * v * v
+        busy += px * at(x, 1)
+    return Period(mean_s=mean, var_s2=max(0.0, sq - mean * mean), busy_s=busy, full_s=at(m - 1, 1))
+
+
+# ---- the knee of a token-serving point -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class State:
+    """The steady state at one arrival rate (per micro-batch)."""
+
+    n: float  # decodes per iteration
+    rho: float  # share of iterations carrying a chunk
+    q: float  # chunk room Q = K − n
+    per: Period
+    feasible: bool
+    why: str  # when not feasible: "slots" or "prefill budget"
+    own_s: float = 0.0  # a request's own prefill: its chunks' iterations and half a group's turn to join
+    hold_s: float = 0.0  # seconds a request holds its slot: own_s + (O − 1)·τ̄
+
+
+def steady(costs: IterCosts, e: Engine, prompt: int, output: int, lam: float) -> State:
+    """The fixed point τ̄ = E[period(n(τ̄), ρ(τ̄))] at rate ``lam`` (requests/s, whole replica)."""
+    m, b, k = e.microbatches, e.group_seqs, e.budget
+    lg = lam / m
+
+    def at(tau: float) -> State:
+        n = lg * max(0, output - 1) * tau
+        q = k - n
+        if n > b:
+            return State(n, 1.0, q, period(costs.at(b), costs.chunk_of(max(q, 0)), m, 1.0), False, "slots")
+        if q <= 0:
+            return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(0), m, 1.0), False, "prefill budget")
+        rho = lg * prompt * tau / q
+        if rho >= 1:
+            return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(q), m, 1.0), False, "prefill budget")
+        per = period(costs.at(n), costs.chunk_of(q), m, rho)
+        own_iters = (1 - rho) * math.ceil(prompt / q) + rho * (1 + prompt / q)
+        own = own_iters * per.busy_s + per.mean_s / (2 * m)
+        hold = own + max(0, output - 1) * per.mean_s
+        if lam * hold >= e.seqs:  # every slot taken: the engine's sequences bound the rate
+            return State(n, rho, q, per, False, "slots", own, hold)
+        return State(n, rho, q, per, True, "", own, hold)
+
+    # τ_{i+1} = E[period at τ_i] rises monotonically from the empty engine's period to the smallest fixed
+    # point; it never arrives (or the state breaks on the way) when λ is beyond what the engine serves
+    tau = at(0.0).per.mean_s
+    for _ in range(FIXED_POINT_STEPS):
+        s = at(tau)
+        if not s.feasible or s.per.mean_s <= tau * (1 + 1e-9):
+            return s
+        tau = s.per.mean_s
+    return State(s.n, s.rho, s.q, s.per, False, "slots" if s.n >= b * 0.99 else "prefill budget")
+
+
+FIXED_POINT_STEPS = 400  # slow only within a hair of capacity, where the rate is infeasible in practice
+
+
+def ttft_above(s: State, e: Engine, prompt: int, output: int, lam: float, t: float) -> tuple[float, float]:
+    """(P(TTFT > t), mean TTFT) at steady state ``s``."""
+    m, q = e.microbatches, max(s.q, 1.0)
+    pf = md1_wait(lam, prompt * s.per.full_s / (m * q))  # pooled chunk capacity: m·Q per full iteration
+    slot = mmc_wait(lam, e.seqs, s.hold_s)
+    return sum_above(pf, slot, t - s.own_s), s.own_s + _mean(pf) + _mean(slot)
+
+
+def _mean(w: Tail) -> float:
+    return w.mass / w.rate if w.mass > 0 and w.rate > 0 else (math.inf if w.mass > 0 else 0.0)
+
+
+def tpot_below(s: State, output: int, t: float) -> float:
+    if output <= 1:
+        return 1.0
+    sd = math.sqrt(s.per.var_s2 / (output - 1))
+    if sd == 0:
+        return 1.0 if s.per.mean_s <= t else 0.0
+    return NormalDist(s.per.mean_s, sd).cdf(t)
+
+
+def token_knee(costs: IterCosts, e: Engine, *, prompt: int, output: int, ttft_s: float, tpot_s: float,
+               target: float = SLO_TARGET) -> Knee:
+    """The SLO knee of a token-serving point (module doc)."""
+    def attain(lam: float) -> tuple[float, State, float, float, float]:
+        s = steady(costs, e, prompt, output, lam)
+        if not s.feasible:  # beyond capacity the queue grows without bound
+            return 0.0, s, math.inf, 0.0, 0.0
+        miss_ttft, mean_ttft = ttft_above(s, e, prompt, output, lam, ttft_s)
+        ok_tpot = tpot_below(s, output, tpot_s)
+        return (1 - miss_ttft) * ok_tpot, s, mean_ttft, 1 - miss_ttft, ok_tpot
+
+    cap = capacity(lambda lam: steady(costs, e, prompt, output, lam), output, costs, e)
+    return knee_of(attain, cap, target)
+
+
+def capacity(state: Callable[[float], State], output: int, costs: IterCosts, e: Engine) -> float:
+    """The largest rate (requests/s) with a feasible steady state."""
+    hi = 1.0
+    while state(hi).feasible:
+        hi *= 2
+        if hi > 1e9:
+            raise ValueError("the engine never saturates: step costs of zero?")
+    lo = 0.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if state(mid).feasible else (lo, mid)
+    return lo
+
+
+def knee_of(attain: Callable[[float], tuple[float, State, float, float, float]], cap: float,
+            target: float) -> Knee:
+    """Bisection over λ ∈ (0, cap) for the largest rate whose attainment reaches ``target``."""
+    a0, s0, t0, ok_ttft0, ok_tpot0 = attain(cap * 1e-6)
+    if a0 < target:
+        why = "TTFT" if ok_ttft0 < ok_tpot0 else "TPOT"
+        return Knee(rate_per_s=0.0, capacity_per_s=cap, tpot_s=s0.per.mean_s, ttft_s=t0, attainment=a0,
+                    binding=why, decode_seqs=s0.n, chunk_share=s0.rho)
+    lo, hi = cap * 1e-6, cap * (1 - 1e-9)
+    if attain(hi)[0] >= target:
+        lo = hi
+    else:
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if attain(mid)[0] >= target else (lo, mid)
+    a, s, ttft, _, _ = attain(lo)
+    # what breaks just above the knee: the engine saturating, or the share meeting TTFT or TPOT
+    _, s_hi, _, ok_ttft, ok_tpot = attain(min(cap, lo * (1 + 1e-6)) if lo < hi else cap * (1 + 1e-6))
+    binding = (s_hi.why or "slots") if not s_hi.feasible else "TTFT" if ok_ttft <= ok_tpot else "TPOT"
+    return Knee(rate_per_s=lo, capacity_per_s=cap, tpot_s=s.per.mean_s, ttft_s=ttft, attainment=a,
+                binding=binding, decode_seqs=s.n, chunk_share=s.rho)
+
+
+# ---- the knee of an image point --------------------------------------------------------------------------------
+
+
+def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
+               target: float = SLO_TARGET) -> Knee:
+    """Images: a request holds one of B places for ``steps`` iterations; n = λ_g·steps·τ̄ images per
+    group iteration; latency = the wait for a place (M/M/c) + half a group's turn + steps·τ̄."""
+    m, b = e.microbatches, e.group_seqs
+    none = Load(busy_s=(0.0,) * len(costs.at(1).busy_s), latency_s=0.0)
+
+    def state(lam: float) -> State:
+        lg = lam / m
+
+        def mean_at(tau: float) -> tuple[float, float, Period]:
+            n = lg * steps * tau
+            per = period(costs.at(min(n, b)), none, m, 0.0)
+            return n, per.mean_s, per
+
+        tau = mean_at(0.0)[1]
+        for _ in range(200):  # monotone fixed-point iteration from below
+            n, nxt, per = mean_at(tau)
+            if n > b:
+                return State(n, 0.0, 0.0, per, False, "slots")
+            if abs(nxt - tau) <= 1e-12 * max(tau, 1e-12):
+                break
+            tau = nxt
+        n, _, per = mean_at(tau)
+        return State(n, 0.0, 0.0, per, n <= b, "" if n <= b else "slots")
+
+    def attain(lam: float) -> tuple[float, State, float, float, float]:
+        s = state(lam)
+        if not s.feasible:
+            return 0.0, s, math.inf, 0.0, 0.0
+        own = steps * s.per.mean_s + s.per.mean_s / (2 * m)
+        slot = mmc_wait(lam, e.seqs, steps * s.per.mean_s)
+        ok = 1 - slot.above(latency_slo_s - own)
+        return ok, s, own + _mean(slot), ok, 1.0
+
+    cap = capacity(state, steps, costs, e)
+    k = knee_of(attain, cap, target)
+    return k if k.binding != "TTFT" else Knee(**{**k.__dict__, "binding": "latency"})
+
+
+# ---- the knee of a prefill/decode pair --------------------------------------------------------------------
+
+
+def pd_knee(prefill_s: Callable[[float], float], max_prompts: int, decode: IterCosts, decode_seqs: int, *,
+            transfer_s: float, prompt: int, output: int, ttft_s: float, tpot_s: float,
+            target: float = SLO_TARGET) -> Knee:
+    """Prefill/decode on two instances (DistServe). Prefill runs back to back, each step taking every prompt
+    waiting (up to ``max_prompts``): at rate λ its steps settle at k = λ·s(k) prompts (``prefill_s(k)``
+    seconds), so a prompt waits for the step in flight (uniform over one step while the instance is busy,
+    a share min(1, λ·s(k)/k·k) of the time) and then its own: TTFT = U·s(k) + s(k), U ~ Uniform(0, 1).
+    Decode: ``decode_seqs`` places held O − 1 iterations of τ(n), n = λ·(O − 1)·τ; a prefilled request
+    waits for a place (M/M/c) and the wait, with its KV's transfer, falls between its first and second
+    token: TPOT = τ + (W + transfer)/(O − 1). Capacity: the least of the three rates."""
+    def prefill_batch(lam: float) -> float:  # k = λ·s(k) by fixed-point iteration from one prompt
+        k = 1.0
+        for _ in range(200):
+            nxt = min(float(max_prompts), max(1.0, lam * prefill_s(k)))
+            if abs(nxt - k) < 1e-9:
+                break
+            k = nxt
+        return k
+
+    def decode_state(lam: float) -> State:
+        tau = decode.at(1).latency_s
+        for _ in range(FIXED_POINT_STEPS):
+            n = lam * max(0, output - 1) * tau
+            per = period(decode.at(min(n, decode_seqs)), decode.at(1).minus(decode.at(1)), 1, 0.0)
+            if n > decode_seqs:
+                return State(n, 0.0, 0.0, per, False, "slots")
+            if per.mean_s <= tau * (1 + 1e-9):
+                return State(n, 0.0, 0.0, per, True, "", 0.0, max(0, output - 1) * per.mean_s)
+            tau = per.mean_s
+        return State(n, 0.0, 0.0, per, False, "slots")
+
+    def feasible(lam: float) -> bool:
+        k = prefill_batch(lam)
+        pre_ok = k < max_prompts or lam * prefill_s(max_prompts) < max_prompts
+        return pre_ok and lam * transfer_s < 1 and decode_state(lam).feasible and \
+            lam * decode_state(lam).hold_s < decode_seqs
+
+    def attain(lam: float) -> tuple[float, State, float, float, float]:
+        k = prefill_batch(lam)
+        s_k = prefill_s(k)
+        busy = min(1.0, lam * s_k)  # share of time a step is in flight
+        slack = (ttft_s - s_k) / s_k  # the residual wait U·s(k) it may take
+        ok_ttft = 1.0 if slack >= 1 else (0.0 if slack < 0 else 1 - busy * (1 - slack))
+        d = decode_state(lam)
+        wait = mmc_wait(lam, decode_seqs, d.hold_s) if d.feasible else Tail(1.0, 0.0)
+        ok_tpot = 1.0 if output <= 1 else 1 - wait.above((tpot_s - d.per.mean_s) * (output - 1) - transfer_s)
+        mean_ttft = s_k + busy * s_k / 2
+        return ok_ttft * ok_tpot, d, mean_ttft, ok_ttft, ok_tpot
+
+    hi = 1.0
+    while feasible(hi):
+        hi *= 2
+    lo = 0.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if feasible(mid) else (lo, mid)
+    return knee_of(attain, lo, target)
+
+
+def rate_tokens(k: Knee, per_request: int) -> float:
+    """Goodput in output units per second: requests/s × tokens (images) per request."""
+    return k.rate_per_s * per_request
+
+
+__all__: Sequence[str] = ("SLO_TARGET", "Engine", "IterCosts", "Knee", "Load", "erlang_c", "image_knee",
+                          "md1_wait", "mmc_wait", "pd_knee", "period", "rate_tokens", "sum_above", "token_knee")

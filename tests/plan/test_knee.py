@@ -1,0 +1,136 @@
+"""The planner's closed form for the SLO knee (tessera.plan.knee), against queueing results worked out by
+hand or computed here from their textbook formulas."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tessera.plan.knee import (
+    Engine,
+    IterCosts,
+    Load,
+    Tail,
+    erlang_c,
+    md1_wait,
+    mmc_wait,
+    pd_knee,
+    period,
+    sum_above,
+    token_knee,
+)
+
+
+def one(busy: float, latency: float | None = None) -> Load:
+    return Load(busy_s=(busy,), latency_s=busy if latency is None else latency)
+
+
+def test_erlang_c_by_hand() -> None:
+    # M/M/1: P(wait) = ρ; M/M/2 at a = 1: C = (a²/2 · 2/(2 − a)) / (1 + a + a²/2 · 2/(2 − a)) = 1/3
+    assert erlang_c(1, 0.5) == pytest.approx(0.5)
+    assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
+
+
+def exact_md1_wait_at_most(rho: float, t: float) -> float:
+    """Erlang's M/D/1 formula (S = 1): P(W ≤ t) = (1 − ρ) Σ_{k=0}^{⌊t⌋} (ρ(k − t))^k / k! · e^{−ρ(k − t)}."""
+    return (1 - rho) * sum((rho * (k - t)) ** k / math.factorial(k) * math.exp(-rho * (k - t))
+                           for k in range(int(math.floor(t)) + 1))
+
+
+@pytest.mark.parametrize(("rho", "t"), [(0.5, 2.0), (0.7, 3.0), (0.9, 5.0)])
+def test_md1_tail_against_erlangs_formula(rho: float, t: float) -> None:
+    # ρ = 0.5, t = 2 by hand: (1 − ½)(e¹ − ½e^½) = 0.9470, so P(W > 2) = 0.0530
+    exact = 1 - exact_md1_wait_at_most(rho, t)
+    assert md1_wait(rho, 1.0).above(t) == pytest.approx(exact, rel=0.05)
+    assert md1_wait(0.0, 1.0).above(0.0) == 0.0
+
+
+def test_mm1_tail_by_hand() -> None:
+    # M/M/1, λ = 0.5, hold 1 s: P(W > t) = ρ·e^{−(μ − λ)t} = 0.5·e^{−0.5t}
+    w = mmc_wait(0.5, 1, 1.0)
+    assert w.above(2.0) == pytest.approx(0.5 * math.exp(-1.0))
+    assert mmc_wait(2.0, 1, 1.0).above(100.0) == 1.0  # over capacity: everyone waits for ever
+
+
+def test_sum_of_two_waits_by_hand() -> None:
+    # X ~ Exp(1), Y ~ Exp(2), always waiting: P(X + Y > 1) = (2e^{−1} − e^{−2}) / (2 − 1) = 0.6004
+    assert sum_above(Tail(1.0, 1.0), Tail(1.0, 2.0), 1.0) == pytest.approx(2 * math.exp(-1) - math.exp(-2))
+    # equal rates: Erlang-2, (1 + t)e^{−t}
+    assert sum_above(Tail(1.0, 1.0), Tail(1.0, 1.0), 1.0) == pytest.approx(2 * math.exp(-1))
+    # one never waits: the other alone
+    assert sum_above(Tail(0.3, 1.0), Tail(0.0, 1.0), 1.0) == pytest.approx(0.3 * math.exp(-1))
+
+
+def test_period_of_two_groups_by_hand() -> None:
+    # two resources busy 1 s each per group iteration, latency 2.5 s; a chunk adds 1 s on the first resource
+    # and 1 s of latency. Period = max(2·1 + (x + y)·1, 2.5 + y): (x, y) = (0,0) 2.5, (0,1) 3.5, (1,0) 3,
+    # (1,1) 4; at ρ = ½ each has probability ¼: mean 3.25, E[p²] = (6.25 + 12.25 + 9 + 16)/4 = 10.875
+    base = Load(busy_s=(1.0, 1.0), latency_s=2.5)
+    chunk = Load(busy_s=(1.0, 0.0), latency_s=1.0)
+    p = period(base, chunk, 2, 0.5)
+    assert p.mean_s == pytest.approx(3.25)
+    assert p.var_s2 == pytest.approx(10.875 - 3.25 ** 2)
+    assert p.busy_s == pytest.approx((3.5 + 4) / 2)  # own group carries a chunk: (x = 0 or 1) with y = 1
+    assert p.full_s == pytest.approx(4.0)
+    assert period(base, chunk, 2, 0.0).mean_s == pytest.approx(2.5)
+
+
+def test_knee_bound_by_tpot_by_hand() -> None:
+    # one group, an iteration of n decodes takes 10 ms + 1 ms·n, prompt chunks cost nothing; TPOT SLO 20 ms.
+    # TPOT = τ̄ (no variance), so the knee is where τ̄ = 20 ms: n = 10, and Little's law
+    # n = λ·(O − 1)·τ̄ gives λ = 10 / (10 · 0.02) = 50 requests/s for O = 11.
+    costs = IterCosts(decode=((1, one(0.011)), (100, one(0.110))), chunk_tokens=1000, chunk=one(0.0))
+    k = token_knee(costs, Engine(seqs=100, budget=1100, microbatches=1), prompt=100, output=11, ttft_s=5.0,
+                   tpot_s=0.020)
+    assert k.rate_per_s == pytest.approx(50.0, rel=1e-3)
+    assert k.binding == "TPOT"
+    assert k.tpot_s == pytest.approx(0.020, rel=1e-3)
+
+
+def test_knee_bound_by_slots_by_hand() -> None:
+    # one slot (B = 1), iterations of 10 ms whatever they carry, prompts of 100 tokens fit one iteration.
+    # A request holds the slot for its prefill iteration, half an iteration to join and O − 1 = 10 decodes:
+    # H = 0.015 + 0.1 = 0.115 s; M/M/1 for the slot: P(W > t) = λH·e^{−(1/H − λ)t}. TTFT = W + 0.015 must
+    # stay within 0.5 s for 90%: λ·0.115·e^{−(1/0.115 − λ)·0.485} = 0.1, solved here by bisection.
+    costs = IterCosts(decode=((1, one(0.010)),), chunk_tokens=1000, chunk=one(0.0))
+    h, t = 0.115, 0.485
+
+    def miss(lam: float) -> float:
+        return lam * h * math.exp(-(1 / h - lam) * t)
+
+    lo, hi = 0.0, 1 / h
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if miss(mid) <= 0.1 else (lo, mid)
+    k = token_knee(costs, Engine(seqs=1, budget=1001, microbatches=1), prompt=100, output=11, ttft_s=0.5,
+                   tpot_s=1.0)
+    # the prefill queue (M/D/1, 1 ms of service per prompt) adds a little wait the hand figure leaves out
+    assert k.rate_per_s == pytest.approx(lo, rel=0.02)
+    assert k.capacity_per_s == pytest.approx(1 / h, rel=0.01)
+    assert k.binding == "TTFT"
+
+
+def test_knee_is_zero_when_unloaded_ttft_misses() -> None:
+    # a 1000-token prompt in chunks of 90 tokens (budget 100, 10 decode slots): 12 iterations of 0.2 s = 2.4 s
+    costs = IterCosts(decode=((1, one(0.1)), (10, one(0.1))), chunk_tokens=90, chunk=one(0.1))
+    k = token_knee(costs, Engine(seqs=10, budget=100, microbatches=1), prompt=1000, output=10, ttft_s=2.0,
+                   tpot_s=1.0)
+    assert k.rate_per_s == 0.0 and k.binding == "TTFT"
+    assert k.ttft_s > 2.0
+
+
+def test_prefill_decode_knee_by_hand() -> None:
+    # prefill steps of 0.1 s per batch (any size up to 8 prompts), decode iterations of 10 ms, 64 places,
+    # O = 101: decode holds a place 100·0.01 = 1 s, so the decode side serves up to 64 requests/s;
+    # prefill up to 8 / 0.1 = 80/s; the link 1 / 0.001 = 1000/s. Capacity 64/s. TTFT = U·0.1 + 0.1 ≤ 2 s
+    # always; TPOT = 10 ms + W/100 must stay ≤ 20 ms: the place wait W ≤ 1 s - 0.001 s for 90%: M/M/64.
+    decode = IterCosts(decode=((1, one(0.01)), (64, one(0.01))))
+    k = pd_knee(lambda n: 0.1, 8, decode, 64, transfer_s=0.001, prompt=100, output=101, ttft_s=2.0,
+                tpot_s=0.02)
+    assert k.capacity_per_s == pytest.approx(64.0, rel=1e-3)
+    lo, hi = 0.0, 64.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mmc_wait(mid, 64, 1.0).above(0.999) <= 0.1 else (lo, mid)
+    assert k.rate_per_s == pytest.approx(lo, rel=1e-3)
