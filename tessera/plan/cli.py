@@ -15,6 +15,7 @@ from tessera.plan.options import (
     OUTPUT,
     PROMPT,
     STEPS,
+    TARGET,
     TPOT_MS,
     TTFT_MS,
     BatchCap,
@@ -23,8 +24,10 @@ from tessera.plan.options import (
     Output,
     Prompt,
     SloImageS,
+    SloTarget,
     SloTpotMs,
     SloTtftMs,
+    TokenBudget,
     config_of,
 )
 from tessera.plan.report import result_table
@@ -51,6 +54,8 @@ def register(app: typer.Typer) -> None:
         slo_ttft_ms: SloTtftMs = TTFT_MS,
         slo_tpot_ms: SloTpotMs = TPOT_MS,
         slo_image_s: SloImageS = IMAGE_S,
+        slo_target: SloTarget = TARGET,
+        budget: TokenBudget = None,
         image_tokens: ImageTokens = 0,
         as_json: bool = typer.Option(False, "--json", help="print the JSON contract"),
         save: Path | None = typer.Option(None, "-o", "--out",
@@ -58,7 +63,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Place every kernel of MODEL on the pool under the serving model (continuous batching, async
         micro-batches, batch chosen by memory and SLO); Tessera against every baseline at its best."""
-        cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link, image_tokens)
+        cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link, image_tokens,
+                        slo_target=slo_target, budget=budget)
         if pool is not None:
             if gpus is not None:
                 raise UserError("give either --gpus (one cell) or --pool (a many-GPU pool), not both")

@@ -37,7 +37,11 @@ def strategy_json(r, name: str) -> dict[str, Any]:
         "tokens_per_usd": s.tokens_per_usd if s.feasible else None,
         f"throughput_{unit}": s.goodput if s.feasible else None,
         f"goodput_{unit}": s.goodput,
+        # the SLO knee's capacity (the engine saturating) beside the goodput, and what binds the knee
+        f"capacity_{unit}": (s.pool.throughput_per_s if s.pool else _capacity(p)) if p else None,
+        "slo_binding": s.point.knee.binding if s.point and s.point.knee else s.detail.get("binding"),
         "batch": p.batch if p else None, "microbatches": p.microbatches if p else None, "tp": list(s.tp),
+        "max_num_batched_tokens": p.engine.max_num_batched_tokens if p and p.engine and not r.images else None,
         "ttft_s": p.ttft_s if p else None, "tpot_s": p.tpot_s if p else None,
         "latency_s": p.latency_s if p else None,
         # the operating point's own output rate (before the SLO) under either schedule: their ratio, not the
@@ -59,6 +63,10 @@ def strategy_json(r, name: str) -> dict[str, Any]:
     return ent
 
 
+def _capacity(p) -> float | None:
+    return p.throughput_images_per_s if p.throughput_images_per_s is not None else p.throughput_tokens_per_s
+
+
 def _cell_json(c, unit: str) -> dict[str, Any]:
     p = c.plan
     return {"count": c.count, "replicas": p.replicas, "gpus": [d.gpu for d in p.devices],
@@ -70,7 +78,8 @@ def _cell_json(c, unit: str) -> dict[str, Any]:
 def result_json(r) -> dict[str, Any]:
     c = r.config
     return {"model": r.model, "gpus": list(r.gpus), "link": r.link, "mode": "throughput",
-            "slo": {"ttft_s": c.slo.ttft_s, "tpot_s": c.slo.tpot_s, "image_s": c.slo.image_s},
+            "slo": {"ttft_s": c.slo.ttft_s, "tpot_s": c.slo.tpot_s, "image_s": c.slo.image_s,
+                    "target": c.slo.target},
             "traffic": {"prompt": c.traffic.prompt, "output": c.traffic.output, "steps": c.traffic.steps},
             "chosen": r.tessera.chosen, "solve_s": r.solve_s, "wall_s": r.wall_s,
             "bound_ratio": r.tessera.plan.bound_ratio if r.tessera.plan and r.tessera.chosen == "milp" else None,
@@ -85,7 +94,8 @@ def result_table(r) -> Table:
     t = Table(title=f"{r.model} on {' + '.join(r.gpus)} ({r.link}); {traffic}; SLO {slo}; "
                     f"solve {r.solve_s:.1f} s of {r.wall_s:.1f} s")
     unit = "images/s" if r.images else "goodput tok/s"
-    for col in ("strategy", unit, "$/h", "tok per $" if not r.images else "img per $", "batch × m", "TP",
+    for col in ("strategy", unit, "$/h", "tok per $" if not r.images else "img per $",
+                "batch × m" if r.images else "batch × m, tokens/iter", "TP",
                 "TPOT ms" if not r.images else "image s", "TTFT s", "busy", "GB used of capacity", "note"):
         t.add_column(col, justify="left" if col in ("strategy", "note") else "right", no_wrap=col == "strategy")
     for name in r.strategies:
@@ -102,6 +112,8 @@ def result_table(r) -> Table:
         busy = " / ".join(f"{b:.0%}" for c in cells for b in c.device_busy)
         note = s.detail.get("idle") or (s.detail.get("replicas") or s.detail.get("orientation") or "")
         t.add_row(label(r, name), f"{s.goodput:,.1f}", f"{s.usd_per_hour:.2f}", f"{s.tokens_per_usd:,.0f}",
-                  f"{p.batch} × {p.microbatches}", "/".join(str(x) for x in s.tp),
+                  f"{p.batch} × {p.microbatches}" + (f", {p.engine.max_num_batched_tokens}"
+                                                      if p.engine and not r.images else ""),
+                  "/".join(str(x) for x in s.tp),
                   lat, f"{p.ttft_s:.2f}" if p.ttft_s is not None and not r.images else "", busy, mem, note)
     return t
