@@ -10,6 +10,7 @@ table, one kernel implementation per table (the one with the most rows: vLLM's d
   context_attention.csv     batch, isl, heads, kv_heads, head_dim, latency_ms   (bf16 KV, no window)
   generation_attention.csv  batch, kv_len, heads, kv_heads, head_dim, latency_ms (kv_len = isl + step)
   moe.csv                   tokens, hidden, inter, topk, experts, latency_ms    (bf16, TP1 EP1, balanced)
+  moe_power_law.csv         the same under power-law routing (exponent 1.2)
 
 Reading parquet needs pyarrow, which aiconfigurator-core depends on (``pip install 'tessera[aic]'``).
 """
@@ -25,6 +26,9 @@ from typing import Any
 from tessera.errors import UserError
 
 FRAMEWORK = "vllm"
+MOE_WHERE = {"moe_dtype": "bfloat16", "moe_tp_size": 1, "moe_ep_size": 1}
+MOE_KEEP = {"tokens": "num_tokens", "hidden": "hidden_size", "inter": "inter_size", "topk": "topk",
+            "experts": "num_experts"}
 # table name -> (op family directory, parquet file, {column: required value}, {our column: their column})
 SPECS: dict[str, tuple[str, str, dict[str, Any], dict[str, str]]] = {
     "gemm": ("gemm", "gemm_perf.parquet", {"gemm_dtype": "bfloat16"}, {"m": "m", "n": "n", "k": "k"}),
@@ -38,10 +42,10 @@ SPECS: dict[str, tuple[str, str, dict[str, Any], dict[str, str]]] = {
         {"attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "window_size": 0},
         {"batch": "batch_size", "kv_len": "isl+step", "heads": "num_heads", "kv_heads": "num_key_value_heads",
          "head_dim": "head_dim"}),
-    "moe": ("moe", "moe_perf.parquet",
-            {"moe_dtype": "bfloat16", "moe_tp_size": 1, "moe_ep_size": 1, "distribution": "balanced"},
-            {"tokens": "num_tokens", "hidden": "hidden_size", "inter": "inter_size", "topk": "topk",
-             "experts": "num_experts"}),
+    "moe": ("moe", "moe_perf.parquet", {**MOE_WHERE, "distribution": "balanced"}, MOE_KEEP),
+    # the same kernels under power-law routing (exponent 1.2): the only MoE rows AIConfigurator has for A100
+    # and the Arc Pro B60, from which their balanced times are derived (tessera.cost.moe)
+    "moe_power_law": ("moe", "moe_perf.parquet", {**MOE_WHERE, "distribution": "power_law_1.2"}, MOE_KEEP),
 }
 TABLES: tuple[str, ...] = tuple(SPECS)
 

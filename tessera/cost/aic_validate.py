@@ -13,15 +13,24 @@ from typing import Any
 import numpy as np
 
 from tessera.cost.aic import AicCosts
-from tessera.cost.aic_import import TABLES
 from tessera.cost.calibrate import ErrorStats
-from tessera.cost.tables import DEFAULT_CACHE, CacheModel, MeasuredTable
+from tessera.cost.moe import TokenCurve, balanced_from_power_law
+from tessera.cost.tables import (
+    DEFAULT_CACHE,
+    KERNEL_TABLES,
+    MOE_TABLES,
+    CacheModel,
+    MeasuredTable,
+    ideal_s,
+    monotone_in_tokens,
+    read_rows,
+)
 from tessera.cost.transfer import TABLE_CONSTANTS, Measured, Transfer, TransferConstants
 from tessera.errors import UserError
 from tessera.hardware import gpu, resolve_gpu
 
 # the axis of each table a serving step varies (tokens / sequence): the one interpolation is checked along
-TOKEN_AXIS = {"gemm": 0, "context_attention": 1, "generation_attention": 1, "moe": 0}
+TOKEN_AXIS = {"gemm": 0, "context_attention": 1, "generation_attention": 1, "moe": 0, "moe_power_law": 0}
 
 
 def _sample(n: int, rows: int) -> np.ndarray:
@@ -106,8 +115,9 @@ class Scorer:
     def select(self, fit: list[str]) -> tuple[Setting, float]:
         """The setting with the lowest mean |log(predicted / measured)| over leave-one-out folds within
         ``fit`` alone (the inner loop of nested cross-validation; the loss the rooflines are fitted with),
-        and that loss; the defaults where ``fit`` has under 3 GPUs."""
-        fit = [g for g in fit if self.costs.has(g, self.table)]
+        and that loss; the defaults where ``fit`` has under 3 GPUs (derived tables take no part: they are
+        nobody's source)."""
+        fit = [g for g in fit if self.costs.is_source(g, self.table)]
         if len(fit) < 3:
             return default_setting(self.table), float("nan")
         scored = [(float(np.abs(np.log(np.concatenate([self.ratios(h, [g for g in fit if g != h], s)
@@ -117,17 +127,17 @@ class Scorer:
         return best, loss
 
 
-@lru_cache(maxsize=2)
-def scorers_of(costs: AicCosts, rows: int) -> dict[str, Scorer]:
+@lru_cache(maxsize=4)
+def scorers_of(costs: AicCosts, rows: int, tables: tuple[str, ...] = KERNEL_TABLES) -> dict[str, Scorer]:
     """One ``Scorer`` per table, shared by the validations of one ``costs`` (their residuals are reused)."""
-    return {t: Scorer(costs, t, rows) for t in TABLES}
+    return {t: Scorer(costs, t, rows) for t in tables}
 
 
 def _fold(scorers: dict[str, Scorer], held: str, fit: list[str], nested: bool
           ) -> tuple[dict[str, np.ndarray], dict[str, dict[str, float]]]:
     errs, chosen = {}, {}
     for table, sc in scorers.items():
-        sources = [n for n in fit if sc.costs.has(n, table)]
+        sources = [n for n in fit if sc.costs.is_source(n, table)]
         if not sc.costs.has(held, table) or not sources:
             continue
         setting = sc.select(fit)[0] if nested else default_setting(table)
@@ -137,7 +147,8 @@ def _fold(scorers: dict[str, Scorer], held: str, fit: list[str], nested: bool
 
 
 def validate_transfer(costs: AicCosts, *, fit_on: str | None = None, holdout: str | None = None,
-                      rows: int = 300, nested: bool = False) -> dict[str, Any]:
+                      rows: int = 300, nested: bool = False,
+                      tables: tuple[str, ...] = KERNEL_TABLES) -> dict[str, Any]:
     """Fit on some measured GPUs, predict the others' tables from their datasheets; errors per table.
 
     Neither given: leave-one-GPU-out over every GPU with tables (errors pooled over the folds). ``nested``:
@@ -151,7 +162,7 @@ def validate_transfer(costs: AicCosts, *, fit_on: str | None = None, holdout: st
     folds = [(fit or [g for g in available if g != h], h) for h in held]
     if any(not f for f, _ in folds):
         raise UserError(f"validation needs at least two measured GPU types; measured: {', '.join(available)}")
-    scorers = scorers_of(costs, rows)
+    scorers = scorers_of(costs, rows, tables)
     pooled: dict[str, list[float]] = defaultdict(list)
     fold_out = []
     for f, h in folds:
@@ -166,7 +177,7 @@ def validate_transfer(costs: AicCosts, *, fit_on: str | None = None, holdout: st
         "holdout": sorted({h for _, h in folds}),
         "fit_on": sorted({g for f, _ in folds for g in f}),
         "overall": ErrorStats.of([x for e in pooled.values() for x in e]).to_dict(),
-        "ops": {t: ErrorStats.of(pooled[t]).to_dict() for t in TABLES if pooled.get(t)},
+        "ops": {t: ErrorStats.of(pooled[t]).to_dict() for t in tables if pooled.get(t)},
         "folds": fold_out,
     }
 
@@ -181,6 +192,17 @@ def select_all(costs: AicCosts, *, rows: int = 300) -> dict[str, dict[str, float
     return out
 
 
+def _predict(t: MeasuredTable, key: tuple[int, ...]) -> float:
+    """``t``'s time at ``key`` as the cost model answers: MoE through its monotone token curve."""
+    if t.name not in MOE_TABLES:
+        return t.time_at(key)
+
+    def raw(n: int) -> float:
+        return t.time_at((n, *key[1:]))
+
+    return TokenCurve.of(t.points[:, 0], raw).at(key[0], raw)
+
+
 def validate_interpolation(costs: AicCosts, *, rows: int = 300) -> dict[str, Any]:
     """Per GPU with tables: drop every other interior value of each table's token axis, rebuild the
     table from the rest and predict the dropped rows (grid points the table never saw)."""
@@ -189,15 +211,96 @@ def validate_interpolation(costs: AicCosts, *, rows: int = 300) -> dict[str, Any
     for name in sorted(costs.dirs):
         errs: dict[str, list[float]] = defaultdict(list)
         for table, t in costs.tables(name).items():
+            if table not in KERNEL_TABLES:
+                continue
             axis = np.unique(t.points[:, TOKEN_AXIS[table]])
             dropped = np.isin(t.points[:, TOKEN_AXIS[table]], axis[1:-1:2])
             kept = MeasuredTable(name=table, gpu=t.gpu, points=t.points[~dropped], time_s=t.time_s[~dropped])
             idx = np.flatnonzero(dropped)
             for i in idx[_sample(len(idx), rows)] if len(idx) else []:
-                errs[table].append(abs(kept.time_at(tuple(int(v) for v in t.points[i])) / t.time_s[i] - 1))
+                errs[table].append(abs(_predict(kept, tuple(int(v) for v in t.points[i])) / t.time_s[i] - 1))
         for table, e in errs.items():
             pooled[table].extend(e)
         per_gpu[name] = {t: ErrorStats.of(e).to_dict() for t, e in errs.items()}
     return {"overall": ErrorStats.of([x for e in pooled.values() for x in e]).to_dict(),
-            "ops": {t: ErrorStats.of(pooled[t]).to_dict() for t in TABLES if pooled.get(t)},
+            "ops": {t: ErrorStats.of(pooled[t]).to_dict() for t in KERNEL_TABLES if pooled.get(t)},
             "gpus": per_gpu}
+
+
+def moe_repairs(costs: AicCosts) -> list[dict[str, Any]]:
+    """Every MoE grid point ``tables.monotone_in_tokens`` lowered, per GPU and table: shape, measured and
+    repaired milliseconds (what docs/cost.md lists)."""
+    out = []
+    for name, d in sorted(costs.dirs.items()):
+        for table in MOE_TABLES:
+            if not (d / f"{table}.csv").exists():
+                continue
+            points, measured = read_rows(d / f"{table}.csv", table)
+            repaired = monotone_in_tokens(points, measured)
+            for i in np.flatnonzero(repaired < measured):
+                out.append({"gpu": name, "table": table, "shape": [int(v) for v in points[i]],
+                            "measured_ms": round(float(measured[i]) * 1e3, 5),
+                            "repaired_ms": round(float(repaired[i]) * 1e3, 5)})
+    return out
+
+
+def validate_routing(costs: AicCosts) -> dict[str, Any]:
+    """Leave-one-GPU-out check of the routing rule (tessera.cost.moe): each GPU measured both balanced and
+    power-law gets its balanced table derived from its own power-law rows and the other GPUs' ratios, scored
+    against its measured balanced rows; beside it, the power-law rows taken as they are."""
+    per_gpu, pooled, as_is = {}, [], []
+    for held in costs.both_routings():
+        power_law = costs.table(held, "moe_power_law")
+        derived = balanced_from_power_law(power_law, costs.routing_ratios(exclude=held))
+        measured, plain = _by_shape(costs.table(held, "moe")), _by_shape(power_law)
+        keys = list(_by_shape(derived).items())
+        e = [abs(t / measured[k] - 1) for k, t in keys if k in measured]
+        e0 = [abs(plain[k] / measured[k] - 1) for k, _ in keys if k in measured]
+        per_gpu[held] = {"derived": ErrorStats.of(e).to_dict(),
+                         "power_law_as_is": ErrorStats.of(e0).to_dict()}
+        pooled += e
+        as_is += e0
+    return {"overall": ErrorStats.of(pooled).to_dict(), "power_law_as_is": ErrorStats.of(as_is).to_dict(),
+            "gpus": per_gpu}
+
+
+def _by_shape(t: MeasuredTable | None) -> dict[tuple[int, ...], float]:
+    """A table's seconds by shape."""
+    assert t is not None
+    return {tuple(int(v) for v in p): float(x) for p, x in zip(t.points, t.time_s, strict=True)}
+
+
+SIBLINGS = ("H100-SXM", "H200")  # the H20's measured Hopper siblings
+
+
+def check_unmeasured_moe(costs: AicCosts, target: str = "H20", siblings: tuple[str, ...] = SIBLINGS,
+                         dominant: str = "H200") -> dict[str, Any]:
+    """MoE costs on a GPU no database measured (the H20), checked at every shape its measured siblings (GPUs
+    of the same architecture) share, against what the datasheets and those measurements bound:
+
+      dominated   the prediction is no faster than ``dominant``'s measurement (H200 has more of every figure
+                  the model uses than H20: bf16 peak, bandwidth, SMs);
+      roofline    how often the prediction beats the target's datasheet roofline at efficiency 1, beside how
+                  often the siblings' measurements beat theirs (experts resident in L2 do);
+      siblings    the prediction against the time at which the target reaches the same fraction of its
+                  roofline as the siblings reach of theirs (geometric mean) at that shape: |ratio - 1|."""
+    g = gpu(target)
+    tabs = {n: costs.table(n, "moe") for n in siblings}
+    rows = [_by_shape(tabs[n]) for n in siblings]
+    keys = sorted(set.intersection(*(set(r) for r in rows)))
+    p = np.array(keys)
+    pred = np.array([costs.moe_s(g, "moe", k) for k in keys])
+    ideal = ideal_s("moe", p, g)
+    sib_eff = {n: ideal_s("moe", p, gpu(n)) / np.array([r[k] for k in keys]) for n, r in zip(siblings, rows,
+                                                                                             strict=True)}
+    ref = ideal / np.exp(np.mean([np.log(e) for e in sib_eff.values()], axis=0))
+    dom = np.array([rows[siblings.index(dominant)][k] for k in keys])
+    err = np.abs(pred / ref - 1)
+    return {"target": target, "siblings": list(siblings), "shapes": len(keys),
+            "no_faster_than_" + dominant: float((pred >= dom * (1 - 1e-9)).mean()),
+            "beats_own_roofline": float((ideal / pred > 1).mean()),
+            "siblings_beat_their_roofline": {n: float((e > 1).mean()) for n, e in sib_eff.items()},
+            "vs_sibling_efficiency": {"median_ape": float(np.median(err)),
+                                      "p90_ape": float(np.percentile(err, 90)), "points": len(keys)},
+            "median_roofline_fraction": {target: float(np.median(ideal / pred)),
+                                         **{n: float(np.median(e)) for n, e in sib_eff.items()}}}

@@ -29,6 +29,8 @@ SHIPPED_AIC = Path(__file__).parent / "data" / "aic"
 ELEM_BYTES = 2  # bf16
 
 KEYS: dict[str, tuple[str, ...]] = {name: tuple(spec[3]) for name, spec in SPECS.items()}
+KERNEL_TABLES = ("gemm", "context_attention", "generation_attention", "moe")  # what kernels are priced from
+MOE_TABLES = ("moe", "moe_power_law")  # token axis first; times repaired to be monotone in it (read_table)
 FIT_ROWS = 3000  # rows (evenly spaced) a table's roofline is fitted on: plenty for three parameters
 _COMPUTE = (0.02, 1.5)  # search ranges: efficiencies as fractions of peak, launch in seconds
 _MEMORY = (0.02, 1.5)
@@ -87,7 +89,7 @@ def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | N
         else:
             q, kv = np.ones_like(b), length
         return 4 * b * h * q * kv * d / peak, e * b * d * (2 * h * q + 2 * kh * kv) / bw
-    if name == "moe":  # gated experts: up (2·inter) + down (inter) per routed token; expected distinct experts
+    if name in MOE_TABLES:  # gated experts: up (2·inter) + down (inter) per routed token; experts hit
         t, hid, inter, topk, experts = p.T
         active = experts * (1 - (1 - 1 / experts) ** (t * topk))
         return 6 * t * topk * hid * inter / peak, e * (3 * active * hid * inter + 2 * t * hid) / bw
@@ -241,8 +243,34 @@ class MeasuredTable:
         return float(self.roofline_s(np.array([key]), kv_len=q)[0]) * math.exp(self.log_ratio(key))
 
 
+def monotone_in_tokens(points: np.ndarray, time_s: np.ndarray) -> np.ndarray:
+    """MoE times repaired to be non-decreasing in tokens (``points[:, 0]``) per model shape (the other
+    columns): each time becomes the least time measured at that token count or more,
+    t'(n) = min over n' >= n of t(n').
+    A kernel on fewer tokens can run the configuration chosen for more (the extra rows padded), so the larger
+    count's time bounds the smaller's; measured points only ever go down, and only where the data break the
+    order (docs/cost.md lists them)."""
+    order = np.lexsort((-points[:, 0], *points[:, 1:].T[::-1]))  # by shape, tokens descending
+    out = time_s.astype(float).copy()
+    shape = points[order, 1:]
+    start = np.flatnonzero(np.r_[True, (shape[1:] != shape[:-1]).any(axis=1)])
+    for lo, hi in zip(start, [*start[1:], len(order)], strict=True):
+        rows = order[lo:hi]
+        out[rows] = np.minimum.accumulate(out[rows])  # largest token count first: running minimum from above
+    return out
+
+
 def read_table(path: Path, name: str, gpu: GpuSpec) -> MeasuredTable:
-    """One CSV table; a malformed row is a UserError naming file and row (1 = the first data row).
+    """One CSV table, MoE times repaired by ``monotone_in_tokens``; a malformed row is a UserError naming file
+    and row (1 = the first data row)."""
+    points, time_s = read_rows(path, name)
+    if name in MOE_TABLES:
+        time_s = monotone_in_tokens(points, time_s)
+    return MeasuredTable(name=name, gpu=gpu, points=points, time_s=time_s)
+
+
+def read_rows(path: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(shapes [N, d], seconds [N]) of one CSV table as measured.
 
     numpy parses a clean file at once; any failure re-reads it row by row to name the bad row."""
     keys = KEYS[name]
@@ -262,7 +290,7 @@ def read_table(path: Path, name: str, gpu: GpuSpec) -> MeasuredTable:
     except (ValueError, UserWarning):
         _find_bad_row(path, len(keys))
         raise UserError(f"{path}: no rows") from None
-    return MeasuredTable(name=name, gpu=gpu, points=data[:, :-1].astype(np.int64), time_s=data[:, -1] * 1e-3)
+    return data[:, :-1].astype(np.int64), data[:, -1] * 1e-3
 
 
 def _find_bad_row(path: Path, nkeys: int) -> None:

@@ -47,6 +47,7 @@ TABLE_CONSTANTS = {"gemm": TransferConstants(scale=0.5, ridge=0.3),
                    "context_attention": TransferConstants(scale=0.25, ridge=0.03),
                    "generation_attention": TransferConstants(scale=0.35, ridge=0.03),
                    "moe": TransferConstants(scale=0.25, ridge=0.3)}
+TABLE_CONSTANTS["moe_power_law"] = TABLE_CONSTANTS["moe"]  # the same kernels, other routing (validation only)
 DEFAULT_CONSTANTS = TransferConstants(scale=0.35, ridge=0.1)  # a table without its own
 
 
