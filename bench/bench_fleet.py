@@ -92,8 +92,9 @@ def markdown(res: dict[str, Any]) -> str:
     slo, tr = res["slo"], res["traffic"]
     md = ["# Fleet planning (`bench/bench_fleet.py`)", "",
           f"{res['model']}, goodput at the SLO (TTFT ≤ {slo['ttft_s']:g} s, TPOT ≤ {slo['tpot_s'] * 1e3:g} ms), prompt "
-          f"{tr['prompt']} / output {tr['output']}, batch chosen per cell, micro-batches {res['microbatches']}; pcie5 "
-          f"inside a cell; 2-core shared machine, one process, load {res['load_1min']:.1f}. The first row includes "
+          f"{tr['prompt']} / output {tr['output']}, batch chosen per cell, micro-batches {res['microbatches']}; each "
+          f"cell at the best link its GPUs can have; 2-core shared machine, one process, "
+          f"load {res['load_1min']:.1f}. The first row includes "
           f"the model's capture (a cold process).", "",
           "| pool | objective | planned in s | cells planned | largest cell | goodput tok/s | $/h | gap to bound | cells |",
           "|---|---|---:|---:|---:|---:|---:|---:|---|"]
