@@ -16,7 +16,9 @@ budget K per micro-batch iteration). The model, per micro-batch (group) at rate 
                  chunk (the own one, Y ~ Bernoulli(ρ), plus Binomial(m − 1, ρ) others), T0/L0 the busy
                  and latency without a chunk, Δ what a chunk adds; τ̄ its mean (a fixed point, since n
                  and c̄ grow with τ̄);
-  TPOT           a request's mean over its O − 1 iterations: normal, mean τ̄, variance Var(period)/(O − 1);
+  TPOT           a request's mean over its O − 1 iterations: normal, mean τ̄, its variance from the prompts
+                 arriving while it decodes (compound Poisson: each adds P/Q chunk iterations) and the
+                 decodes running beside it rising and falling with the same arrivals (tpot_sd);
   TTFT           the prefill queue's wait (M/D/1 over the pooled chunk capacity m·Q per full iteration,
                  tail by the Cramér–Lundberg approximation), plus the wait for a slot when all B are
                  taken (M/M/c, Erlang C, held TTFT + (O − 1)·τ̄), plus half a group's turn to join,
@@ -285,10 +287,37 @@ def _mean(w: Tail) -> float:
     return w.mass / w.rate if w.mass > 0 and w.rate > 0 else (math.inf if w.mass > 0 else 0.0)
 
 
-def tpot_below(s: State, output: int, t: float) -> float:
-    if output <= 1:
-        return 1.0
-    sd = math.sqrt(s.per.var_s2 / (output - 1))
+def tpot_sd(costs: IterCosts, e: Engine, s: State, prompt: int, output: int, lam: float) -> float:
+    """Standard deviation of a request's TPOT, the mean period over its O − 1 decode iterations (a window
+    of W = (O − 1)·τ̄ seconds). Iterations are not independent: the prompts arriving in the window (Poisson,
+    λ·W of them) each add P/Q chunk iterations, in runs, and the running decodes n rise and fall with the
+    same arrivals. So the window's total time is τ̄·(O − 1) plus
+        A·(N − λW),  A = (P/Q)·(dτ̄/dρ)/m, the time one prompt's chunks add to the groups' periods;
+        (dτ/dn)·(O − 1)·(n̄_W − n), n̄_W the window's mean of the own group's decodes, whose variance is
+        2/3 of n (a count of arrivals over a window as long as the window it is averaged over);
+    the two share the own group's arrivals: covariance (λ/m)·W/2 between N and n̄_W. The window itself
+    lengthens with N (each arrival adds to the periods it spans), which feeds back: the spread is divided
+    by one minus that gain."""
+    if output <= 1 or lam <= 0:
+        return 0.0
+    m, q, n, tau = e.microbatches, max(s.q, 1.0), s.n, s.per.mean_s
+    base, chunk = costs.at(n), costs.chunk_of(q)
+    h = min(0.01, s.rho, 1 - s.rho) or 0.005
+    lo, hi = max(0.0, s.rho - h), min(1.0, s.rho + h)
+    dtau_drho = (period(base, chunk, m, hi).mean_s - period(base, chunk, m, lo).mean_s) / (hi - lo)
+    dn = max(1.0, 0.05 * n)
+    dtau_dn = (period(costs.at(n + dn), chunk, m, s.rho).mean_s
+               - period(costs.at(max(0.0, n - dn)), chunk, m, s.rho).mean_s) / (n + dn - max(0.0, n - dn))
+    w, it = (output - 1) * tau, output - 1
+    a = prompt / q * dtau_drho / m
+    var = a * a * lam * w + (dtau_dn * it) ** 2 * (2 / 3) * n + 2 * a * dtau_dn * it * (lam / m) * w / 2
+    # the window stretches with what arrives in it, and more arrives in a longer window: each second more
+    # brings λ prompts adding A each, and λ/m decodes adding dτ/dn·(O − 1)/2 on average (they join midway)
+    gain = min(0.9, lam * a + (lam / m) * dtau_dn * it / 2)
+    return math.sqrt(max(0.0, var)) / it / (1 - gain)
+
+
+def tpot_below(s: State, sd: float, t: float) -> float:
     if sd == 0:
         return 1.0 if s.per.mean_s <= t else 0.0
     return NormalDist(s.per.mean_s, sd).cdf(t)
@@ -302,7 +331,7 @@ def token_knee(costs: IterCosts, e: Engine, *, prompt: int, output: int, ttft_s:
         if not s.feasible:  # beyond capacity the queue grows without bound
             return 0.0, s, math.inf, 0.0, 0.0
         miss_ttft, mean_ttft = ttft_above(s, e, prompt, output, lam, ttft_s)
-        ok_tpot = tpot_below(s, output, tpot_s)
+        ok_tpot = tpot_below(s, tpot_sd(costs, e, s, prompt, output, lam), tpot_s)
         return (1 - miss_ttft) * ok_tpot, s, mean_ttft, 1 - miss_ttft, ok_tpot
 
     cap = capacity(lambda lam: steady(costs, e, prompt, output, lam), output, costs, e)

@@ -77,15 +77,29 @@ def test_period_of_two_groups_by_hand() -> None:
 
 
 def test_knee_bound_by_tpot_by_hand() -> None:
-    # one group, an iteration of n decodes takes 10 ms + 1 ms·n, prompt chunks cost nothing; TPOT SLO 20 ms.
-    # TPOT = τ̄ (no variance), so the knee is where τ̄ = 20 ms: n = 10, and Little's law
-    # n = λ·(O − 1)·τ̄ gives λ = 10 / (10 · 0.02) = 50 requests/s for O = 11.
+    # one group, an iteration of n decodes takes 10 ms + 1 ms·n, prompt chunks cost nothing; TPOT SLO 20 ms,
+    # O = 11 (10 decode iterations). Little's law n = λ·10·τ̄ with τ̄ = 0.01 + 0.001·n gives
+    # τ̄ = 0.01 / (1 − 0.01·λ): without spread the knee would be at τ̄ = 20 ms, λ = 50/s. A request's TPOT
+    # varies with the decodes beside it: its window's mean of n has variance 2/3·n, times dτ/dn = 1 ms,
+    # stretched by 1/(1 − gain), gain = λ·(dτ/dn)·10/2 (arrivals lengthen the window they arrive in):
+    # sd = 0.001·√(2n/3) / (1 − 0.005·λ). The knee is where τ̄ + 1.2816·sd = 20 ms (90% below the SLO):
+    # at λ = 39.88, τ̄ = 16.633 ms, n = 6.633, sd = 2.627 ms, τ̄ + 1.2816·sd = 20.000 ms.
+    def tail(lam: float) -> float:
+        tau = 0.01 / (1 - 0.01 * lam)
+        n = lam * 10 * tau
+        return tau + 1.2815516 * 0.001 * math.sqrt(2 * n / 3) / (1 - 0.005 * lam)
+
+    lo, hi = 1.0, 99.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tail(mid) <= 0.020 else (lo, mid)
     costs = IterCosts(decode=((1, one(0.011)), (100, one(0.110))), chunk_tokens=1000, chunk=one(0.0))
     k = token_knee(costs, Engine(seqs=100, budget=1100, microbatches=1), prompt=100, output=11, ttft_s=5.0,
                    tpot_s=0.020)
-    assert k.rate_per_s == pytest.approx(50.0, rel=1e-3)
+    assert lo == pytest.approx(39.88, abs=0.01)
+    assert k.rate_per_s == pytest.approx(lo, rel=2e-3)
     assert k.binding == "TPOT"
-    assert k.tpot_s == pytest.approx(0.020, rel=1e-3)
+    assert k.tpot_s == pytest.approx(0.01 / (1 - 0.01 * lo), rel=1e-3)  # the mean TPOT at the knee
 
 
 def test_knee_bound_by_slots_by_hand() -> None:
