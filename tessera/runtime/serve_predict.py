@@ -242,8 +242,8 @@ def predicted_tokens_per_s(mix: StreamMix, w: WorkloadSpec, slots: int, m: int, 
 
 def profile_plan(model: str, mix: StreamMix, slots: int, m: int, over: Overheads = Overheads(),
                  budget_tokens: int | None = None) -> Plan:
-    """A serving-model Plan (version 2: a "mixed" phase) priced by these costs, for tessera.sim. A point is one
-    group's iteration of n decode steps and c prompt tokens (c/P mean prompts, all their chunks) at the
+    """A serving-model Plan (version 2: a "mixed" phase) priced by these costs, for tessera.sim. A point is
+    one group's iteration of n decode steps and c prompt tokens (c/P mean prompts, all their chunks) at the
     contract's grid: n in {1, ⌈b/2⌉, b} (b = ⌈slots/m⌉), c in {0, ⌈K/2⌉, K}, context P and P + O (the mean
     prompt and output); K = ``budget_tokens``, default b·⌈P⌉ (every slot of a group taking a whole mean
     prompt). Per device its queued busy seconds, latency the group's (group_terms). Where the run measured
@@ -284,11 +284,13 @@ def run_scheduler(slots: int, groups: int, prefills: int, chunk_tokens: int) -> 
     or prefilling) over ``groups`` groups; a request prefills at most ``chunk_tokens`` prompt tokens per
     iteration; each group prefills at most ``prefills`` prompts at a time (0: no limit, every slot may be in
     its prompt). The token budget of a group's iteration is then what such a group can carry at most: p
-    prompts' chunks and its other slots' decodes, b − p + p·chunk (b = ⌈slots/groups⌉, p = min(b, prefills))."""
+    prompts' chunks and its other slots' decodes, b − p + p·chunk (b = ⌈slots/groups⌉,
+    p = min(b, prefills))."""
     b = -(-slots // groups)
     p = min(b, prefills or b)
     return SchedulerConfig(max_num_seqs=slots, max_num_batched_tokens=b - p + p * chunk_tokens,
-                           microbatches=groups, chunk_tokens=chunk_tokens, max_partial_prefills=prefills or None)
+                           microbatches=groups, chunk_tokens=chunk_tokens,
+                           max_partial_prefills=prefills or None)
 
 
 def simulated(plan: Plan, w: WorkloadSpec, seed: int, scheduler: SchedulerConfig, trace: str | None = None
@@ -306,5 +308,6 @@ def simulated(plan: Plan, w: WorkloadSpec, seed: int, scheduler: SchedulerConfig
             "completed": r.completed}
 
 
-__all__ = ["KernelTimes", "Overheads", "StepCost", "StreamMix", "group_terms", "iteration_s", "predicted_period_s", "predicted_tokens_per_s",
+__all__ = ["KernelTimes", "Overheads", "StepCost", "StreamMix", "group_terms", "iteration_s",
+           "predicted_period_s", "predicted_tokens_per_s",
            "profile", "profile_plan", "profiled_times", "run_scheduler", "simulated", "step_costs", "stream_mix"]

@@ -2,8 +2,9 @@
 
 Load signal: a replica's outstanding requests (waiting + prefilling + decoding). It goes to throughput
 mode when that reaches ``high_load`` and back to latency mode when it falls to ``low_load``. Defaults
-come from the latency plan: ``high_load`` = its largest sampled batch (beyond it the latency schedule
-would queue or run outside the shapes it was planned for), ``low_load`` = half of that.
+come from the latency plan: ``high_load`` = its engine's ``max_num_seqs`` (a plan without engine settings:
+its largest sampled batch; beyond it the latency schedule would queue or run outside the shapes it was
+planned for), ``low_load`` = half of that.
 
 Residency rule (a switch must not move weights): the two plans must be for the same model on the same
 devices (same GPU and capacity, in order) with the same KV bytes per token, and then either
@@ -41,8 +42,9 @@ class AdaptivePolicy:
     switch_s: float | None = None  # None: default above
 
     def __post_init__(self) -> None:
-        lat_batch = max((s.batch for n in ITER_PHASES if n in self.latency_plan.phases
-                         for s in self.latency_plan.phases[n].points), default=1)
+        lat = self.latency_plan
+        lat_batch = lat.engine.max_num_seqs if lat.engine is not None else max(
+            (s.batch for n in ITER_PHASES if n in lat.phases for s in lat.phases[n].points), default=1)
         if self.high_load is None:
             object.__setattr__(self, "high_load", lat_batch)
         if self.low_load is None:

@@ -118,10 +118,12 @@ def _workload(plan: Plan | PoolPlan, kind: str | None, rate: float | None, reque
     return spec, note
 
 
-def _slo(plan: Plan | PoolPlan, ttft_ms: float | None, tpot_ms: float | None, e2e_ms: float | None) -> SLO | None:
+def _slo(plan: Plan | PoolPlan, ttft_ms: float | None, tpot_ms: float | None,
+         e2e_ms: float | None) -> SLO | None:
     """The plan's SLO, each target the flags give replacing its own."""
     base = plan_slo(plan) or SLO()
-    given = {k: v / 1e3 for k, v in (("ttft_s", ttft_ms), ("tpot_s", tpot_ms), ("e2e_s", e2e_ms)) if v is not None}
+    flags = (("ttft_s", ttft_ms), ("tpot_s", tpot_ms), ("e2e_s", e2e_ms))
+    given = {k: v / 1e3 for k, v in flags if v is not None}
     slo = replace(base, **given)
     return slo if slo.given else None
 
@@ -133,7 +135,8 @@ def _print_knee(k: Knee, json_out: bool) -> None:
     t = Table(title="SLO knee (bisection over the Poisson arrival rate)", show_header=False)
     slo = ", ".join(f"{n} {v * 1e3:g} ms" for n, v in (("TTFT", k.slo["ttft_s"]), ("TPOT", k.slo["tpot_s"]),
                                                         ("E2E", k.slo["e2e_s"])) if v is not None)
-    t.add_row("traffic / SLO", f"prompt {k.prompt}, output {k.output}; {slo}; target {k.target:.0%} of requests")
+    t.add_row("traffic / SLO",
+              f"prompt {k.prompt}, output {k.output}; {slo}; target {k.target:.0%} of requests")
     t.add_row("knee", f"{k.rate_per_s:.4g} req/s = {k.per_s:,.4g} {k.unit}" + (
         "" if k.attainment is None else f" (attainment {k.attainment:.1%})"))
     if k.above_rate_per_s is not None:
@@ -153,11 +156,12 @@ def register(app: typer.Typer) -> None:
     def simulate_cmd(
         plan_path: Path = typer.Argument(..., metavar="PLAN.json", help="plan file from `tessera plan -o` (one "
                                          "cell's plan, or a pool plan of different cells)"),
-        workload: str | None = typer.Option(None, help="offline | poisson | bursty (default: poisson with --rate; "
-                                            "without it poisson at 90% of the plan's goodput, else offline)"),
+        workload: str | None = typer.Option(None, help="offline | poisson | bursty (default: poisson with "
+                                            "--rate; without it poisson at 90% of the plan's goodput, else "
+                                            "offline)"),
         rate: float | None = typer.Option(None, help="mean arrival rate, requests/s (poisson, bursty)"),
-        requests: int | None = typer.Option(None, help="number of requests (default 1000; --knee: per rate and "
-                                            "seed, 15 x the sequences the pool runs at once, >= 2000)"),
+        requests: int | None = typer.Option(None, help="number of requests (default 1000; --knee: per rate "
+                                            "and seed, 15 x the sequences the pool runs at once, >= 2000)"),
         prompt: str | None = typer.Option(None, help="prompt tokens: N, LO-HI, or azure_conv_2023 / "
                                           "azure_code_2023 (default: the plan's traffic, else 512)"),
         output: str | None = typer.Option(None, help="output tokens (denoising steps for image plans): as "
@@ -167,21 +171,22 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, help="random seed (same seed, same metrics; --knee: seeds S and S+1)"),
         slo_ttft_ms: float | None = typer.Option(None, help="TTFT target (default: the plan's SLO)"),
         slo_tpot_ms: float | None = typer.Option(None, help="TPOT target (default: the plan's SLO)"),
-        slo_e2e_ms: float | None = typer.Option(None, help="end-to-end target, an image plan's latency per image "
-                                                "(default: the plan's SLO)"),
+        slo_e2e_ms: float | None = typer.Option(None, help="end-to-end target, an image plan's latency per "
+                                                "image (default: the plan's SLO)"),
         replicas: int = typer.Option(1, help="copies of the plan behind the router"),
         router: str = typer.Option("least_loaded", help="least_loaded | round_robin"),
-        max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", "--max-batch", help="sequences running at "
-                                                "once per replica (default: the plan's engine settings)"),
-        max_num_batched_tokens: int | None = typer.Option(None, help="token budget of one micro-batch's iteration "
-                                                          "(two-phase plans: of a prefill iteration; default: "
-                                                          "the plan's engine settings)"),
-        microbatches: int | None = typer.Option(None, help="serving-model plans: groups advancing independently "
-                                                "(default: the plan's engine settings)"),
-        chunked_prefill: bool = typer.Option(False, help="two-phase plans: split prompts into chunks mixed with "
-                                             "decode (serving-model plans always do)"),
-        knee: bool = typer.Option(False, help="find the SLO knee: the highest poisson rate at which --target of "
-                                  "requests meet the SLO"),
+        max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", "--max-batch", help="sequences "
+                                                "running at once per replica (default: the plan's engine "
+                                                "settings)"),
+        max_num_batched_tokens: int | None = typer.Option(None, help="token budget of one micro-batch's "
+                                                          "iteration (two-phase plans: of a prefill "
+                                                          "iteration; default: the plan's engine settings)"),
+        microbatches: int | None = typer.Option(None, help="serving-model plans: groups advancing "
+                                                "independently (default: the plan's engine settings)"),
+        chunked_prefill: bool = typer.Option(False, help="two-phase plans: split prompts into chunks mixed "
+                                             "with decode (serving-model plans always do)"),
+        knee: bool = typer.Option(False, help="find the SLO knee: the highest poisson rate at which --target "
+                                  "of requests meet the SLO"),
         target: float = typer.Option(0.9, help="--knee: share of requests that must meet the SLO"),
         adaptive: bool = typer.Option(False, help="switch between --latency-plan and PLAN by queue depth"),
         latency_plan: Path | None = typer.Option(None, help="latency-mode plan for --adaptive"),
@@ -220,7 +225,8 @@ def register(app: typer.Typer) -> None:
                           config=KneeConfig(target=target, requests=requests, seeds=(seed, seed + 1)))
             _print_knee(k, json_out)
             return
-        spec, note = _workload(plan, workload, rate, requests or 1000, p_spec, o_spec, burst, burst_cv, replicas)
+        spec, note = _workload(plan, workload, rate, requests or 1000, p_spec, o_spec, burst, burst_cv,
+                               replicas)
         if note:
             print(f"note: simulating {note}", file=sys.stderr)
         _warn_overload(plan, spec, replicas)

@@ -18,7 +18,7 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tessera.sim.mixed import MixedReplica
+from tessera.sim.mixed import GROUPS, MixedReplica
 from tessera.sim.replica import Replica, State
 from tessera.sim.router import Router
 
@@ -34,7 +34,7 @@ class Engine:
     pool_events: tuple[tuple[float, int, int], ...] = ()  # (time_s, FAIL | JOIN, replica)
 
     def run(self) -> None:
-        heap: list[tuple[float, int, int, int, int, object]] = []
+        heap: list[tuple[float, int, int, int, int, int]] = []
         seq = 0
         n = len(self.state.arrival)
         if n:
@@ -42,12 +42,20 @@ class Engine:
         for t, kind, rep in self.pool_events:
             seq += 1
             heapq.heappush(heap, (t, PRIO[kind], seq, kind, rep, 0))
-        handlers = (self._arrive, self._done, self._kick, self._switched, self._fail, self._join, self._stage)
+        handlers = (self._arrive, self._done, self._kick, self._switched, self._fail, self._join)
+        reps, pop, push = self.replicas, heapq.heappop, heapq.heappush
         while heap:
-            t, _, _, kind, rep, arg = heapq.heappop(heap)
+            t, _, _, kind, rep, arg = pop(heap)
+            if kind == STAGE:  # the most frequent event (mixed plans), handled here without a handler call
+                r = reps[rep]
+                when, done = (None, False) if r.dead else r.stage(t, arg)  # type: ignore[union-attr]
+                if when is not None:
+                    seq += 1
+                    push(heap, (when, 1, seq, DONE, rep, arg % GROUPS) if done else (when, 1, seq, STAGE, rep, arg))
+                continue
             for et, ek, er, ea in handlers[kind](t, rep, arg):
                 seq += 1
-                heapq.heappush(heap, (et, PRIO[ek], seq, ek, er, ea))
+                push(heap, (et, PRIO[ek], seq, ek, er, ea))
 
     # -- handlers: (time, replica, arg) -> new events (time, kind, replica, arg)
 
@@ -87,16 +95,6 @@ class Engine:
         if isinstance(dur, list):  # stage by stage (a mixed plan's route that revisits a resource)
             return [(et, STAGE, r, a) for et, a in dur]
         return ((t + dur, DONE, r, lane),)
-
-    def _stage(self, t: float, r: int, arg) -> Iterable[tuple[float, int, int, object]]:
-        rep = self.replicas[r]
-        if rep.dead:
-            return ()
-        evs, g, end = rep.stage(t, arg)  # type: ignore[union-attr]
-        out: list[tuple[float, int, int, object]] = [(et, STAGE, r, a) for et, a in evs]
-        if g >= 0:
-            out.append((end, DONE, r, g))
-        return out
 
     def _done(self, t: float, r: int, lane: int) -> Iterable[tuple[float, int, int, int]]:
         rep = self.replicas[r]

@@ -52,8 +52,9 @@ def mixed_spans(plan: Plan, *, tokens: float | None = None, context: float | Non
     raw: list[tuple[int, int, float, float]] = []
     run_groups(route, [shape] * eng.microbatches, iterations, spans=raw)
     rows = route.rows(plan)
-    return [Span(row=rows[r], start_s=s, dur_s=h, microbatch=g, kind="compute" if route.resources[r][1] is None
-                 else "link", phase="mixed") for r, g, s, h in raw if h > 0]
+    kinds = ["compute" if to is None else "link" for _, to in route.resources]
+    return [Span(row=rows[r], start_s=s, dur_s=h, microbatch=g, kind=kinds[r], phase="mixed")
+            for r, g, s, h in raw if h > 0]
 
 
 def plot_plan(plan: Plan, path: str | Path, *, phase: str = "decode", tokens: float | None = None,
@@ -72,6 +73,7 @@ def plot_plan(plan: Plan, path: str | Path, *, phase: str = "decode", tokens: fl
     ctx = 0.0 if context is None else context
     dur, w = table.time(tok, ctx)
     spans = [s for k in range(iterations) for s in iteration_spans(plan, phase, w, k * dur, dur)]
+    mbs = plural(plan.phases[phase].microbatches, "micro-batch", "micro-batches")
     plot_spans(spans, path, f"{plan.model} {plan.strategy} {phase}: {iterations} iterations at tokens={tok:g}, "
-                            f"context={ctx:g}, {plural(plan.phases[phase].microbatches, 'micro-batch', 'micro-batches')}")
+                            f"context={ctx:g}, {mbs}")
     return spans

@@ -96,16 +96,17 @@ def mixed_plan(*, route: Sequence[StretchCost], engine: EngineSettings, prompt: 
                gpus: Sequence[str] = ("H100-SXM",), extra_latency_s: float = 0.0,
                batches: Sequence[int] | None = None, chunks: Sequence[int] | None = None,
                contexts: Sequence[int] | None = None, write_route: bool = True,
-               kv_capacity_tokens: int = 1_000_000, kv_bytes_per_token: int = 131072, usd_per_hour: float = 1.0,
+               kv_capacity_tokens: int = 1_000_000, kv_bytes_per_token: int = 131072,
+               usd_per_hour: float = 1.0,
                slo: dict[str, float] | None = None, goodput_per_s: float | None = None,
                throughput_tokens_per_s: float | None = None, replicas: int = 1, model: str = "hand",
                strategy: str = "tessera") -> Plan:
     """A serving-model plan (a "mixed" phase, Plan version 2) whose micro-batch iteration walks ``route`` in
     order, each stretch costing its closed form; a point's latency is the stretches' seconds in sequence plus
     ``extra_latency_s``. Points on the contract's full grid unless given: decode sequences {1, ⌈b/2⌉, b} (b
-    the engine's group_seqs), chunk tokens {0, ⌈K/2⌉, K} (K its token budget), contexts {P, P + O}. The route's
-    shares are each stretch's part of its resource at the grid's largest point; ``write_route`` False leaves
-    the route empty (the simulator's fallback: one stage per device in order)."""
+    the engine's group_seqs), chunk tokens {0, ⌈K/2⌉, K} (K its token budget), contexts {P, P + O}. The
+    route's shares are each stretch's part of its resource at the grid's largest point; ``write_route`` False
+    leaves the route empty (the simulator's fallback: one stage per device in order)."""
     b, k = engine.group_seqs, engine.max_num_batched_tokens
     batches = sorted(set(batches or (1, -(-b // 2), b)))
     chunks = sorted(set(chunks or (0, -(-k // 2), k)))

@@ -3,9 +3,9 @@
 goodput, the figure the planner's ``Plan.goodput_per_s`` is checked against (docs/sim.md "The SLO knee").
 
 Transient and noise:
-- every rate is simulated from an empty cell with ``requests`` requests per seed; the first ``warmup`` share of
-  them (by arrival) fill the cell and are not judged, the rest are, the last ones included (their drain is a
-  few batches out of thousands of requests);
+- every rate is simulated from an empty cell with ``requests`` requests per seed; the first ``warmup``
+  share of them (by arrival) fill the cell and are not judged, the rest are, the last ones included (their
+  drain is a few batches out of thousands of requests);
 - ``requests`` defaults to 15 × the sequences the pool runs at once (at least 2,000, at most 50,000): the
   judged requests then span several lifetimes of a full batch, and a rate past the cell's capacity, whose
   queue grows for the whole run, is judged past it (TTFT misses once the queue holds a TTFT's worth of
@@ -45,7 +45,7 @@ from tessera.sim.workload import LengthSpec, WorkloadSpec
 
 STEP = 1.5  # bracketing factor
 MAX_STEPS = 12  # bracketing steps each way before giving up
-MIN_REQUESTS, MAX_REQUESTS, PER_SEQUENCE = 2_000, 50_000, 15
+MIN_REQUESTS, MAX_REQUESTS, PER_SEQUENCE = 2_000, 50_000, 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,10 +189,10 @@ def _bracket(s: _Search, rate: float) -> tuple[float | None, float | None]:
 
 
 def find_knee(plan: Plan | PoolPlan, *, prompt: LengthSpec | None = None, output: LengthSpec | None = None,
-              slo: SLO | None = None, config: KneeConfig | None = None, scheduler: SchedulerConfig | None = None,
-              replicas: int = 1) -> Knee:
-    """The SLO knee of ``plan`` (``replicas`` copies behind the router) under Poisson arrivals of ``prompt`` and
-    ``output`` lengths (default: the plan's traffic) and ``slo`` (default: the plan's)."""
+              slo: SLO | None = None, config: KneeConfig | None = None,
+              scheduler: SchedulerConfig | None = None, replicas: int = 1) -> Knee:
+    """The SLO knee of ``plan`` (``replicas`` copies behind the router) under Poisson arrivals of ``prompt``
+    and ``output`` lengths (default: the plan's traffic) and ``slo`` (default: the plan's)."""
     cfg = config or KneeConfig()
     t0 = time.perf_counter()
     p_def, o_def = plan_lengths(plan)
@@ -216,15 +216,18 @@ def find_knee(plan: Plan | PoolPlan, *, prompt: LengthSpec | None = None, output
         hi = min((r for r, a in s.seen.items() if a < cfg.target and (lo is None or r > lo)), default=None)
         note = f"stopped after {cfg.max_rates} rates before the bracket closed to {cfg.rel_tol:.0%}"
     if lo is None:
-        note = note or f"the SLO is missed by more than {1 - cfg.target:.0%} of requests even at {hi:.4g} req/s"
+        note = note or (f"the SLO is missed by more than {1 - cfg.target:.0%} of requests even at "
+                        f"{hi:.4g} req/s")
     elif hi is None:
         note = note or f"the target is still met at {lo:.4g} req/s, the highest rate tried"
     mean_out = 1.0 if images(plan) else mean_tokens(output, 1)
-    return Knee(rate_per_s=lo or 0.0, per_s=(lo or 0.0) * mean_out, unit="images/s" if images(plan) else "tokens/s",
+    planner = plan_goodput_per_s(plan)
+    return Knee(rate_per_s=lo or 0.0, per_s=(lo or 0.0) * mean_out,
+                unit="images/s" if images(plan) else "tokens/s",
                 attainment=s.seen.get(lo) if lo is not None else None, above_rate_per_s=hi,
                 above_attainment=s.seen.get(hi) if hi is not None else None, target=cfg.target,
                 slo={"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}, prompt=str(prompt),
                 output=str(output), requests=n, seeds=cfg.seeds, warmup=cfg.warmup, rel_tol=cfg.rel_tol,
                 rates=len(s.seen), wall_s=time.perf_counter() - t0,
-                planner_per_s=None if plan_goodput_per_s(plan) is None else plan_goodput_per_s(plan) * replicas,
+                planner_per_s=None if planner is None else planner * replicas,
                 note=note)

@@ -25,6 +25,8 @@ from tessera.sim.model import PlanModel
 from tessera.sim.replica import DONE, PREFILLING, RUNNING, WAITING, State
 from tessera.sim.stages import Pipeline
 
+GROUPS = 1 << 20  # a STAGE event's arg is generation·GROUPS + group: stages of a replaced pipeline are stale
+
 
 class Group:
     __slots__ = ("chunks", "dec", "fin", "it", "joined", "n", "prefilling", "S", "t0")
@@ -145,9 +147,9 @@ class MixedReplica:
         self.switching, self.switch_to = False, None
         self.switches += 1
 
-    def start(self, g: int, t: float) -> float | list[tuple[float, tuple[int, int]]] | None:
-        """Schedule group g's next iteration: its duration (chain routes), or the stage events that will run
-        it (tessera.sim.engine's STAGE events, arg (generation, code)); None when the group has no work."""
+    def start(self, g: int, t: float) -> float | list[tuple[float, int]] | None:
+        """Schedule group g's next iteration: its duration (chain routes), or its first STAGE event
+        (tessera.sim.engine; arg generation·GROUPS + g); None when the group has no work."""
         grp, st = self.groups[g], self.st
         while grp.n and self.kv + grp.n > self.kv_cap:
             self._preempt(grp)
@@ -162,16 +164,14 @@ class MixedReplica:
         grp.dec, grp.chunks, grp.t0 = n, chunks, t
         if self.pipe.chain:
             return self.pipe.book(g, t, holds, lat) - t
-        gen = self.generation
-        return [(et, (gen, code)) for et, code in self.pipe.begin(g, t, holds, lat)]
+        return [(self.pipe.begin(g, t, holds, lat), self.generation * GROUPS + g)]
 
-    def stage(self, t: float, arg: tuple[int, int]) -> tuple[list[tuple[float, tuple[int, int]]], int, float]:
-        """One stage event: (new stage events, the group whose iteration it completes or -1, its end time)."""
-        gen, code = arg
-        if gen != self.generation:
-            return [], -1, t
-        evs, end = self.pipe.event(t, code)
-        return [(et, (gen, c)) for et, c in evs], (code if end is not None else -1), (end or t)
+    def stage(self, t: float, arg: int) -> tuple[float | None, bool]:
+        """A stage of group ``arg % GROUPS``'s iteration lets the next start at t: (when the next one does,
+        False), or (the iteration's end, True); (None, False) for a stage of a replaced pipeline."""
+        if arg // GROUPS != self.generation:
+            return None, False
+        return self.pipe.advance(arg % GROUPS, t)
 
     def finish(self, g: int, t: float) -> None:
         grp, st = self.groups[g], self.st
@@ -211,7 +211,8 @@ class MixedReplica:
     # -- scheduling
 
     def _chunks(self, grp: Group, budget: int) -> list[tuple[int, int]]:
-        """Prompt chunks of this iteration within ``budget`` tokens: prompts mid-prefill first, then admissions."""
+        """Prompt chunks of this iteration within ``budget`` tokens: prompts mid-prefill first, then
+        admissions."""
         st, cap, pm = self.st, self.pm.chunk_cap, self.pm
         out = []
         for r in grp.prefilling:

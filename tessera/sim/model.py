@@ -19,8 +19,8 @@ ITER_PHASES = ("mixed", "decode", "denoise")  # run once per output token / deno
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig:
-    """The engine's knobs (vLLM's names); None takes the plan's engine settings (``Plan.engine``), or for a plan
-    without them the default derived from its step points (docs/sim.md)."""
+    """The engine's knobs (vLLM's names); None takes the plan's engine settings (``Plan.engine``), or for a
+    plan without them the default derived from its step points (docs/sim.md)."""
 
     max_num_seqs: int | None = None  # sequences running at once per replica (all micro-batches together)
     # token budget: of one micro-batch's iteration (mixed plans), of one prefill iteration (two-phase plans)
@@ -35,7 +35,8 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.router not in ("least_loaded", "round_robin"):
             raise UserError(f"unknown router {self.router!r}; valid: least_loaded, round_robin")
-        for k in ("max_num_seqs", "max_num_batched_tokens", "microbatches", "chunk_tokens", "max_partial_prefills"):
+        for k in ("max_num_seqs", "max_num_batched_tokens", "microbatches", "chunk_tokens",
+                  "max_partial_prefills"):
             v = getattr(self, k)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise UserError(f"{k}={v!r} must be an integer >= 1")
@@ -55,7 +56,7 @@ class PlanModel:
     chunked: bool
     names: tuple[str, ...] = field(default=())
     mixed: bool = False  # a serving-model plan: served by tessera.sim.mixed
-    engine: EngineSettings | None = None  # mixed plans: the settings the engine runs under (overrides applied)
+    engine: EngineSettings | None = None  # mixed plans: the settings it runs under (overrides applied)
     route: Route | None = None  # mixed plans: one micro-batch's stages along the placement
     stage_times: StageTimes | None = None  # mixed plans: each stage's hold and the latency at a shape
     chunk_cap: int | None = None  # prompt tokens one request may prefill per iteration (None: the budget's)
@@ -89,9 +90,9 @@ class PlanModel:
 
     @classmethod
     def _mixed(cls, plan: Plan, cfg: SchedulerConfig) -> PlanModel:
-        """A serving-model plan: the engine settings (the plan's, each overridable by ``cfg``), the step points
-        of one micro-batch's iteration and the route. Nothing the planner derived from the settings (its
-        batch, its chunk) is read."""
+        """A serving-model plan: the engine settings (the plan's, each overridable by ``cfg``), the step
+        points of one micro-batch's iteration and the route. Nothing the planner derived from the settings
+        (its batch, its chunk) is read."""
         table = MixedTable.build(plan, "mixed")
         eng = engine_settings(plan, table, cfg)
         route = route_of(plan, "mixed")

@@ -1,4 +1,5 @@
-"""One replica of a plan: vLLM-style continuous batching over one or two lanes.
+"""One replica of a two-phase plan (prefill + decode, decode only, image): vLLM-style continuous batching over
+one or two lanes. A serving-model ("mixed") plan's replica is tessera.sim.mixed.MixedReplica.
 
 Lane 0 runs the first phase (prefill/encode); lane 1 the iterative phase (decode/denoise) when the two
 phases use disjoint devices (a prefill/decode split), otherwise lane 0 runs both, serialised.

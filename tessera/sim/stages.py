@@ -11,10 +11,10 @@ The route as the engine uses it (``route_of``):
   (by destination); every resource once, share 1;
 - a resource busy at some point but absent from the route gets one stage at the end (share 1); stretches of a
   resource never busy are dropped; each resource's shares are scaled to sum to 1;
-- adjacent stretches of one resource merge; a route longer than ``MAX_STAGES`` stages is coarsened: the
-  stage with the shortest hold at the plan's largest point hands its share to the nearest other stage of
-  the same resource, and adjacent stages of one resource merge again, until it fits (or every resource has
-  one stage). Per-resource busy seconds and one micro-batch's latency are unchanged by both.
+- adjacent stretches of one resource merge; a route longer than ``MAX_STAGES`` stages is coarsened by
+  halving (``_coarsen``: every second visit of a resource hands its share to the visit before it, adjacent
+  stages merge) until it fits. Per-resource busy seconds and one micro-batch's latency are unchanged by
+  both; a route that repeats a layer's pattern keeps the pattern, repeated fewer times.
 
 Latency: an iteration alone must take the point's ``latency_s`` L, while its stages' holds sum to H. Where
 L ≥ H the difference is a delay after the last stage that holds nothing (messages in flight, the driver's
@@ -26,13 +26,13 @@ for it first come, first served, in the order they became ready, one at a time, 
 ready when the previous stage of its iteration lets it start; an iteration starts when its group's previous
 one has ended. When every resource appears once in the route (a chain) stages keep the order in which their
 iterations started at every resource, so an iteration's stages are booked at once when it starts (no events
-per stage); otherwise each stage start and end is an event.
+per stage); otherwise each stage becoming ready is an event.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -40,7 +40,7 @@ from tessera.errors import UserError
 from tessera.plan.types import Plan
 from tessera.sim.timing import MixedTable
 
-MAX_STAGES = 16
+MAX_STAGES = 32
 Resource = tuple[int, int | None]  # (device, None) or a directed link (src, dst)
 
 
@@ -63,29 +63,33 @@ class Route:
 def resource_busy(plan: Plan, phase: str) -> dict[Resource, list[float]]:
     """Seconds each device and directed link is busy at each point of ``phase`` (one micro-batch)."""
     pts = plan.phases[phase].points
-    out: dict[Resource, list[float]] = {(d, None): [s.device_busy_s[d] for s in pts] for d in range(len(plan.devices))}
+    out: dict[Resource, list[float]] = {(d, None): [s.device_busy_s[d] for s in pts]
+                                        for d in range(len(plan.devices))}
     for i, s in enumerate(pts):
         for a, b, sec in s.link_busy_s:
             out.setdefault((int(a), int(b)), [0.0] * len(pts))[i] += sec
     return out
 
 
-def _fallback(plan: Plan, phase: str, busy: dict[Resource, list[float]]) -> list[tuple[int, int | None, float]]:
+Stretch = tuple[int, int | None, float]  # (device, to, share) as in a route Segment
+
+
+def _fallback(plan: Plan, phase: str, busy: dict[Resource, list[float]]) -> list[Stretch]:
     devs = list(dict.fromkeys(plan.phases[phase].assignment))
     devs += [d for d in range(len(plan.devices)) if d not in devs and max(busy[(d, None)]) > 0]
-    out: list[tuple[int, int | None, float]] = []
+    out: list[Stretch] = []
     for d in devs:
         out.append((d, None, 1.0))
         out += [(d, b, 1.0) for a, b in sorted(r for r in busy if r[1] is not None and r[0] == d)]
     return out
 
 
-def _check(plan: Plan, phase: str, segs: Sequence[tuple[int, int | None, float]]) -> None:
+def _check(plan: Plan, phase: str, segs: Sequence[Stretch]) -> None:
     n = len(plan.devices)
     for d, to, _ in segs:
         if not 0 <= d < n or (to is not None and (not 0 <= to < n or to == d)):
-            raise UserError(f"plan phase {phase!r}: route stretch (device={d}, to={to}) names no device or link "
-                            f"of the plan's {n} devices")
+            raise UserError(f"plan phase {phase!r}: route stretch (device={d}, to={to}) names no device or "
+                            f"link of the plan's {n} devices")
 
 
 def _merge(stages: list[list]) -> list[list]:
@@ -98,20 +102,26 @@ def _merge(stages: list[list]) -> list[list]:
     return out
 
 
-def _coarsen(stages: list[list], ref: Sequence[float], max_stages: int) -> list[list]:
-    """Hand the shortest stage's share (hold at the reference point ``ref[resource]``) to the nearest stage
-    of its resource, merge, repeat while there are more than ``max_stages``."""
+def _coarsen(stages: list[list], max_stages: int) -> list[list]:
+    """Halve the visits while there are more than ``max_stages`` stages: each resource's visits pair up in
+    route order (1st with 2nd, 3rd with 4th, ...) and the second of a pair hands its share to the first;
+    adjacent stages of one resource then merge. A periodic route (a layer's stretches repeated) keeps its
+    pattern with half the repeats."""
     while len(stages) > max_stages:
-        count = Counter(r for r, _ in stages)
-        movable = [k for k, (r, _) in enumerate(stages) if count[r] > 1]
-        if not movable:
+        seen: dict[int, int] = {}
+        keep: list[list] = []
+        first: dict[int, list] = {}
+        for r, s in stages:
+            seen[r] = seen.get(r, 0) + 1
+            if seen[r] % 2 == 0:
+                first[r][1] += s
+            else:
+                first[r] = [r, s]
+                keep.append(first[r])
+        merged = _merge(keep)
+        if len(merged) == len(stages):
             break
-        k = min(movable, key=lambda j: (stages[j][1] * ref[stages[j][0]], j))
-        r = stages[k][0]
-        j = min((i for i, (q, _) in enumerate(stages) if q == r and i != k), key=lambda i: (abs(i - k), i))
-        stages[j][1] += stages[k][1]
-        del stages[k]
-        stages = _merge(stages)
+        stages = merged
     return stages
 
 
@@ -131,12 +141,9 @@ def route_of(plan: Plan, phase: str = "mixed", max_stages: int = MAX_STAGES) -> 
         total[(d, to)] = total.get((d, to), 0.0) + s
     count = Counter((d, to) for d, to, _ in segs)
     resources = list(dict.fromkeys((d, to) for d, to, _ in segs))
-    stages = _merge([[resources.index((d, to)), s / total[(d, to)] if total[(d, to)] > 0 else 1.0 / count[(d, to)]]
-                     for d, to, s in segs])
-    pts = plan.phases[phase].points
-    big = max(range(len(pts)), key=lambda i: (pts[i].tokens, pts[i].batch)) if pts else 0
-    ref = [busy[r][big] if pts else 0.0 for r in resources]
-    stages = _coarsen(stages, ref, max_stages)
+    stages = _merge([[resources.index((d, to)), s / total[(d, to)] if total[(d, to)] > 0
+                      else 1.0 / count[(d, to)]] for d, to, s in segs])
+    stages = _coarsen(stages, max_stages)
     return Route(resources=tuple(resources), stages=tuple((r, s) for r, s in stages))
 
 
@@ -148,7 +155,8 @@ class StageTimes:
 
     table: MixedTable
     vec: tuple[tuple[float, ...], ...]  # [P][S + 1]
-    _cache: dict[tuple[float, float], list[list[float]]] = field(default_factory=dict, compare=False, repr=False)
+    _cache: dict[tuple[float, float], list[list[float]]] = field(default_factory=dict, compare=False,
+                                                                 repr=False)
 
     @classmethod
     def build(cls, plan: Plan, phase: str, route: Route, table: MixedTable) -> StageTimes:
@@ -176,7 +184,8 @@ class StageTimes:
             if len(self._cache) > 200_000:
                 self._cache.clear()
             t = self.table
-            got = self._cache[key] = [self._combine(t.weights2(decode, chunk, c)) for c in range(len(t.contexts))]
+            got = [self._combine(t.weights2(decode, chunk, c)) for c in range(len(t.contexts))]
+            self._cache[key] = got
         return got
 
     def at(self, decode: float, chunk: float, context: float) -> tuple[list[float], float]:
@@ -206,72 +215,59 @@ def alone_s(holds: Sequence[float], latency_s: float) -> tuple[float, float]:
 class Pipeline:
     """One replica's devices and links as FIFO resources, and its groups' iterations through them.
 
-    ``book`` (chain routes) places a whole iteration when it starts and returns its end. ``begin``/``event``
-    (any route) run it stage by stage: they return events ``(time, code)`` for the caller's event loop, code
-    ``g`` ≥ 0 when group g's current stage lets the next start, ``-1 - r`` when resource r is released;
-    ``event`` returns the end time of an iteration that completes."""
+    A resource serves stages in the order they become ready, each for its whole hold: a stage ready at t
+    starts at max(t, the end of the last stage booked on its resource). Stages are booked at the instant
+    they become ready, in time order (the caller's event loop), so booking is first come, first served.
+    ``book`` (chain routes) places a whole iteration when it starts and returns its end. ``begin`` and
+    ``advance`` (any route) run it stage by stage: each returns when group g's next stage becomes ready,
+    which the caller hands back to ``advance`` at that time, until the iteration's end comes back."""
 
     def __init__(self, route: Route, groups: int, t0_s: float = 0.0, spans: list | None = None) -> None:
-        n = len(route.resources)
         self.res = tuple(r for r, _ in route.stages)
         self.chain = route.chain
-        self.free_at = [t0_s] * n
-        self.holding = [False] * n
-        self.queue: list[deque[int]] = [deque() for _ in range(n)]
-        self.busy_s = [0.0] * n  # seconds each resource was held
-        self.cur: list[list | None] = [None] * groups  # group -> [holds, advance factor, end delay, stage]
+        self.free_at = [t0_s] * len(route.resources)  # end of the last stage booked on each resource
+        self.busy_s = [0.0] * len(route.resources)  # seconds each resource was held
+        self.cur: list[list] = [[(), 1.0, 0.0, 0] for _ in range(groups)]  # [holds, advance factor, end delay,
+        # stage] of each group's iteration in flight
         self.spans = spans  # when a list: (resource, group, start_s, hold_s) of every stage
 
     def book(self, g: int, t: float, holds: Sequence[float], latency_s: float) -> float:
         f, extra = alone_s(holds, latency_s)
-        free, busy, spans = self.free_at, self.busy_s, self.spans
         ready = t
-        for r, h in zip(self.res, holds, strict=True):
-            s = ready if ready > free[r] else free[r]
-            free[r] = s + h
-            busy[r] += h
-            ready = s + h * f
-            if spans is not None:
-                spans.append((r, g, s, h))
+        for k in range(len(holds)):
+            ready = self._take(g, k, ready, holds[k], f)
         return ready + extra
 
-    def begin(self, g: int, t: float, holds: Sequence[float], latency_s: float) -> list[tuple[float, int]]:
+    def begin(self, g: int, t: float, holds: Sequence[float], latency_s: float) -> float:
+        """Start group g's iteration at t; when its first stage lets the next start."""
         f, extra = alone_s(holds, latency_s)
         self.cur[g] = [holds, f, extra, 0]
-        return self._request(g, t)
+        return self._take(g, 0, t, holds[0], f)
 
-    def event(self, t: float, code: int) -> tuple[list[tuple[float, int]], float | None]:
-        """Handle one event; (new events, the end of group ``code``'s iteration when this completes it)."""
-        if code < 0:
-            r = -1 - code
-            self.holding[r] = False
-            return (self._start(self.queue[r].popleft(), r, t) if self.queue[r] else []), None
-        c = self.cur[code]
-        assert c is not None
-        c[3] += 1
-        if c[3] == len(self.res):
-            self.cur[code] = None
-            return [], t + c[2]
-        return self._request(code, t), None
-
-    def _request(self, g: int, t: float) -> list[tuple[float, int]]:
+    def advance(self, g: int, t: float) -> tuple[float, bool]:
+        """Group g's current stage lets the next start at t: (when that one lets the next start, False), or
+        (the iteration's end, True) after the last stage."""
         c = self.cur[g]
-        assert c is not None
-        r = self.res[c[3]]
-        if self.holding[r]:
-            self.queue[r].append(g)
-            return []
-        return self._start(g, r, t)
-
-    def _start(self, g: int, r: int, t: float) -> list[tuple[float, int]]:
-        c = self.cur[g]
-        assert c is not None
-        h = c[0][c[3]]
-        self.holding[r] = True
-        self.busy_s[r] += h
+        k = c[3] = c[3] + 1
+        if k == len(self.res):
+            return t + c[2], True
+        hold, r = c[0][k], self.res[k]  # _take's body, inline: the hot path of stage-by-stage routes
+        start = t if t > self.free_at[r] else self.free_at[r]
+        self.free_at[r] = start + hold
+        self.busy_s[r] += hold
         if self.spans is not None:
-            self.spans.append((r, g, t, h))
-        return [(t + h, -1 - r), (t + h * c[1], g)]
+            self.spans.append((r, g, start, hold))
+        return start + hold * c[1], False
+
+    def _take(self, g: int, k: int, ready: float, hold: float, f: float) -> float:
+        """Book stage k of group g, ready at ``ready``; when the next stage may start."""
+        r = self.res[k]
+        start = ready if ready > self.free_at[r] else self.free_at[r]
+        self.free_at[r] = start + hold
+        self.busy_s[r] += hold
+        if self.spans is not None:
+            self.spans.append((r, g, start, hold))
+        return start + hold * f
 
 
 def run_groups(route: Route, shapes: Sequence[tuple[Sequence[float], float]], iterations: int,
@@ -280,27 +276,18 @@ def run_groups(route: Route, shapes: Sequence[tuple[Sequence[float], float]], it
     and latency ``shapes[g]``, all starting at 0 in group order. Each group's iteration end times."""
     pipe = Pipeline(route, len(shapes), spans=spans)
     ends: list[list[float]] = [[] for _ in shapes]
-    heap: list[tuple[float, int, int]] = []
-    seq = 0
-
-    def push(evs: list[tuple[float, int]]) -> None:
-        nonlocal seq
-        for et, code in evs:
-            seq += 1
-            heapq.heappush(heap, (et, seq, code))
-
-    for g, (holds, lat) in enumerate(shapes):
-        push(pipe.begin(g, 0.0, holds, lat))
+    heap = [(pipe.begin(g, 0.0, *shape), g, g, False) for g, shape in enumerate(shapes)]  # (t, seq, g, end)
+    heapq.heapify(heap)
+    seq = len(shapes)
     while heap:
-        t, _, code = heapq.heappop(heap)
-        if code < -1_000_000:  # an iteration's end delay has passed
-            g = -code - 2_000_000
+        t, _, g, end = heapq.heappop(heap)
+        if end:  # the group's iteration ended at t: its next one starts
             ends[g].append(t)
-            if len(ends[g]) < iterations:
-                push(pipe.begin(g, t, *shapes[g]))
-            continue
-        evs, end = pipe.event(t, code)
-        push(evs)
-        if end is not None:
-            push([(end, -2_000_000 - code)])
+            if len(ends[g]) == iterations:
+                continue
+            when, done = pipe.begin(g, t, *shapes[g]), False
+        else:
+            when, done = pipe.advance(g, t)
+        seq += 1
+        heapq.heappush(heap, (when, seq, g, done))
     return ends

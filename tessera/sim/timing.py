@@ -99,10 +99,6 @@ class StepTable:
                 return (c, toks[ids.index(i)])
         raise AssertionError(f"point {i} not in any slice")
 
-    def time3(self, decode: float, chunk: float, context: float) -> tuple[float, Weights]:
-        """A mixed iteration priced by its token count alone (points that are not a full grid)."""
-        return self.time(decode + chunk, context)
-
     def time(self, tokens: float, context: float) -> tuple[float, Weights]:
         w = self.weights(tokens, context)
         step = self.step_s
@@ -162,14 +158,16 @@ class MixedTable:
             if s.latency_s <= 0 or len(s.device_busy_s) != ndev or s.tokens < s.batch or s.batch < 0:
                 raise UserError(f"plan phase {name!r}: point (batch={s.batch}, tokens={s.tokens}, context="
                                 f"{s.context}) has latency_s={s.latency_s} and {len(s.device_busy_s)} device "
-                                f"times for {ndev} devices; a mixed point needs latency_s > 0 and tokens >= batch")
+                                f"times for {ndev} devices; a mixed point needs latency_s > 0 and "
+                                "tokens >= batch")
         axes = [sorted({float(v) for v in vals}) for vals in (
             [s.batch for s in p.points], [s.tokens - s.batch for s in p.points], [s.context for s in p.points])]
         index = {(axes[0].index(s.batch), axes[1].index(s.tokens - s.batch), axes[2].index(s.context)): i
                  for i, s in enumerate(p.points)}
         if len(index) != len(p.points) or len(index) != len(axes[0]) * len(axes[1]) * len(axes[2]):
+            shape = " x ".join(str(len(a)) for a in axes)
             raise UserError(f"plan phase {name!r}: its {len(p.points)} points do not form a full grid over "
-                            f"(batch, chunk, context) ({len(axes[0])} x {len(axes[1])} x {len(axes[2])} values)")
+                            f"(batch, chunk, context) ({shape} values)")
         return cls(phase=name, busy_s=np.array([s.device_busy_s for s in p.points], dtype=float),
                    batches=tuple(axes[0]), chunks=tuple(axes[1]), contexts=tuple(axes[2]), index=index,
                    max_batch=max(s.batch for s in p.points), max_tokens=max(s.tokens for s in p.points))

@@ -1,12 +1,13 @@
 """Per-device and per-link busy spans of an iteration, and the Chrome-trace (Perfetto) writer.
 
-A Plan stores per micro-batch busy seconds per device and per link, not the order of kernels, so
-spans are laid out as the pipeline implies: devices in the order the phase's kernels first reach
-them (``assignment`` is in program order), micro-batch ``j`` of a device starts ``j·T`` after the
-iteration start (T = the busiest device or link per micro-batch) plus the device's stage offset
-(sum of the busy and transfer times of the stages before it). Each span is a device's kernels for one
-micro-batch drawn as one busy block; a link span is that micro-batch's transfers on the link. If the
-layout overruns the iteration's step time (extrapolated shapes) it is compressed to fit.
+A serving-model ("mixed") plan's spans are its simulated stages (tessera.sim.stages). A two-phase Plan
+stores per micro-batch busy seconds per device and per link, not the order of kernels, so its spans are
+laid out as the pipeline implies: devices in the order the phase's kernels first reach them
+(``assignment`` is in program order), micro-batch ``j`` of a device starts ``j·T`` after the iteration
+start (T = the busiest device or link per micro-batch) plus the device's stage offset (sum of the busy and
+transfer times of the stages before it). Each span is a device's kernels for one micro-batch drawn as one
+busy block; a link span is that micro-batch's transfers on the link. If the layout overruns the
+iteration's step time (extrapolated shapes) it is compressed to fit.
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ def write_chrome_trace(path: str | Path, plans: dict[str, Plan], records: list[t
     for rep in sorted({r[0] for r in records} | {s[0] for s in spans}):
         events.append({"ph": "M", "name": "process_name", "pid": rep, "args": {"name": f"replica {rep}"}})
     for rep, mode, row, group, t, dur in spans:
-        events.append({"ph": "X", "name": f"mixed mb{group}", "cat": "link" if row.startswith("link") else "compute",
-                       "pid": rep, "tid": tid(rep, row), "ts": t * 1e6, "dur": dur * 1e6, "args": {"mode": mode}})
+        kind = "link" if row.startswith("link") else "compute"
+        events.append({"ph": "X", "name": f"mixed mb{group}", "cat": kind, "pid": rep, "tid": tid(rep, row),
+                       "ts": t * 1e6, "dur": dur * 1e6, "args": {"mode": mode}})
     for rep, lane, mode, phase, t, dur, w, batch in records:
         events.append({"ph": "X", "name": phase, "cat": "iteration", "pid": rep, "tid": tid(rep, f"lane {lane}"),
                        "ts": t * 1e6, "dur": dur * 1e6, "args": {"batch": batch, "mode": mode}})

@@ -1,5 +1,6 @@
-"""What a plan says about its own traffic: request lengths, SLO and goodput, the defaults of `tessera simulate`
-and of the SLO knee (a PoolPlan: its first cell's traffic and SLO, the sum of its cells' goodput)."""
+"""What a plan says about its own traffic: request lengths, SLO and goodput, the defaults of `tessera
+simulate` and of the SLO knee (a PoolPlan: its first cell's traffic and SLO, the sum of its cells'
+goodput)."""
 
 from __future__ import annotations
 
