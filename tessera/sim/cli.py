@@ -161,7 +161,7 @@ def register(app: typer.Typer) -> None:
                                             "offline)"),
         rate: float | None = typer.Option(None, help="mean arrival rate, requests/s (poisson, bursty)"),
         requests: int | None = typer.Option(None, help="number of requests (default 1000; --knee: per rate "
-                                            "and seed, 15 x the sequences the pool runs at once, >= 2000)"),
+                                            "and seed, 10 x the sequences the pool runs at once, >= 2000)"),
         prompt: str | None = typer.Option(None, help="prompt tokens: N, LO-HI, or azure_conv_2023 / "
                                           "azure_code_2023 (default: the plan's traffic, else 512)"),
         output: str | None = typer.Option(None, help="output tokens (denoising steps for image plans): as "

@@ -6,7 +6,7 @@ Transient and noise:
 - every rate is simulated from an empty cell with ``requests`` requests per seed; the first ``warmup``
   share of them (by arrival) fill the cell and are not judged, the rest are, the last ones included (their
   drain is a few batches out of thousands of requests);
-- ``requests`` defaults to 15 × the sequences the pool runs at once (at least 2,000, at most 50,000): the
+- ``requests`` defaults to 10 × the sequences the pool runs at once (at least 2,000, at most 50,000): the
   judged requests then span several lifetimes of a full batch, and a rate past the cell's capacity, whose
   queue grows for the whole run, is judged past it (TTFT misses once the queue holds a TTFT's worth of
   requests);
@@ -188,6 +188,28 @@ def _bracket(s: _Search, rate: float) -> tuple[float | None, float | None]:
     return None, hi
 
 
+def _bisect(s: _Search) -> tuple[float | None, float | None, str]:
+    """(the highest rate found meeting the target, the lowest found missing it above it, a note when the
+    search fell short)."""
+    cfg = s.cfg
+    try:
+        lo, hi = _bracket(s, _start_rate(s))
+        while lo is not None and hi is not None and hi - lo > cfg.rel_tol * hi:
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if s.meets(mid) else (lo, mid)
+        note = ""
+    except _Exhausted:
+        lo = max((r for r, a in s.seen.items() if a >= cfg.target), default=None)
+        hi = min((r for r, a in s.seen.items() if a < cfg.target and (lo is None or r > lo)), default=None)
+        note = f"stopped after {cfg.max_rates} rates before the bracket closed to {cfg.rel_tol:.0%}"
+    if lo is None:
+        note = note or (f"the SLO is missed by more than {1 - cfg.target:.0%} of requests even at "
+                        f"{hi:.4g} req/s")
+    elif hi is None:
+        note = note or f"the target is still met at {lo:.4g} req/s, the highest rate tried"
+    return lo, hi, note
+
+
 def find_knee(plan: Plan | PoolPlan, *, prompt: LengthSpec | None = None, output: LengthSpec | None = None,
               slo: SLO | None = None, config: KneeConfig | None = None,
               scheduler: SchedulerConfig | None = None, replicas: int = 1) -> Knee:
@@ -204,22 +226,7 @@ def find_knee(plan: Plan | PoolPlan, *, prompt: LengthSpec | None = None, output
     n = cfg.requests or min(MAX_REQUESTS, max(MIN_REQUESTS, PER_SEQUENCE * concurrency(plan, replicas)))
     s = _Search(plan=plan, prompt=prompt, output=output, slo=slo, cfg=cfg, requests=n, scheduler=scheduler,
                 replicas=replicas)
-    note = ""
-    try:
-        lo, hi = _bracket(s, _start_rate(s))
-        while lo is not None and hi is not None and hi - lo > cfg.rel_tol * hi:
-            mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if s.meets(mid) else (lo, mid)
-    except _Exhausted:
-        ok = [r for r, a in s.seen.items() if a >= cfg.target]
-        lo = max(ok, default=None)
-        hi = min((r for r, a in s.seen.items() if a < cfg.target and (lo is None or r > lo)), default=None)
-        note = f"stopped after {cfg.max_rates} rates before the bracket closed to {cfg.rel_tol:.0%}"
-    if lo is None:
-        note = note or (f"the SLO is missed by more than {1 - cfg.target:.0%} of requests even at "
-                        f"{hi:.4g} req/s")
-    elif hi is None:
-        note = note or f"the target is still met at {lo:.4g} req/s, the highest rate tried"
+    lo, hi, note = _bisect(s)
     mean_out = 1.0 if images(plan) else mean_tokens(output, 1)
     planner = plan_goodput_per_s(plan)
     return Knee(rate_per_s=lo or 0.0, per_s=(lo or 0.0) * mean_out,
