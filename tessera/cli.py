@@ -34,7 +34,7 @@ def _root(
     """Kernel-granularity disaggregation over heterogeneous GPU pools."""
 
 # Each stage's `cli` module exposes register(app); the order is the order of `tessera --help`.
-STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "report")
+STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "engine", "report")
 
 
 _registered: list[str] = []  # stages already registered (main may run many times in one process: tests)

@@ -19,9 +19,10 @@ class EngineConfig:
 
     ``max_num_seqs`` requests run at once (over all groups); an iteration computes at most
     ``max_num_batched_tokens`` tokens: every running decode first, then prompt chunks up to the budget.
-    The running requests form ``groups`` micro-batches; an iteration is one group's batch, the groups
-    taking turns. KV lives in pages of ``page_size`` tokens; ``num_pages`` of them per layer (None:
-    enough for ``max_num_seqs`` sequences of ``max_model_len`` tokens). ``max_model_len`` bounds prompt +
+    The running requests form ``microbatches`` groups (at most ``group_seqs`` each, as the plan's
+    EngineSettings has it); an iteration is one group's batch, the groups taking turns. KV lives in
+    pages of ``page_size`` tokens; ``num_pages`` of them per layer (None: enough for ``max_num_seqs``
+    sequences of ``max_model_len`` tokens). ``max_model_len`` bounds prompt +
     output (None: the model's context window)."""
 
     max_num_seqs: int = 16
@@ -29,19 +30,19 @@ class EngineConfig:
     page_size: int = 16
     num_pages: int | None = None
     max_model_len: int | None = None
-    groups: int = 1
+    microbatches: int = 1
 
     def __post_init__(self) -> None:
-        for k in ("max_num_seqs", "max_num_batched_tokens", "page_size", "groups"):
+        for k in ("max_num_seqs", "max_num_batched_tokens", "page_size", "microbatches"):
             if not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
                 raise UserError(f"{k.replace('_', '-')}={getattr(self, k)!r} must be a positive integer")
         for k in ("num_pages", "max_model_len"):
             v = getattr(self, k)
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise UserError(f"{k.replace('_', '-')}={v!r} must be a positive integer")
-        if self.groups > self.max_num_seqs:
-            raise UserError(f"groups={self.groups} must be <= max-num-seqs={self.max_num_seqs} (each group runs at "
-                            f"least one request)")
+        if self.microbatches > self.max_num_seqs:
+            raise UserError(f"microbatches={self.microbatches} must be <= max-num-seqs={self.max_num_seqs} (each "
+                            f"group runs at least one request)")
 
     def model_len(self, arch: ModelArch) -> int | None:
         """The longest prompt + output a request may have: the setting, capped by the context window."""
@@ -59,8 +60,8 @@ class EngineConfig:
         return self.max_num_seqs * math.ceil(length / self.page_size)
 
     @property
-    def seqs_per_group(self) -> int:
-        return math.ceil(self.max_num_seqs / self.groups)
+    def group_seqs(self) -> int:
+        return math.ceil(self.max_num_seqs / self.microbatches)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +90,10 @@ class SamplingParams:
             raise UserError(f"top-p={self.top_p!r} must be in (0, 1]")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise UserError(f"stop strings {list(self.stop)!r} must be non-empty strings")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise UserError(f"seed={self.seed!r} must be an integer")
+        if not isinstance(self.ignore_eos, bool):
+            raise UserError(f"ignore_eos={self.ignore_eos!r} must be true or false")
 
     @property
     def greedy(self) -> bool:

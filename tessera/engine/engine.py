@@ -97,16 +97,16 @@ class Engine:
     def completion(self, r: Request) -> Completion:
         assert r.finish_reason is not None, f"request {r.id} has not finished"
         return Completion(text=r.text, token_ids=tuple(r.output_ids), finish_reason=r.finish_reason,
-                          devices=self.devices, placement=self.placement, prompt_tokens=len(r.prompt_ids))
+                          devices=self.devices, placement=self.placement)
 
     # ---- iterations --------------------------------------------------------------------------
 
     def step(self) -> list[Request]:
         """Run the next group that has work; returns the requests that finished."""
         batch: list[Scheduled] = []
-        for _ in range(self.config.groups):
+        for _ in range(self.config.microbatches):
             group = self._turn
-            self._turn = (self._turn + 1) % self.config.groups
+            self._turn = (self._turn + 1) % self.config.microbatches
             batch = self.scheduler.schedule(group)
             if batch:
                 break
@@ -161,18 +161,19 @@ def resolve_dtype(name: str, source: ModelSource) -> torch.dtype:
     return by_torch.get(source.config_dtype or "", torch.bfloat16)
 
 
-def load_engine(target: str, config: EngineConfig, *, dtype: str = "auto", load_format: str = "auto",
-                seed: int = 0, keep_logits: bool = False) -> Engine:
+def load_engine(target: str | ModelSource, config: EngineConfig, *, dtype: str = "auto", load_format: str = "auto",
+                seed: int = 0, keep_logits: bool = False, codec: Codec | None = None) -> Engine:
     """An engine for a zoo name or model directory: memory checked, weights in place, program traced."""
     if load_format not in LOAD_FORMATS:
         raise UserError(f"unknown load format {load_format!r}; valid: {', '.join(LOAD_FORMATS)}")
-    source = open_model(target)
+    source = open_model(target) if isinstance(target, str) else target
     if load_format == "auto" and not source.has_weights:
-        raise UserError(f"{target} has no safetensors weights to load; use --load-format dummy for random weights")
+        raise UserError(f"{source.name} has no safetensors weights to load; use --load-format dummy for random "
+                        f"weights")
     torch_dtype = resolve_dtype(dtype, source)
     check_memory(source.name, memory_need(source.arch, config, torch_dtype), available_bytes(),
                  str(torch_dtype).removeprefix("torch."))
-    codec = tokenizer_for(source)
+    codec = codec or tokenizer_for(source)
     model = build_model(source.arch, torch_dtype, "cpu")
     if load_format == "dummy":
         dummy_weights(model, seed)

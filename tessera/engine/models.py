@@ -15,6 +15,9 @@ The forward code calls only kernel modules (``layers.KERNEL_MODULES``), ``+`` an
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor, nn
 
@@ -195,19 +198,36 @@ class Mamba2LM(nn.Module):
         return self.lm_head(self.backbone.norm_f(h.index_select(0, logits_indices)))
 
 
+@contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(prev)
+
+
+def construct(arch: ModelArch, dtype: torch.dtype) -> nn.Module:
+    """The program's module with parameters in ``dtype`` on the current default device (under fake tensors:
+    fake ones, which ``kernel_graph`` uses; their random initialisation costs nothing there)."""
+    with default_dtype(dtype):
+        return (DecoderLM if arch.family == "decoder" else Mamba2LM)(arch).eval().requires_grad_(False)
+
+
 def build_model(arch: ModelArch, dtype: torch.dtype, device: torch.device | str) -> nn.Module:
     """The program's module with uninitialised weights in ``dtype`` on ``device`` (to be loaded or filled
     in place), its computed buffers (rotary tables) set, its caches still empty (``allocate_caches``)."""
     with torch.device("meta"):
-        model = (DecoderLM if arch.family == "decoder" else Mamba2LM)(arch)
-    model = model.to(dtype).to_empty(device=device)
+        model = construct(arch, dtype)
+    model = model.to_empty(device=device)
     if arch.tie_word_embeddings:  # to_empty makes a new tensor per module: tie the head again
         body = model.model.embed_tokens if arch.family == "decoder" else model.backbone.embeddings
         model.lm_head.weight = body.weight
     for m in model.modules():
         if isinstance(m, Rotary):  # computed, never loaded, always fp32
             m.inv_freq = torch.tensor(arch.inv_freq, dtype=torch.float32, device=device)
-    return model.eval().requires_grad_(False)
+    return model
 
 
 def allocate_caches(model: nn.Module, *, pages: int, page_size: int, slots: int, dtype: torch.dtype,
@@ -225,6 +245,6 @@ def allocate_caches(model: nn.Module, *, pages: int, page_size: int, slots: int,
 def weight_bytes(arch: ModelArch, dtype: torch.dtype) -> int:
     """Bytes of the model's parameters in ``dtype`` (counted on the meta device: nothing allocated)."""
     with torch.device("meta"):
-        model = (DecoderLM if arch.family == "decoder" else Mamba2LM)(arch)
+        model = construct(arch, dtype)
     elem = torch.empty(0, dtype=dtype).element_size()
     return sum(p.numel() for p in model.parameters()) * elem

@@ -103,7 +103,7 @@ class Program:
             out += [(f"{node.target}.{n}", b) for n, b in mod.named_buffers()]
         for a in node.all_input_nodes:
             if a.op == "get_attr":
-                t = _attr(self.gm, str(a.target))
+                t = self.attr(a)
                 out.append((self._canonical.get(id(t), str(a.target)), t))
         return out
 
@@ -127,7 +127,7 @@ class Program:
 
         def fetch(a: fx.Node, d: int) -> Tensor:
             if a.op == "get_attr":  # resident on the device that runs its consumer
-                return _attr(self.gm, str(a.target))
+                return self.attr(a)
             store = stores[d]
             if a not in store:
                 if a.op == "placeholder":
@@ -142,7 +142,7 @@ class Program:
         for i, (node, d) in enumerate(zip(self.kernels, assignment, strict=True)):
             args = fx.node.map_arg(node.args, lambda a, d=d: fetch(a, d))
             kwargs = fx.node.map_arg(node.kwargs, lambda a, d=d: fetch(a, d))
-            stores[d][node] = self._call(node, args, kwargs)
+            stores[d][node] = self.call(node, args, kwargs)
             home[node] = d
             for done in [v for v in last_use.get(i, ()) if v.op != "placeholder"]:
                 for s in stores:
@@ -150,7 +150,12 @@ class Program:
         out = next(n for n in self.gm.graph.nodes if n.op == "output").args[0]
         return SplitRun(logits=fetch(out, 0), transfers=tuple(transfers))
 
-    def _call(self, node: fx.Node, args: Any, kwargs: Any) -> Tensor:
+    def attr(self, node: fx.Node) -> Tensor:
+        """The resident tensor a get_attr node names."""
+        return _attr(self.gm, str(node.target))
+
+    def call(self, node: fx.Node, args: Any, kwargs: Any) -> Tensor:
+        """Run one kernel node on already-fetched arguments."""
         if node.op == "call_module":
             return self.gm.get_submodule(node.target)(*args, **kwargs)
         if node.op == "call_function":

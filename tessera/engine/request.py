@@ -61,7 +61,6 @@ class Completion:
     finish_reason: str
     devices: tuple[str, ...]
     placement: str
-    prompt_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.finish_reason not in FINISH_REASONS:
@@ -77,4 +76,4 @@ class Completion:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Completion:
         return cls(text=d["text"], token_ids=tuple(d["token_ids"]), finish_reason=d["finish_reason"],
-                   devices=tuple(d["devices"]), placement=d["placement"], prompt_tokens=d.get("prompt_tokens", 0))
+                   devices=tuple(d["devices"]), placement=d["placement"])

@@ -3,10 +3,12 @@
 An iteration is one group's batch. Its token budget (``max_num_batched_tokens``) goes first to every
 running decode of the group (one token each), then to its requests still prefilling, then to waiting
 requests it admits, each taking a chunk of its prompt as large as the budget left. A request is admitted
-while fewer than ``max_num_seqs`` run in all (``seqs_per_group`` in the group) and the KV pages (or the
+while fewer than ``max_num_seqs`` run in all (``group_seqs`` in the group) and the KV pages (or the
 state slot) of its first chunk are free. When a running request needs a page and none is free, the
-group's most recently admitted request not yet in this batch is preempted (vLLM's recompute policy): its
-pages are freed, it goes back to the front of the queue and later recomputes its prompt and output.
+latest-arrived running request (of any group) not yet in this batch is preempted, as vLLM's recompute
+policy does; if that one arrived before the request in need, the request in need is preempted instead, so
+the oldest request always progresses. A preempted request's pages are freed, it goes back to the front of
+the queue and later recomputes its prompt and output. An iteration that preempted admits nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class Scheduler:
         self.pages = pages
         self.slots = slots
         self.waiting: deque[Request] = deque()
-        self.running: list[list[Request]] = [[] for _ in range(config.groups)]
+        self.running: list[list[Request]] = [[] for _ in range(config.microbatches)]
         self.preempted = 0
 
     def add(self, request: Request) -> None:
@@ -52,6 +54,7 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         out: list[Scheduled] = []
         run = self.running[group]
+        preempted = self.preempted
         for decoding in (True, False):
             for r in list(run):
                 if budget == 0:
@@ -59,11 +62,11 @@ class Scheduler:
                 if r not in run or (r.remaining == 1) != decoding:
                     continue
                 n = min(r.remaining, budget)
-                if self._grow(r, n, run, out):
+                if self._grow(r, n, out):
                     out.append(Scheduled(r, n))
                     budget -= n
-        while budget and self.waiting and len(run) < self.config.seqs_per_group \
-                and self.num_running < self.config.max_num_seqs:
+        while budget and self.waiting and len(run) < self.config.group_seqs \
+                and self.num_running < self.config.max_num_seqs and self.preempted == preempted:
             r = self.waiting[0]
             n = min(r.remaining, budget)
             if not self._admit(r, n):
@@ -75,9 +78,9 @@ class Scheduler:
             budget -= n
         return out
 
-    def _grow(self, r: Request, n: int, run: list[Request], batch: list[Scheduled]) -> bool:
-        """Give ``r`` the pages for ``n`` more tokens, preempting others of its group if needed; False when
-        ``r`` itself had to be preempted."""
+    def _grow(self, r: Request, n: int, batch: list[Scheduled]) -> bool:
+        """Give ``r`` the pages for ``n`` more tokens, preempting later arrivals if needed; False when ``r``
+        itself had to be preempted."""
         if self.pages is None:
             return True
         need = pages_for(r.computed + n, self.config.page_size) - len(r.pages)
@@ -87,7 +90,8 @@ class Scheduler:
                 r.pages += got
                 return True
             in_batch = {s.request for s in batch}
-            victim = next((v for v in reversed(run) if v is not r and v not in in_batch), r)
+            later = [v for g in self.running for v in g if v.id > r.id and v not in in_batch]
+            victim = max(later, key=lambda v: v.id, default=r)
             self.preempt(victim)
             if victim is r:
                 return False

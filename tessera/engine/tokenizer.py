@@ -1,7 +1,10 @@
 """Text in and out: the model directory's own tokenizer, or bytes where a model has none.
 
-A directory with tokenizer files (tokenizer.json and its config, as ``save_pretrained`` writes them) is
-read by transformers' ``AutoTokenizer`` from local files only. A zoo model, or a directory without
+A directory with a ``tokenizer.json`` (what ``save_pretrained`` writes for a fast tokenizer) is read as
+that file says, through transformers' ``PreTrainedTokenizerFast`` (its normaliser, pre-tokeniser, model,
+post-processor adding BOS, decoder; transformers' ``AutoTokenizer`` may instead rebuild a generic
+tokenizer as the model type's own class); one with only slow-tokenizer files through ``AutoTokenizer``.
+Both read local files only. A zoo model, or a directory without
 tokenizer files, uses ``ByteTokenizer``: token id = UTF-8 byte (ids 0..255; the vocabulary must have at
 least 256 entries), decoding skips ids above 255. Token ids can always be given directly
 (``tessera generate --prompt-ids``).
@@ -45,10 +48,11 @@ class HFTokenizer:
     """transformers' tokenizer of a model directory; special tokens (BOS) added as the model expects."""
 
     def __init__(self, directory: Path, eos_token_ids: tuple[int, ...]) -> None:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+        cls = PreTrainedTokenizerFast if (directory / "tokenizer.json").is_file() else AutoTokenizer
         try:
-            self.tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+            self.tok = cls.from_pretrained(str(directory), local_files_only=True)
         except (OSError, ValueError) as e:
             first = (str(e).strip().splitlines() or [""])[0][:200]
             raise UserError(f"cannot read the tokenizer of {directory}: {first}") from None
