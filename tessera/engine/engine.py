@@ -137,9 +137,9 @@ class Engine:
     def _finished(self, r: Request) -> bool:
         """Set the request's text and, when it ends, its finish reason (stop before length, as vLLM)."""
         p = r.params
-        r.text = self.codec.decode(r.output_ids)
         if not p.ignore_eos and r.output_ids[-1] in self.codec.eos_token_ids:
-            r.finish_reason = "stop"
+            r.finish_reason = "stop"  # the EOS token stays in token_ids, not in the text
+        r.text = self.codec.decode(r.output_ids[:-1] if r.finish_reason else r.output_ids)
         cut = min((i for i in (r.text.find(s) for s in p.stop) if i >= 0), default=-1)
         if cut >= 0:
             r.text, r.finish_reason = r.text[:cut], "stop"

@@ -188,14 +188,17 @@ def _last_uses(graph: fx.Graph) -> dict[int, list[fx.Node]]:
 
 
 def values_crossing(program: Program, assignment: Sequence[int]) -> list[tuple[str, int, int]]:
-    """(value, from device, to device) of every value a placement sends, in program order: what the
-    split run's transfers will be (inputs and get_attr residents excluded)."""
+    """(value, from device, to device) of every value a placement sends, in program order, the logits'
+    return to device 0 last: what each split run's transfers are (inputs and residents excluded)."""
     dev = dict(zip(program.kernels, assignment, strict=True))
     out = []
     for n in program.kernels:
         for a in dict.fromkeys(a for a in n.all_input_nodes if a in dev):
             if dev[a] != dev[n] and (a.name, dev[a], dev[n]) not in out:
                 out.append((a.name, dev[a], dev[n]))
+    logits = next(n for n in program.gm.graph.nodes if n.op == "output").args[0]
+    if dev[logits] != 0:
+        out.append((logits.name, dev[logits], 0))
     return out
 
 
