@@ -7,5 +7,5 @@ from tessera.engine.inputs import IterationInputs, IterationShape
 from tessera.engine.program import Program, SplitRun, Transfer
 from tessera.engine.request import Completion
 
-__all__ = ["Completion", "Engine", "EngineConfig", "IterationInputs", "IterationShape", "Program", "SamplingParams",
-           "SplitRun", "Transfer", "load_engine"]
+__all__ = ["Completion", "Engine", "EngineConfig", "IterationInputs", "IterationShape", "Program",
+           "SamplingParams", "SplitRun", "Transfer", "load_engine"]

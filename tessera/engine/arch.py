@@ -66,8 +66,8 @@ class MambaSpec:
     def __post_init__(self) -> None:
         if self.heads * self.head_dim != self.intermediate_size or self.heads % self.groups:
             raise UserError(f"mamba2 config: num_heads={self.heads} x head_dim={self.head_dim} must equal "
-                            f"expand x hidden_size={self.intermediate_size}, and n_groups={self.groups} divide "
-                            f"num_heads")
+                            f"expand x hidden_size={self.intermediate_size}, and n_groups={self.groups} "
+                            f"divide num_heads")
 
     @property
     def conv_dim(self) -> int:
@@ -109,7 +109,8 @@ class ModelArch:
     def __post_init__(self) -> None:
         if self.family not in ("decoder", "mamba2"):
             raise ValueError(f"ModelArch family {self.family!r} not in ('decoder', 'mamba2')")
-        bad = {k: getattr(self, k) for k in ("vocab_size", "hidden_size", "num_layers") if getattr(self, k) < 1}
+        sizes = ("vocab_size", "hidden_size", "num_layers")
+        bad = {k: getattr(self, k) for k in sizes if getattr(self, k) < 1}
         if bad:
             raise UserError(f"{self.model_type} config: {bad} must be positive")
         if self.family == "decoder":
@@ -155,7 +156,8 @@ def arch_of(config: dict[str, Any], where: str) -> ModelArch:
     common = dict(model_type=model_type, family=SUPPORTED[model_type], vocab_size=int(conf.vocab_size),
                   hidden_size=int(conf.hidden_size), num_layers=int(conf.num_hidden_layers),
                   tie_word_embeddings=bool(conf.tie_word_embeddings),
-                  eos_token_ids=tuple(int(e) for e in (eos if isinstance(eos, list) else [eos]) if e is not None))
+                  eos_token_ids=tuple(int(e) for e in (eos if isinstance(eos, list) else [eos])
+                                      if e is not None))
     if model_type == "mamba2":
         return ModelArch(**common, norm_eps=float(conf.layer_norm_epsilon), context_window=None,
                          mamba=_mamba_spec(conf))
@@ -165,7 +167,8 @@ def arch_of(config: dict[str, Any], where: str) -> ModelArch:
     bias = bool(getattr(conf, "attention_bias", False))
     return ModelArch(
         **common, norm_eps=float(conf.rms_norm_eps), context_window=int(conf.max_position_embeddings),
-        num_heads=heads, num_kv_heads=int(getattr(conf, "num_key_value_heads", None) or heads), head_dim=head_dim,
+        num_heads=heads, num_kv_heads=int(getattr(conf, "num_key_value_heads", None) or heads),
+        head_dim=head_dim,
         intermediate_size=int(conf.intermediate_size), qkv_bias=bias or model_type == "qwen2", o_bias=bias,
         mlp_bias=bool(getattr(conf, "mlp_bias", False)), qk_norm=model_type in ("qwen3", "qwen3_moe"),
         windows=_windows(conf), inv_freq=inv_freq, rope_scaling=scaling, moe=_moe_spec(conf, model_type),
@@ -179,7 +182,8 @@ def _rotary(conf: Any, head_dim: int, where: str) -> tuple[tuple[float, ...], fl
     params = getattr(conf, "rope_parameters", None) or {}
     rope_type = params.get("rope_type", "default")
     if rope_type not in STATIC_ROPE:
-        raise UserError(f"{where}: rope_type {rope_type!r} is not supported; supported: {', '.join(STATIC_ROPE)}")
+        raise UserError(f"{where}: rope_type {rope_type!r} is not supported; supported: "
+                        f"{', '.join(STATIC_ROPE)}")
     if rope_type == "default":
         theta = float(params.get("rope_theta", getattr(conf, "rope_theta", 10000.0)))
         inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
@@ -209,7 +213,8 @@ def _moe_spec(conf: Any, model_type: str) -> MoeSpec | None:
         n, step, dense = int(conf.num_hidden_layers), int(conf.decoder_sparse_step), set(conf.mlp_only_layers)
         experts = int(conf.num_experts)
         return MoeSpec(experts=experts, top_k=int(conf.num_experts_per_tok),
-                       intermediate_size=int(conf.moe_intermediate_size), renormalize=bool(conf.norm_topk_prob),
+                       intermediate_size=int(conf.moe_intermediate_size),
+                       renormalize=bool(conf.norm_topk_prob),
                        weights_fp32=False, style="qwen3_moe",
                        layers=tuple(i not in dense and experts > 0 and (i + 1) % step == 0 for i in range(n)))
     return None

@@ -14,11 +14,12 @@ DEVICES = ("cpu",)
 def register(app: typer.Typer) -> None:
     @app.command("generate")
     def generate_cmd(
-        model: str = typer.Argument(..., help="a Hugging Face model directory, or a zoo name (tessera models)"),
+        model: str = typer.Argument(..., help="a Hugging Face model directory, or a zoo name "
+                                    "(tessera models)"),
         prompt: str | None = typer.Option(None, help="prompt text (through the model's tokenizer)"),
         prompt_ids: str | None = typer.Option(None, help="prompt as token ids, e.g. 1,2,3"),
-        prompts_file: Path | None = typer.Option(None, help="JSON lines: {\"prompt\": ...} or {\"prompt_ids\": "
-                                                 "[...]}, optional sampling fields per line"),
+        prompts_file: Path | None = typer.Option(None, help="JSON lines: {\"prompt\": ...} or "
+                                                 "{\"prompt_ids\": [...]}, sampling fields per line"),
         max_tokens: int = typer.Option(16, help="tokens to generate at most"),
         temperature: float = typer.Option(0.0, help="0: greedy"),
         top_k: int = typer.Option(0, help="sample among the k most probable tokens (0: all)"),
@@ -27,9 +28,11 @@ def register(app: typer.Typer) -> None:
         stop: list[str] = typer.Option([], help="stop string (repeatable); cut from the text"),
         ignore_eos: bool = typer.Option(False, help="do not stop at the EOS token"),
         dtype: str = typer.Option("auto", help="auto (the checkpoint's), bf16, fp16 or fp32"),
-        load_format: str = typer.Option("auto", help="auto: the directory's safetensors; dummy: random weights"),
+        load_format: str = typer.Option("auto", help="auto: the directory's safetensors; dummy: random "
+                                        "weights"),
         max_num_seqs: int = typer.Option(16, help="requests running at once"),
-        max_num_batched_tokens: int = typer.Option(256, help="tokens per iteration (decodes + prompt chunks)"),
+        max_num_batched_tokens: int = typer.Option(256, help="tokens per iteration (decodes + prompt "
+                                                   "chunks)"),
         max_model_len: int | None = typer.Option(None, help="longest prompt + output (default: the longest "
                                                  "request given, within the model's context)"),
         page_size: int = typer.Option(16, help="tokens per KV page"),
@@ -64,7 +67,8 @@ def register(app: typer.Typer) -> None:
         ids = [list(p.ids) if p.ids is not None else codec.encode(p.text or "") for p in prompts]
         longest = max(len(i) + p.params.max_tokens for i, p in zip(ids, prompts, strict=True))
         config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                              page_size=page_size, max_model_len=max_model_len or longest, microbatches=microbatches)
+                              page_size=page_size, max_model_len=max_model_len or longest,
+                              microbatches=microbatches)
         t0 = time.perf_counter()
         engine = load_engine(source, config, dtype=dtype, load_format=load_format, codec=codec)
         t1 = time.perf_counter()

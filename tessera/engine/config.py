@@ -41,8 +41,8 @@ class EngineConfig:
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise UserError(f"{k.replace('_', '-')}={v!r} must be a positive integer")
         if self.microbatches > self.max_num_seqs:
-            raise UserError(f"microbatches={self.microbatches} must be <= max-num-seqs={self.max_num_seqs} (each "
-                            f"group runs at least one request)")
+            raise UserError(f"microbatches={self.microbatches} must be <= max-num-seqs={self.max_num_seqs} "
+                            f"(each group runs at least one request)")
 
     def model_len(self, arch: ModelArch) -> int | None:
         """The longest prompt + output a request may have: the setting, capped by the context window."""

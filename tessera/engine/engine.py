@@ -43,8 +43,8 @@ class Iteration:
 
 class Engine:
     def __init__(self, program: Program, source: ModelSource, config: EngineConfig, codec: Codec, *,
-                 executor: Executor | None = None, devices: tuple[str, ...] = ("cpu",), placement: str = "single",
-                 keep_logits: bool = False) -> None:
+                 executor: Executor | None = None, devices: tuple[str, ...] = ("cpu",),
+                 placement: str = "single", keep_logits: bool = False) -> None:
         self.program = program
         self.source = source
         self.config = config
@@ -72,12 +72,12 @@ class Engine:
         total = len(prompt_ids) + params.max_tokens
         limit = self.config.model_len(arch)
         if limit is not None and total > limit:
-            raise UserError(f"prompt of {len(prompt_ids)} tokens + max-tokens {params.max_tokens} = {total} exceeds "
-                            f"the model's {limit}-token context (max_model_len)")
+            raise UserError(f"prompt of {len(prompt_ids)} tokens + max-tokens {params.max_tokens} = {total} "
+                            f"exceeds the model's {limit}-token context (max_model_len)")
         pool = self.scheduler.pages
         if pool is not None and pages_for(total, self.config.page_size) > pool.count:
-            raise UserError(f"a request of {total} tokens needs {pages_for(total, self.config.page_size)} KV pages "
-                            f"of {self.config.page_size} tokens; the cache has {pool.count}")
+            raise UserError(f"a request of {total} tokens needs {pages_for(total, self.config.page_size)} KV "
+                            f"pages of {self.config.page_size} tokens; the cache has {pool.count}")
         r = Request(id=self._next_id, prompt_ids=list(prompt_ids), params=params)
         self._next_id += 1
         self.scheduler.add(r)
@@ -161,15 +161,16 @@ def resolve_dtype(name: str, source: ModelSource) -> torch.dtype:
     return by_torch.get(source.config_dtype or "", torch.bfloat16)
 
 
-def load_engine(target: str | ModelSource, config: EngineConfig, *, dtype: str = "auto", load_format: str = "auto",
-                seed: int = 0, keep_logits: bool = False, codec: Codec | None = None) -> Engine:
+def load_engine(target: str | ModelSource, config: EngineConfig, *, dtype: str = "auto",
+                load_format: str = "auto", seed: int = 0, keep_logits: bool = False,
+                codec: Codec | None = None) -> Engine:
     """An engine for a zoo name or model directory: memory checked, weights in place, program traced."""
     if load_format not in LOAD_FORMATS:
         raise UserError(f"unknown load format {load_format!r}; valid: {', '.join(LOAD_FORMATS)}")
     source = open_model(target) if isinstance(target, str) else target
     if load_format == "auto" and not source.has_weights:
-        raise UserError(f"{source.name} has no safetensors weights to load; use --load-format dummy for random "
-                        f"weights")
+        raise UserError(f"{source.name} has no safetensors weights to load; use --load-format dummy for "
+                        f"random weights")
     torch_dtype = resolve_dtype(dtype, source)
     check_memory(source.name, memory_need(source.arch, config, torch_dtype), available_bytes(),
                  str(torch_dtype).removeprefix("torch."))
@@ -180,6 +181,6 @@ def load_engine(target: str | ModelSource, config: EngineConfig, *, dtype: str =
     else:
         assert source.directory is not None
         load_weights(model, source.directory)
-    allocate_caches(model, pages=config.pages(source.arch), page_size=config.page_size, slots=config.max_num_seqs,
-                    dtype=torch_dtype, device="cpu")
+    allocate_caches(model, pages=config.pages(source.arch), page_size=config.page_size,
+                    slots=config.max_num_seqs, dtype=torch_dtype, device="cpu")
     return Engine(Program(model), source, config, codec, keep_logits=keep_logits)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-FIELDS = ("input_ids", "positions", "query_start_loc", "seq_lens", "block_table", "slot_mapping", "state_slots",
-          "logits_indices")
+FIELDS = ("input_ids", "positions", "query_start_loc", "seq_lens", "block_table", "slot_mapping",
+          "state_slots", "logits_indices")
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,8 @@ class SeqPiece:
             raise ValueError(f"SeqPiece: {len(self.tokens)} tokens at start {self.start}")
 
 
-def build_inputs(pieces: list[SeqPiece], page_size: int, device: torch.device | str = "cpu") -> IterationInputs:
+def build_inputs(pieces: list[SeqPiece], page_size: int,
+                 device: torch.device | str = "cpu") -> IterationInputs:
     """The flat inputs of an iteration made of ``pieces`` (in order)."""
     ids: list[int] = []
     positions: list[int] = []

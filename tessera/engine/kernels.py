@@ -59,8 +59,8 @@ MODULE_KINDS: tuple[tuple[type[nn.Module], KernelKind], ...] = (
     (Residual, KernelKind.ELEMENTWISE))
 
 
-def kernel_graph(arch: ModelArch, shape: IterationShape, *, model: str = "model", dtype: torch.dtype = torch.bfloat16,
-                 page_size: int = 16) -> KernelGraph:
+def kernel_graph(arch: ModelArch, shape: IterationShape, *, model: str = "model",
+                 dtype: torch.dtype = torch.bfloat16, page_size: int = 16) -> KernelGraph:
     """The program's kernels at ``shape`` (decodes first, then prompt pieces, as ``shape_pieces`` lays
     them out), in ``dtype``; KV buffers hold the shape's sequences' pages, state buffers one slot each."""
     pieces = shape_pieces(shape, page_size)
@@ -112,17 +112,18 @@ def _record(rec: Recorder, program: Program, inputs: dict[str, torch.Tensor], ar
             rec.set_role(value, Role.OUTPUT)
         members = list(range(first_kernel, len(rec.kernels)))
         reads, writes = _external(rec, members, set(range(first_buffer, len(rec.buffers))), out)
-        k = Kernel(id=i, name=node.name, kind=KernelKind.OTHER, flops=sum(rec.kernels[m].flops for m in members),
+        ks = [rec.kernels[m] for m in members]
+        k = Kernel(id=i, name=node.name, kind=KernelKind.OTHER, flops=sum(x.flops for x in ks),
                    bytes_read=sum(reads.values()), bytes_written=sum(writes.values()), reads=tuple(reads),
-                   writes=tuple(writes), layer=program.layer_of(node), module=program.module_path(node), phase=phase,
-                   dtype=str(value.dtype).removeprefix("torch."),
-                   dims=_merged_dims([rec.kernels[m] for m in members]),
-                   indirect=any(rec.kernels[m].indirect for m in members))
-        kernels.append(_priced(k, program.callee(node), [rec.kernels[m] for m in members], arch, pieces, value))
+                   writes=tuple(writes), layer=program.layer_of(node), module=program.module_path(node),
+                   phase=phase, dtype=str(value.dtype).removeprefix("torch."), dims=_merged_dims(ks),
+                   indirect=any(x.indirect for x in ks))
+        kernels.append(_priced(k, program.callee(node), ks, arch, pieces, value))
     return kernels
 
 
-def _external(rec: Recorder, members: list[int], created: set[int], out: int) -> tuple[dict[int, int], dict[int, int]]:
+def _external(rec: Recorder, members: list[int], created: set[int],
+              out: int) -> tuple[dict[int, int], dict[int, int]]:
     """Bytes per buffer the node reads from before it, and writes to its value or pre-existing buffers."""
     reads: dict[int, int] = {}
     writes: dict[int, int] = {}
@@ -169,12 +170,14 @@ def _priced(k: Kernel, callee: object, members: list[Kernel], arch: ModelArch, p
         return _moe(k, callee, tokens, elem)
     if isinstance(callee, MambaConv):
         channels, width = callee.weight.shape[0], callee.weight.shape[2]
-        return _with(k, kind=KernelKind.CONV, flops=2 * tokens * channels * width, dims={"numel": tokens * channels})
+        return _with(k, kind=KernelKind.CONV, flops=2 * tokens * channels * width,
+                     dims={"numel": tokens * channels})
     if callee is torch.ops.tessera_engine.mamba_scan.default:
         m = arch.mamba
         assert m is not None
         return _with(k, kind=KernelKind.SCAN, flops=6 * tokens * m.heads * m.head_dim * m.state_size,
-                     dims={"numel": tokens * m.heads * m.head_dim, "state": m.heads * m.head_dim * m.state_size})
+                     dims={"numel": tokens * m.heads * m.head_dim,
+                           "state": m.heads * m.head_dim * m.state_size})
     kind = next((kd for cls, kd in MODULE_KINDS if isinstance(callee, cls)), None)
     return _with(k, kind=kind or _dominant_kind(members))
 
@@ -215,7 +218,8 @@ def _moe(k: Kernel, experts: Experts, tokens: int, elem: int) -> Kernel:
     count = len(experts)
     expert_bytes = 3 * inter * hidden * elem
     touched = distinct_experts(count, experts.top_k, tokens) * expert_bytes
-    return _with(k, kind=KernelKind.GEMM, flops=2 * 3 * tokens * experts.top_k * hidden * inter, indirect=True,
+    return _with(k, kind=KernelKind.GEMM, flops=2 * 3 * tokens * experts.top_k * hidden * inter,
+                 indirect=True,
                  bytes_read=int(touched) + tokens * (hidden + count) * elem,  # + hidden states, router logits
                  bytes_written=tokens * hidden * elem,
                  dims={"tokens": tokens, "hidden": hidden, "inter": inter, "topk": experts.top_k,

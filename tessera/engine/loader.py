@@ -51,8 +51,8 @@ def open_model(target: str) -> ModelSource:
     path = Path(target)
     if not path.exists():
         zoo = [n for n in model_names() if SPECS[n].config.get("model_type") in SUPPORTED]
-        raise UserError(f"unknown model {target!r}: not a directory; valid: {', '.join(zoo)}, or a Hugging Face "
-                        f"model directory")
+        raise UserError(f"unknown model {target!r}: not a directory; valid: {', '.join(zoo)}, or a Hugging "
+                        f"Face model directory")
     cfg, file = load_config(target)
     return ModelSource(name=file.parent.name if path.is_dir() else file.stem, arch=arch_of(cfg, str(file)),
                        directory=file.parent if path.is_dir() else None,
@@ -83,17 +83,19 @@ def check_names(model: nn.Module, directory: Path) -> dict[str, Path]:
     (computed tensors and a tied head's copy aside): one line naming a missing or an unexpected tensor."""
     shards = _shards(directory)
     if not shards:
-        raise UserError(f"model directory {directory} holds no *.safetensors weights; use --load-format dummy "
-                        f"for random weights")
+        raise UserError(f"model directory {directory} holds no *.safetensors weights; use --load-format "
+                        f"dummy for random weights")
     params = dict(model.named_parameters())
     missing = sorted(n for n in params if n not in shards)
     if missing:
-        raise UserError(f"{directory}: {len(missing)} tensor(s) missing from the checkpoint, e.g. {missing[0]!r}")
+        raise UserError(f"{directory}: {len(missing)} tensor(s) missing from the checkpoint, e.g. "
+                        f"{missing[0]!r}")
     tied = {"lm_head.weight"} if "lm_head.weight" not in params else set()
-    extra = sorted(n for n in shards if n not in params and n not in tied and not n.endswith(COMPUTED_SUFFIXES))
+    extra = sorted(n for n in shards
+                   if n not in params and n not in tied and not n.endswith(COMPUTED_SUFFIXES))
     if extra:
-        raise UserError(f"{directory}: {len(extra)} unexpected tensor(s) in the checkpoint, e.g. {extra[0]!r} "
-                        f"(the engine's {type(model).__name__} has no such parameter)")
+        raise UserError(f"{directory}: {len(extra)} unexpected tensor(s) in the checkpoint, e.g. "
+                        f"{extra[0]!r} (the engine's {type(model).__name__} has no such parameter)")
     return shards
 
 
@@ -116,8 +118,8 @@ def load_weights(model: nn.Module, directory: Path, names: set[str] | None = Non
                 t = f.get_tensor(n)
                 p = params[n]
                 if tuple(t.shape) != tuple(p.shape):
-                    raise UserError(f"{file.name}: tensor {n!r} has shape {tuple(t.shape)}, the config makes it "
-                                    f"{tuple(p.shape)}")
+                    raise UserError(f"{file.name}: tensor {n!r} has shape {tuple(t.shape)}, the config "
+                                    f"makes it {tuple(p.shape)}")
                 p.copy_(t)
                 read += t.numel() * t.element_size()
     return read
@@ -134,7 +136,8 @@ def dummy_weights(model: nn.Module, seed: int) -> None:
             if leaf == "A_log":
                 p.copy_(torch.log(torch.arange(1, p.numel() + 1, dtype=torch.float32)))
             elif leaf == "dt_bias":
-                dt = torch.exp(torch.rand(p.shape, generator=gen) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
+                lo, hi = math.log(0.001), math.log(0.1)
+                dt = torch.exp(torch.rand(p.shape, generator=gen) * (hi - lo) + lo)
                 p.copy_(dt + torch.log(-torch.expm1(-dt)))
             elif leaf == "D" or (leaf == "weight" and p.dim() == 1):
                 p.fill_(1.0)

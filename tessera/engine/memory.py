@@ -52,7 +52,8 @@ def memory_need(arch: ModelArch, config: EngineConfig, dtype: torch.dtype) -> Me
         state = config.max_num_seqs * arch.num_layers * per_layer
         widest = max(widest, m.proj_size)
     else:
-        widest = max(widest, arch.intermediate_size * 2, (arch.num_heads + 2 * arch.num_kv_heads) * arch.head_dim)
+        qkv = (arch.num_heads + 2 * arch.num_kv_heads) * arch.head_dim
+        widest = max(widest, arch.intermediate_size * 2, qkv)
     tokens = config.max_num_batched_tokens
     length = config.model_len(arch) or tokens
     scratch = 0
@@ -86,5 +87,5 @@ def check_memory(model: str, need: MemoryNeed, available: int | None, dtype: str
     raise UserError(
         f"{model} needs {need.total_bytes / gb:.2f} GB but {available / gb:.2f} GB is available: weights "
         f"{need.weights_bytes / gb:.2f} GB in {dtype}, KV pages {need.kv_bytes / gb:.2f} GB, states "
-        f"{need.state_bytes / gb:.2f} GB, activations {need.activation_bytes / gb:.2f} GB; lower --max-num-seqs, "
-        f"--max-model-len or --max-num-batched-tokens, or use --dtype bf16")
+        f"{need.state_bytes / gb:.2f} GB, activations {need.activation_bytes / gb:.2f} GB; lower "
+        f"--max-num-seqs, --max-model-len or --max-num-batched-tokens, or use --dtype bf16")

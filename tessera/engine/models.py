@@ -126,7 +126,8 @@ class DecoderLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids: Tensor, positions: Tensor, query_start_loc: Tensor, seq_lens: Tensor,
-                block_table: Tensor, slot_mapping: Tensor, state_slots: Tensor, logits_indices: Tensor) -> Tensor:
+                block_table: Tensor, slot_mapping: Tensor, state_slots: Tensor,
+                logits_indices: Tensor) -> Tensor:
         h = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
             h = layer(h, positions, slot_mapping, block_table, query_start_loc, seq_lens)
@@ -157,9 +158,9 @@ class Mamba2Mixer(nn.Module):
         m = self.spec
         proj = self.in_proj(x)
         xbc = self.conv1d(proj, state_slots, query_start_loc, seq_lens)
+        dt_start = m.intermediate_size + m.conv_dim
         y = ops.mamba_scan(xbc, proj, self.A_log, self.D, self.dt_bias, self.ssm_state, state_slots,
-                           query_start_loc, seq_lens, m.groups, m.chunk_size, m.intermediate_size + m.conv_dim,
-                           m.dt_min, m.dt_max)
+                           query_start_loc, seq_lens, m.groups, m.chunk_size, dt_start, m.dt_min, m.dt_max)
         return self.out_proj(self.norm(y, proj))
 
 
@@ -191,7 +192,8 @@ class Mamba2LM(nn.Module):
             self.lm_head.weight = self.backbone.embeddings.weight
 
     def forward(self, input_ids: Tensor, positions: Tensor, query_start_loc: Tensor, seq_lens: Tensor,
-                block_table: Tensor, slot_mapping: Tensor, state_slots: Tensor, logits_indices: Tensor) -> Tensor:
+                block_table: Tensor, slot_mapping: Tensor, state_slots: Tensor,
+                logits_indices: Tensor) -> Tensor:
         h = self.backbone.embeddings(input_ids)
         for layer in self.backbone.layers:
             h = layer(h, state_slots, query_start_loc, seq_lens)

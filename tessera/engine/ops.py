@@ -34,7 +34,8 @@ def sequences(query_start_loc: Tensor, seq_lens: Tensor) -> list[tuple[int, int,
     """(first query row, query tokens, tokens before this iteration) of each sequence."""
     starts = query_start_loc.tolist()
     lens = seq_lens.tolist()
-    return [(starts[i], starts[i + 1] - starts[i], lens[i] - (starts[i + 1] - starts[i])) for i in range(len(lens))]
+    counts = [starts[i + 1] - starts[i] for i in range(len(lens))]
+    return [(starts[i], n, lens[i] - n) for i, n in enumerate(counts)]
 
 
 # ---- paged attention ------------------------------------------------------------------------------------
@@ -59,8 +60,8 @@ def paged_attention(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: T
     decode = [i for i, (_, n, _) in enumerate(seqs) if n == 1]
     if decode:
         rows = torch.tensor([seqs[i][0] for i in decode], device=q.device)
-        out[rows] = _decode_attention(q3[rows], k_cache, v_cache, block_table[decode], seq_lens[decode], scale,
-                                      window)
+        out[rows] = _decode_attention(q3[rows], k_cache, v_cache, block_table[decode], seq_lens[decode],
+                                      scale, window)
     for i, (start, n, before) in enumerate(seqs):
         if n > 1:
             out[start:start + n] = _chunk_attention(q3[start:start + n], k_cache, v_cache, block_table[i],
@@ -99,8 +100,8 @@ def _chunk_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pages: Tensor,
     return out.transpose(0, 1)
 
 
-def _decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pages: Tensor, lengths: Tensor, scale: float,
-                      window: int) -> Tensor:
+def _decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pages: Tensor, lengths: Tensor,
+                      scale: float, window: int) -> Tensor:
     """n one-token queries [n, Hq, D], each at the last position of its sequence, batched: the sequences'
     pages gathered to the longest one's count, keys beyond a sequence's length masked."""
     page = k_cache.shape[1]
@@ -113,8 +114,9 @@ def _decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pages: Tensor
     if window:
         mask &= kpos > last - window
     heads = q.shape[1]
-    out = F.scaled_dot_product_attention(q[:, :, None], _expand_heads(keys, heads), _expand_heads(values, heads),
-                                         attn_mask=mask[:, None, None, :], scale=scale)
+    out = F.scaled_dot_product_attention(q[:, :, None], _expand_heads(keys, heads),
+                                         _expand_heads(values, heads), attn_mask=mask[:, None, None, :],
+                                         scale=scale)
     return out[:, :, 0]
 
 
@@ -127,8 +129,9 @@ def _flash(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, que
     cu_k = F.pad(seq_lens.cumsum(0), (1, 0)).to(torch.int32)
     q_lens = query_start_loc[1:] - query_start_loc[:-1]
     out = flash_attn_varlen_func(q, k_cache, v_cache, cu_seqlens_q=query_start_loc.to(torch.int32),
-                                 cu_seqlens_k=cu_k, max_seqlen_q=int(q_lens.max()), max_seqlen_k=int(seq_lens.max()),
-                                 softmax_scale=scale, causal=True, window_size=(window - 1 if window else -1, 0),
+                                 cu_seqlens_k=cu_k, max_seqlen_q=int(q_lens.max()),
+                                 max_seqlen_k=int(seq_lens.max()), softmax_scale=scale, causal=True,
+                                 window_size=(window - 1 if window else -1, 0),
                                  block_table=block_table.to(torch.int32))
     return out
 
@@ -269,7 +272,8 @@ def _ssd_chunked(x: Tensor, dt: Tensor, a: Tensor, b: Tensor, c: Tensor, d: Tens
     pad = (chunk - length % chunk) % chunk
     xf = F.pad(x.float(), (0, 0, 0, 0, 0, pad))
     skip = d[:, None] * xf  # D·x
-    xdt = (xf * F.pad(dt.float(), (0, 0, 0, pad))[..., None]).view(-1, chunk, heads, x.shape[2])  # [c, l, H, P]
+    dtp = F.pad(dt.float(), (0, 0, 0, pad))
+    xdt = (xf * dtp[..., None]).view(-1, chunk, heads, x.shape[2])  # [c, l, H, P]
     adt = (a * F.pad(dt.float(), (0, 0, 0, pad))).view(-1, chunk, heads).permute(2, 0, 1)  # [H, c, l]
     bh = F.pad(_per_head(b.float(), heads), (0, 0, 0, 0, 0, pad)).view(-1, chunk, heads, b.shape[2])
     ch = F.pad(_per_head(c.float(), heads), (0, 0, 0, 0, 0, pad)).view(-1, chunk, heads, c.shape[2])

@@ -115,10 +115,11 @@ class Program:
     # ---- split execution ---------------------------------------------------------------------
 
     def run_split(self, inputs: IterationInputs, assignment: Sequence[int], devices: int) -> SplitRun:
-        """Run the kernels with kernel i on device ``assignment[i]``, each device reading only its own store."""
+        """Run the kernels with kernel i on device ``assignment[i]``, each device reading only its own
+        store."""
         if len(assignment) != len(self.kernels) or not all(0 <= d < devices for d in assignment):
-            raise ValueError(f"assignment of {len(assignment)} kernels over {devices} devices; the program has "
-                             f"{len(self.kernels)} kernels")
+            raise ValueError(f"assignment of {len(assignment)} kernels over {devices} devices; the program "
+                             f"has {len(self.kernels)} kernels")
         feed = inputs.as_dict()
         stores: list[dict[fx.Node, Tensor]] = [{} for _ in range(devices)]
         home: dict[fx.Node, int] = {}

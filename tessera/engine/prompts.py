@@ -62,7 +62,8 @@ def _prompt(line: str, where: str, defaults: SamplingParams) -> Prompt:
         raise UserError(f"{where}: each line must be a JSON object with 'prompt' or 'prompt_ids'")
     unknown = sorted(set(obj) - set(PROMPT_FIELDS) - set(SAMPLING_FIELDS))
     if unknown:
-        raise UserError(f"{where}: unknown field {unknown[0]!r}; valid: {', '.join(PROMPT_FIELDS + SAMPLING_FIELDS)}")
+        raise UserError(f"{where}: unknown field {unknown[0]!r}; valid: "
+                        f"{', '.join(PROMPT_FIELDS + SAMPLING_FIELDS)}")
     if ("prompt" in obj) == ("prompt_ids" in obj):
         raise UserError(f"{where}: give exactly one of 'prompt' (text) and 'prompt_ids' (token ids)")
     text, ids = obj.get("prompt"), obj.get("prompt_ids")

@@ -41,7 +41,8 @@ class ByteTokenizer:
         return list(text.encode("utf-8"))
 
     def decode(self, ids: list[int]) -> str:
-        return bytes(i for i in ids if 0 <= i < 256 and i not in self.eos_token_ids).decode("utf-8", "replace")
+        data = bytes(i for i in ids if 0 <= i < 256 and i not in self.eos_token_ids)
+        return data.decode("utf-8", "replace")
 
 
 class HFTokenizer:

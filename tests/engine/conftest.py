@@ -9,9 +9,10 @@ import pytest
 import torch
 
 VOCAB = 128
-TINY = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, bos_token_id=1, eos_token_id=2, pad_token_id=0,
-            initializer_range=0.2)
-ATTN = dict(TINY, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+TINY = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, bos_token_id=1, eos_token_id=2,
+            pad_token_id=0, initializer_range=0.2)
+ATTN = dict(TINY, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+            max_position_embeddings=256)
 
 
 def configs():
@@ -23,7 +24,8 @@ def configs():
         "qwen3": Qwen3Config(**ATTN, head_dim=16),
         "mixtral": MixtralConfig(**ATTN, num_local_experts=4, num_experts_per_tok=2),
         # 2 groups of B/C, chunk 4: prompt pieces longer than a chunk take the multi-chunk SSD path
-        "mamba2": Mamba2Config(**TINY, state_size=16, head_dim=16, num_heads=8, n_groups=2, chunk_size=4, expand=2),
+        "mamba2": Mamba2Config(**TINY, state_size=16, head_dim=16, num_heads=8, n_groups=2, chunk_size=4,
+                               expand=2),
     }
 
 

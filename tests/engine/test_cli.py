@@ -13,8 +13,8 @@ KEYS = {"text", "token_ids", "finish_reason", "devices", "placement"}
 
 def test_generate_json(run_cli, saved):
     directory, hf = saved("llama")
-    code, out, err = run_cli(["generate", str(directory), "--prompt", "w5 w6 w7", "--max-tokens", "4", "--json",
-                              "--dtype", "fp32", "--max-num-batched-tokens", "3"])
+    code, out, err = run_cli(["generate", str(directory), "--prompt", "w5 w6 w7", "--max-tokens", "4",
+                              "--json", "--dtype", "fp32", "--max-num-batched-tokens", "3"])
     assert code == 0, err
     (line,) = out.splitlines()
     got = json.loads(line)
@@ -29,8 +29,10 @@ def test_generate_json(run_cli, saved):
 def test_prompts_file(run_cli, saved, tmp_path):
     directory, _ = saved("llama")
     f = tmp_path / "p.jsonl"
-    f.write_text('{"prompt": "w9 w10"}\n\n{"prompt_ids": [1, 40, 41, 42], "max_tokens": 5, "ignore_eos": true}\n')
-    code, out, err = run_cli(["generate", str(directory), "--prompts-file", str(f), "--json", "--max-tokens", "2"])
+    f.write_text('{"prompt": "w9 w10"}\n\n'
+                 '{"prompt_ids": [1, 40, 41, 42], "max_tokens": 5, "ignore_eos": true}\n')
+    code, out, err = run_cli(["generate", str(directory), "--prompts-file", str(f), "--json",
+                              "--max-tokens", "2"])
     assert code == 0, err
     first, second = (json.loads(x) for x in out.splitlines())
     assert len(first["token_ids"]) <= 2 and len(second["token_ids"]) == 5
@@ -74,7 +76,7 @@ def test_memory_refused_with_the_figures(run_cli, monkeypatch):
     code, _, err = run_cli(["generate", "llama-tiny", "--prompt", "x", "--load-format", "dummy"])
     assert code == 2 and "GB is available: weights" in err and len(err.strip().splitlines()) == 1
     need = MemoryNeed(weights_bytes=2 * 10**9, kv_bytes=10**9, state_bytes=0, activation_bytes=10**8)
-    with pytest.raises(ValueError, match=r"needs 3.10 GB but 3.00 GB is available: weights 2.00 GB in bf16, KV "
-                                         r"pages 1.00 GB"):
+    with pytest.raises(ValueError, match=r"needs 3.10 GB but 3.00 GB is available: weights 2.00 GB in "
+                                         r"bf16, KV pages 1.00 GB"):
         check_memory("m", need, 3 * 10**9, "bf16")
     check_memory("m", need, 4 * 10**9, "bf16")  # fits: silent

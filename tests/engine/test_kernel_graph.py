@@ -83,7 +83,8 @@ def test_moe_kernel_by_hand():
     moe = by_name(g, "model_layers_0_block_sparse_moe_experts")
     assert moe.kind is KernelKind.GEMM and moe.flops == 2 * 3 * 4 * 2 * 64 * 128
     expert = 3 * 128 * 64 * 2
-    assert moe.dims == {"tokens": 4, "hidden": 64, "inter": 128, "topk": 2, "experts": 4, "expert_bytes": expert}
+    assert moe.dims == {"tokens": 4, "hidden": 64, "inter": 128, "topk": 2, "experts": 4,
+                        "expert_bytes": expert}
     # expected distinct experts of 4 tokens choosing 2 of 4: 4 (1 - (1/2)^4) = 3.75; + hidden and logits in
     assert moe.bytes_read == int(3.75 * expert) + 4 * (64 + 4) * 2
     weights = {g.buffers[b].name for b in moe.reads if g.buffers[b].role is Role.WEIGHT}

@@ -34,7 +34,8 @@ def test_missing_and_unexpected_tensors(saved, tmp_path):
                      lambda t: {k: v for k, v in t.items() if k != "model.layers.1.mlp.up_proj.weight"})
     with pytest.raises(UserError, match=r"1 tensor\(s\) missing .* 'model.layers.1.mlp.up_proj.weight'"):
         load_engine(str(gone), CONFIG, dtype="fp32")
-    extra = copy_with(directory, tmp_path / "extra", lambda t: {**t, "model.layers.0.mlp.bias": torch.zeros(3)})
+    extra = copy_with(directory, tmp_path / "extra",
+                      lambda t: {**t, "model.layers.0.mlp.bias": torch.zeros(3)})
     with pytest.raises(UserError, match="unexpected tensor.*'model.layers.0.mlp.bias'"):
         load_engine(str(extra), CONFIG, dtype="fp32")
     rotary = copy_with(directory, tmp_path / "rotary",

@@ -41,7 +41,8 @@ def test_decodes_first_then_a_chunk_within_the_budget():
 
 
 def test_admission_limits():
-    s = Scheduler(EngineConfig(max_num_seqs=3, max_num_batched_tokens=100, microbatches=2), FreeList(64), None)
+    config = EngineConfig(max_num_seqs=3, max_num_batched_tokens=100, microbatches=2)
+    s = Scheduler(config, FreeList(64), None)
     for i in range(4):
         s.add(Request(id=i, prompt_ids=[1] * 5, params=PARAMS))
     assert plan(s.schedule(0)) == [(0, 5), (1, 5)]  # a group holds ceil(3 / 2) = 2
