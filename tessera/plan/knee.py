@@ -206,19 +206,17 @@ def period(base: Load, chunk: Load, m: int, rho: float) -> Period:
     """The period of one group's iteration: max over resources of the m groups' busy time, each group's
     carrying ``chunk`` with probability ρ, and the own group's latency (module doc), exact over the
     Binomial(m − 1, ρ) other groups and the own Bernoulli(ρ)."""
-    def at(x: int, y: int) -> float:
-        q = max(m * t0 + (x + y) * d for t0, d in zip(base.busy_s, chunk.busy_s, strict=True))
-        return max(q, base.latency_s + y * chunk.latency_s)
-
+    # q[k]: the busiest resource when k of the m groups carry a chunk
+    q = [max(m * t0 + k * d for t0, d in zip(base.busy_s, chunk.busy_s, strict=True)) for k in range(m + 1)]
+    lat = (base.latency_s, base.latency_s + chunk.latency_s)
     mean = sq = busy = 0.0
     for x in range(m):
         px = math.comb(m - 1, x) * rho ** x * (1 - rho) ** (m - 1 - x)
-        for y, py in ((0, 1 - rho), (1, rho)):
-            v = at(x, y)
-            mean += px * py * v
-            sq += px * py * v * v
-        busy += px * at(x, 1)
-    return Period(mean_s=mean, var_s2=max(0.0, sq - mean * mean), busy_s=busy, full_s=at(m - 1, 1))
+        v0, v1 = max(q[x], lat[0]), max(q[x + 1], lat[1])
+        mean += px * ((1 - rho) * v0 + rho * v1)
+        sq += px * ((1 - rho) * v0 * v0 + rho * v1 * v1)
+        busy += px * v1
+    return Period(mean_s=mean, var_s2=max(0.0, sq - mean * mean), busy_s=busy, full_s=max(q[m], lat[1]))
 
 
 # ---- the knee of a token-serving point -------------------------------------------------------------------------
@@ -261,18 +259,58 @@ def steady(costs: IterCosts, e: Engine, prompt: int, output: int, lam: float) ->
             return State(n, rho, q, per, False, "slots", own, hold)
         return State(n, rho, q, per, True, "", own, hold)
 
-    # τ_{i+1} = E[period at τ_i] rises monotonically from the empty engine's period to the smallest fixed
-    # point; it never arrives (or the state breaks on the way) when λ is beyond what the engine serves
-    tau = at(0.0).per.mean_s
+    return fixed_point(at, b)
+
+
+def fixed_point(at: Callable[[float], State], b: float) -> State:
+    """The smallest τ with E[period at τ] = τ. g(τ) = period(τ) − τ is positive at the empty engine's period
+    and, the period growing with τ, crosses zero at the fixed point, if there is one before the state
+    breaks (λ beyond what the engine serves). Bracketed by doubling, then regula falsi (Illinois)."""
+    lo = at(0.0).per.mean_s
+    s_lo = at(lo)
+    if not s_lo.feasible:
+        return s_lo
+    g_lo = s_lo.per.mean_s - lo
+    if g_lo <= 1e-12 * lo:
+        return s_lo
+    hi = lo
+    for _ in range(60):
+        hi *= 2
+        s_hi = at(hi)
+        if not s_hi.feasible:  # the state breaks before τ doubles: is there a crossing before it does?
+            a, z = lo, hi
+            for _ in range(BREAK_STEPS):
+                mid = (a + z) / 2
+                a, z = (mid, z) if at(mid).feasible else (a, mid)
+            s_a = at(a)
+            if s_a.per.mean_s > a:
+                return at(z)  # the period still outruns τ where the state breaks: saturated
+            hi, s_hi = a, s_a
+            break
+        if s_hi.per.mean_s <= hi:
+            break
+        lo, s_lo, g_lo = hi, s_hi, s_hi.per.mean_s - hi
+    else:
+        return State(s_hi.n, s_hi.rho, s_hi.q, s_hi.per, False, "slots" if s_hi.n >= b * 0.99 else "prefill budget")
+    g_hi, side = s_hi.per.mean_s - hi, 0
     for _ in range(FIXED_POINT_STEPS):
-        s = at(tau)
-        if not s.feasible or s.per.mean_s <= tau * (1 + 1e-9):
-            return s
-        tau = s.per.mean_s
-    return State(s.n, s.rho, s.q, s.per, False, "slots" if s.n >= b * 0.99 else "prefill budget")
+        if hi - lo <= 1e-9 * hi:
+            break
+        mid = hi - g_hi * (hi - lo) / (g_hi - g_lo) if g_hi != g_lo else (lo + hi) / 2
+        mid = min(max(mid, lo + 1e-12 * hi), hi - 1e-12 * hi)
+        s_mid = at(mid)
+        g_mid = s_mid.per.mean_s - mid
+        if g_mid > 0:
+            lo, g_lo = mid, g_mid
+            g_hi, side = (g_hi / 2, side) if side == -1 else (g_hi, -1)
+        else:
+            hi, g_hi = mid, g_mid
+            g_lo, side = (g_lo / 2, side) if side == 1 else (g_lo, 1)
+    return at(hi)
 
 
-FIXED_POINT_STEPS = 400  # slow only within a hair of capacity, where the rate is infeasible in practice
+FIXED_POINT_STEPS = 60  # regula falsi steps; the bracket closes to 1e-9 in far fewer
+BREAK_STEPS = 20  # bisection steps for where the state breaks: 1e-6 of the bracket
 
 
 def ttft_above(s: State, e: Engine, prompt: int, output: int, lam: float, t: float) -> tuple[float, float]:
@@ -339,17 +377,22 @@ def token_knee(costs: IterCosts, e: Engine, *, prompt: int, output: int, ttft_s:
 
 
 def capacity(state: Callable[[float], State], output: int, costs: IterCosts, e: Engine) -> float:
-    """The largest rate (requests/s) with a feasible steady state."""
-    hi = 1.0
+    """The largest rate (requests/s) with a feasible steady state: a slot turns over at most every
+    (O − 1) empty-engine periods, so B / that bounds it from above."""
+    hi = 2 * e.seqs / (max(1, output - 1) * max(costs.at(1).latency_s, 1e-12))
     while state(hi).feasible:
         hi *= 2
-        if hi > 1e9:
+        if hi > 1e12:
             raise ValueError("the engine never saturates: step costs of zero?")
     lo = 0.0
-    for _ in range(50):
+    for _ in range(CAPACITY_STEPS):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if state(mid).feasible else (lo, mid)
     return lo
+
+
+CAPACITY_STEPS = 30  # bisection steps: 2^-30 of the bound
+KNEE_STEPS = 24  # bisection steps for the knee: 6e-8 of capacity
 
 
 def knee_of(attain: Callable[[float], tuple[float, State, float, float, float]], cap: float,
@@ -364,7 +407,7 @@ def knee_of(attain: Callable[[float], tuple[float, State, float, float, float]],
     if attain(hi)[0] >= target:
         lo = hi
     else:
-        for _ in range(40):
+        for _ in range(KNEE_STEPS):
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if attain(mid)[0] >= target else (lo, mid)
     a, s, ttft, _, _ = attain(lo)
@@ -388,21 +431,16 @@ def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
     def state(lam: float) -> State:
         lg = lam / m
 
-        def mean_at(tau: float) -> tuple[float, float, Period]:
+        def at(tau: float) -> State:
             n = lg * steps * tau
             per = period(costs.at(min(n, b)), none, m, 0.0)
-            return n, per.mean_s, per
-
-        tau = mean_at(0.0)[1]
-        for _ in range(200):  # monotone fixed-point iteration from below
-            n, nxt, per = mean_at(tau)
             if n > b:
                 return State(n, 0.0, 0.0, per, False, "slots")
-            if abs(nxt - tau) <= 1e-12 * max(tau, 1e-12):
-                break
-            tau = nxt
-        n, _, per = mean_at(tau)
-        return State(n, 0.0, 0.0, per, n <= b, "" if n <= b else "slots")
+            hold = steps * per.mean_s
+            return State(n, 0.0, 0.0, per, lam * hold < e.seqs, "" if lam * hold < e.seqs else "slots",
+                         per.mean_s / (2 * m), hold)
+
+        return fixed_point(at, b)
 
     def attain(lam: float) -> tuple[float, State, float, float, float]:
         s = state(lam)
@@ -441,16 +479,15 @@ def pd_knee(prefill_s: Callable[[float], float], max_prompts: int, decode: IterC
         return k
 
     def decode_state(lam: float) -> State:
-        tau = decode.at(1).latency_s
-        for _ in range(FIXED_POINT_STEPS):
+        none = decode.at(1).minus(decode.at(1))
+
+        def at(tau: float) -> State:
             n = lam * max(0, output - 1) * tau
-            per = period(decode.at(min(n, decode_seqs)), decode.at(1).minus(decode.at(1)), 1, 0.0)
-            if n > decode_seqs:
-                return State(n, 0.0, 0.0, per, False, "slots")
-            if per.mean_s <= tau * (1 + 1e-9):
-                return State(n, 0.0, 0.0, per, True, "", 0.0, max(0, output - 1) * per.mean_s)
-            tau = per.mean_s
-        return State(n, 0.0, 0.0, per, False, "slots")
+            per = period(decode.at(min(n, decode_seqs)), none, 1, 0.0)
+            ok = n <= decode_seqs
+            return State(n, 0.0, 0.0, per, ok, "" if ok else "slots", 0.0, max(0, output - 1) * per.mean_s)
+
+        return fixed_point(at, decode_seqs)
 
     def feasible(lam: float) -> bool:
         k = prefill_batch(lam)

@@ -204,7 +204,7 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
     b = math.ceil(batch / m)
     decode = tuple((n, load_at(at, chunk_shape(n, 0, traffic, batch, m), a, units, link, cost))
                    for n in group_sizes(b))
-    out = []
+    out: list[tuple[int, Knee]] = []
     for k in sorted({x for x in budgets if x > b}):
         q = k - b
         full = load_at(at, chunk_shape(b, q, traffic, batch, m), a, units, link, cost)
@@ -212,6 +212,8 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
         out.append((k, token_knee(costs, Engine(seqs=batch, budget=k, microbatches=m), prompt=traffic.prompt,
                                   output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
                                   target=slo.target)))
+        if len(out) >= 3 and out[-1][1].rate_per_s < out[-2][1].rate_per_s < out[-3][1].rate_per_s:
+            break  # past the best budget: larger chunks only stall the decodes more
     return out
 
 
