@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -278,22 +278,31 @@ def device_orders(units: tuple[GpuSpec, ...]) -> list[tuple[int, ...]]:
     return out
 
 
+def best_splits(c: LayerCosts, orders: list[tuple[int, ...]], mem_bytes: tuple[int, ...], m: int) -> list[Split]:
+    """Each order's best split (best_split), the VERIFIED_ORDERS best first."""
+    splits = [s for o in orders if (s := best_split(c, o, mem_bytes, m)) is not None]
+    return sorted(splits, key=lambda s: (s.period_s, s.path_s))[:VERIFIED_ORDERS]
+
+
 def rule(units: tuple[GpuSpec, ...], link: LinkSpec, cost) -> Callable:
-    """The placement rule (graph, batch, m) -> assignment: each order's best split (best_split), the
-    VERIFIED_ORDERS best by the model and their speed-proportional splits scored by the verifier; with no
-    split fitting the model, the speed-proportional and even splits of every order (the verifier decides)."""
+    """The placement rule (graph, batch, m) -> assignment: the best orders' splits (best_splits) and their
+    speed-proportional splits, scored by the verifier. Where no split fits under the model the activations
+    are taken at 0 (the model's weights and KV are the verifier's, its activations an upper bound), and
+    where none fits even so, None: no contiguous split fits at this batch. A graph with fewer layers than
+    devices gets the speed-proportional split, some devices idle."""
     mem = tuple(u.mem_bytes for u in units)
+    orders = device_orders(units)
 
     def place(g: KernelGraph, b: int, m: int) -> tuple[int, ...] | None:
         c = layer_costs(g, units, link, cost)
-        orders = device_orders(units)
-        splits = sorted((s for o in orders if (s := best_split(c, o, mem, m)) is not None),
-                        key=lambda s: (s.period_s, s.path_s))[:VERIFIED_ORDERS]
         speeds = 1.0 / np.maximum(c.seconds.sum(axis=0), 1e-12)
+        if c.n < len(units):
+            cands = [layer_pipeline(g, list(o), layer_ranges(c.n, [speeds[d] for d in o])) for o in orders]
+            return best_fitting(g, list(dict.fromkeys(cands)), m, units, link, cost)
+        splits = best_splits(c, orders, mem, m) or best_splits(replace(c, act_bytes=np.zeros(c.n)), orders, mem, m)
+        if not splits:
+            return None
         cands = [layer_pipeline(g, list(s.order), list(s.counts)) for s in splits]
-        for o in [s.order for s in splits] or orders:
-            cands.append(layer_pipeline(g, list(o), layer_ranges(c.n, [speeds[d] for d in o])))
-            if not splits:  # memory-lean fallback: equal counts
-                cands.append(layer_pipeline(g, list(o), layer_ranges(c.n, [1.0] * len(o))))
+        cands += [layer_pipeline(g, list(s.order), layer_ranges(c.n, [speeds[d] for d in s.order])) for s in splits]
         return best_fitting(g, list(dict.fromkeys(cands)), m, units, link, cost)
     return place
