@@ -74,30 +74,41 @@ def _(q, k, v, k_cache, v_cache, slot_mapping, block_table, query_start_loc, seq
     return torch.empty_like(q)
 
 
-def _gather(cache: Tensor, pages: Tensor, length: int) -> Tensor:
-    """One sequence's first ``length`` cached tokens [length, Hkv, D] from its pages."""
-    page = cache.shape[1]
-    return cache[pages[: -(-length // page)]].flatten(0, 1)[:length]
+def _gather(cache: Tensor, pages: Tensor, span: int) -> Tensor:
+    """Sequences' first ``span`` pages as [n, Hkv, span · page_size, D] (pages [n, ≥ span]): one copy of the
+    cached keys or values, head-major for the matmuls."""
+    got = cache[pages[:, :span]]  # [n, span, page, Hkv, D]
+    n, _, page, kv_heads, dim = got.shape
+    return got.permute(0, 3, 1, 2, 4).reshape(n, kv_heads, span * page, dim)
 
 
-def _expand_heads(kv: Tensor, heads: int) -> Tensor:
-    """[..., Hkv, S, D] -> [..., Hq, S, D]: query head h reads KV head h // (Hq / Hkv), as repeat_kv does."""
-    return kv.repeat_interleave(heads // kv.shape[-3], dim=-3)
+def _grouped_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor, scale: float) -> Tensor:
+    """softmax(q·kᵀ·scale, masked)·v with each KV head shared by its group of query heads, without copying
+    K/V per query head: q [n, Hq, Lq, D], keys and values [n, Hkv, S, D], mask [n, Lq, S] (True: attend).
+    Scores and softmax in fp32. Returns [n, Hq, Lq, D]."""
+    n, heads, lq, dim = q.shape
+    kv_heads = keys.shape[1]
+    group = heads // kv_heads
+    scores = torch.matmul(q.reshape(n, kv_heads, group * lq, dim), keys.transpose(-1, -2)).float() * scale
+    scores = scores.view(n, kv_heads, group, lq, -1).masked_fill(~mask[:, None, None], -torch.inf)
+    probs = torch.softmax(scores, dim=-1).to(values.dtype).view(n, kv_heads, group * lq, -1)
+    return torch.matmul(probs, values).view(n, heads, lq, dim)
 
 
 def _chunk_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pages: Tensor, length: int, scale: float,
                      window: int) -> Tensor:
-    """A prompt piece's n queries (the last n of ``length`` positions) against the sequence's keys."""
-    n, heads = q.shape[0], q.shape[1]
-    keys = _expand_heads(_gather(k_cache, pages, length).transpose(0, 1), heads)
-    values = _expand_heads(_gather(v_cache, pages, length).transpose(0, 1), heads)
+    """A prompt piece's n queries [n, Hq, D] (the last n of ``length`` positions) against the sequence's
+    keys."""
+    n = q.shape[0]
+    span = -(-length // k_cache.shape[1])
+    keys = _gather(k_cache, pages[None], span)[:, :, :length]
+    values = _gather(v_cache, pages[None], span)[:, :, :length]
     qpos = torch.arange(length - n, length, device=q.device)[:, None]
     kpos = torch.arange(length, device=q.device)[None, :]
     mask = kpos <= qpos
     if window:
         mask &= kpos > qpos - window
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask, scale=scale)
-    return out.transpose(0, 1)
+    return _grouped_attention(q.transpose(0, 1)[None], keys, values, mask[None], scale)[0].transpose(0, 1)
 
 
 def _decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pages: Tensor, lengths: Tensor,
@@ -106,18 +117,13 @@ def _decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pages: Tensor
     pages gathered to the longest one's count, keys beyond a sequence's length masked."""
     page = k_cache.shape[1]
     span = -(-int(lengths.max()) // page)
-    keys = k_cache[pages[:, :span]].flatten(1, 2).transpose(1, 2)  # [n, Hkv, span·page, D]
-    values = v_cache[pages[:, :span]].flatten(1, 2).transpose(1, 2)
     kpos = torch.arange(span * page, device=q.device)[None, :]
     last = (lengths - 1)[:, None]
     mask = kpos <= last
     if window:
         mask &= kpos > last - window
-    heads = q.shape[1]
-    out = F.scaled_dot_product_attention(q[:, :, None], _expand_heads(keys, heads),
-                                         _expand_heads(values, heads), attn_mask=mask[:, None, None, :],
-                                         scale=scale)
-    return out[:, :, 0]
+    keys, values = _gather(k_cache, pages, span), _gather(v_cache, pages, span)
+    return _grouped_attention(q[:, :, None], keys, values, mask[:, None, :], scale)[:, :, 0]
 
 
 def _flash(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, query_start_loc: Tensor,

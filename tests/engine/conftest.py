@@ -16,13 +16,26 @@ ATTN = dict(TINY, intermediate_size=128, num_attention_heads=4, num_key_value_he
 
 
 def configs():
-    from transformers import LlamaConfig, Mamba2Config, MixtralConfig, Qwen2Config, Qwen3Config
+    from transformers import (
+        LlamaConfig,
+        Mamba2Config,
+        MistralConfig,
+        MixtralConfig,
+        Qwen2Config,
+        Qwen3Config,
+        Qwen3MoeConfig,
+    )
 
     return {
         "llama": LlamaConfig(**ATTN),
+        # a 5-token sliding window: prompts and outputs run past it in both chunks and decodes
+        "mistral": MistralConfig(**ATTN, sliding_window=5),
         "qwen2": Qwen2Config(**ATTN),
         "qwen3": Qwen3Config(**ATTN, head_dim=16),
         "mixtral": MixtralConfig(**ATTN, num_local_experts=4, num_experts_per_tok=2),
+        # layer 1 dense (mlp_only_layers), routing weights not renormalised
+        "qwen3_moe": Qwen3MoeConfig(**ATTN, head_dim=16, num_experts=4, num_experts_per_tok=2,
+                                    moe_intermediate_size=32, mlp_only_layers=[1], norm_topk_prob=False),
         # 2 groups of B/C, chunk 4: prompt pieces longer than a chunk take the multi-chunk SSD path
         "mamba2": Mamba2Config(**TINY, state_size=16, head_dim=16, num_heads=8, n_groups=2, chunk_size=4,
                                expand=2),

@@ -25,7 +25,7 @@ def served(engine, prompts: list[str]):
     return ids, engine.generate(ids, SamplingParams(max_tokens=NEW))
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mixtral", "mamba2"])
+@pytest.mark.parametrize("family", ["llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "mamba2"])
 def test_greedy_equals_transformers(saved, family):
     directory, hf = saved(family)
     engine = load_engine(str(directory), EngineConfig(max_num_seqs=4, max_num_batched_tokens=6, page_size=4,
