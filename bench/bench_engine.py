@@ -37,10 +37,10 @@ from tessera.engine.sampling import sample
 
 # Qwen/Qwen2.5-0.5B, config.json
 QWEN25_05B = dict(model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                  num_attention_heads=14, num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768,
-                  rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, hidden_act="silu",
-                  use_sliding_window=False, sliding_window=32768, max_window_layers=24, bos_token_id=151643,
-                  eos_token_id=151643)
+                  num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                  max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                  tie_word_embeddings=True, hidden_act="silu", use_sliding_window=False,
+                  sliding_window=32768, max_window_layers=24, bos_token_id=151643, eos_token_id=151643)
 SKELETON = dict(QWEN25_05B, hidden_size=112, intermediate_size=128, vocab_size=256, bos_token_id=1,
                 eos_token_id=2)
 BATCH, CONTEXT, PAGE = 32, 512, 16
@@ -99,33 +99,38 @@ def measure(dtype: torch.dtype, repeats: int) -> dict[str, object]:
     sample_s = timed(lambda: [sample(row, greedy, None) for row in logits.float()], 20)
     return {"dtype": str(dtype).removeprefix("torch."), "nodes": nodes, "ops_per_iteration": counter.ops,
             "iteration_ms": round(whole_s * 1e3, 1), "skeleton_ms": round(bones_s * 1e3, 2),
-            "host_us_per_node": round(bones_s / nodes * 1e6, 1), "kernels_ms": round((whole_s - bones_s) * 1e3, 1),
-            "host_share": round(bones_s / whole_s, 4), "split_executor_ms": round(split_s * 1e3, 1),
-            "split_skeleton_ms": round(bones_split_s * 1e3, 2),
-            "split_us_per_node": round(bones_split_s / nodes * 1e6, 1), "layout_ms": round(layout_s * 1e3, 3),
-            "sampling_ms": round(sample_s * 1e3, 3),
+            "host_us_per_node": round(bones_s / nodes * 1e6, 1),
+            "kernels_ms": round((whole_s - bones_s) * 1e3, 1), "host_share": round(bones_s / whole_s, 4),
+            "split_executor_ms": round(split_s * 1e3, 1), "split_skeleton_ms": round(bones_split_s * 1e3, 2),
+            "split_us_per_node": round(bones_split_s / nodes * 1e6, 1),
+            "layout_ms": round(layout_s * 1e3, 3), "sampling_ms": round(sample_s * 1e3, 3),
             "weight_bytes": sum(p.numel() * p.element_size() for p in full.model.parameters())}
 
 
+HEADER = ("dtype", "nodes", "ops / iteration", "iteration ms", "skeleton ms", "host µs / node", "kernels ms",
+          "host share", "split executor ms", "split skeleton ms", "split µs / node", "inputs layout ms",
+          "greedy sampling ms")
+COLUMNS = ("dtype", "nodes", "ops_per_iteration", "iteration_ms", "skeleton_ms", "host_us_per_node",
+           "kernels_ms", "host_share", "split_executor_ms", "split_skeleton_ms", "split_us_per_node",
+           "layout_ms", "sampling_ms")
+NOTE = ("`nodes`: the program's kernel nodes; `ops / iteration`: operators dispatched (a custom op once); "
+        "`skeleton`: the same program and batch with every width shrunk (hidden 112, MLP 128, vocab 256) and "
+        "contexts of 1 token, whose time is the nodes' host cost; `host µs / node` = skeleton / nodes; "
+        "`kernels` = iteration − skeleton; `split`: the split executor, every node on one device. "
+        "Measured by `OMP_NUM_THREADS=1 .venv/bin/python bench/bench_engine.py`.")
+
+
 def markdown(rows: list[dict[str, object]], meta: dict[str, object]) -> str:
-    lines = [f"# Engine host time per iteration ({meta['model']}, decode batch {BATCH} at context {CONTEXT})", "",
-             f"One thread (OMP_NUM_THREADS={meta['threads']}), load average {meta['loadavg_1m']} at the start and "
-             f"{meta['loadavg_1m_end']} at the end, {meta['cpu']}; dummy weights; medians after 2 warm-ups.", "",
-             "| dtype | nodes | ops / iteration | iteration ms | skeleton ms | host µs / node | kernels ms | "
-             "host share | split executor ms | split skeleton ms | split µs / node | inputs layout ms | "
-             "greedy sampling ms |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"# Engine host time per iteration ({meta['model']}, decode batch {BATCH} at context "
+             f"{CONTEXT})", "",
+             f"One thread (OMP_NUM_THREADS={meta['threads']}), load average {meta['loadavg_1m']} at the "
+             f"start and {meta['loadavg_1m_end']} at the end, {meta['cpu']}; dummy weights; medians after 2 "
+             f"warm-ups.",
+             "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     for r in rows:
-        lines.append(f"| {r['dtype']} | {r['nodes']} | {r['ops_per_iteration']} | {r['iteration_ms']} | "
-                     f"{r['skeleton_ms']} | {r['host_us_per_node']} | {r['kernels_ms']} | {r['host_share']:.1%} | "
-                     f"{r['split_executor_ms']} | {r['split_skeleton_ms']} | {r['split_us_per_node']} | "
-                     f"{r['layout_ms']} | {r['sampling_ms']} |")
-    lines += ["", "`nodes`: the program's kernel nodes; `ops / iteration`: operators dispatched (a custom op once); "
-              "`skeleton`: the same program and batch with every width shrunk (hidden 112, MLP 128, vocab 256) and "
-              "contexts of 1 token, whose time is the nodes' host cost; `host µs / node` = skeleton / nodes; `kernels` = iteration − skeleton; "
-              "`split`: the split executor, every node on one device. Measured by `OMP_NUM_THREADS=1 "
-              ".venv/bin/python bench/bench_engine.py`."]
-    return "\n".join(lines) + "\n"
+        cells = [f"{r[c]:.1%}" if c == "host_share" else str(r[c]) for c in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", NOTE]) + "\n"
 
 
 def main() -> None:
