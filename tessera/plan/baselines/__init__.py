@@ -1,9 +1,11 @@
 """The four coarse alternatives Tessera is compared with, one module each (docs/plan.md "Strategies"):
 
-  homogeneous      independent replicas per GPU type at their best tensor-parallel degree;
+  homogeneous      independent replicas per GPU type in their best group (tensor parallel, or for a MoE
+                   model data-parallel attention with the experts split by expert or by dimension);
   prefill_decode   DistServe on a pair, rate-matched, KV over the link;
   attention_ffn    MegaScale-Infer: attention + KV on one device, FFN / experts on the other;
-  layer_pipeline   contiguous layer ranges sized by speed, asynchronous micro-batches.
+  layer_pipeline   contiguous layer ranges, the split searched by memory and speed, asynchronous
+                   micro-batches.
 
 Each module's ``rule`` (attention_ffn, layer_pipeline) maps (graph, batch, m) to a kernel assignment;
 ``homogeneous`` and ``prefill_decode`` score their own deployments with the same serving model.
