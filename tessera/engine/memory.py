@@ -84,8 +84,9 @@ def check_memory(model: str, need: MemoryNeed, available: int | None, dtype: str
     if available is None or need.total_bytes <= available:
         return
     gb = 1e9
+    smaller = ", or use --dtype bf16" if dtype == "float32" else ""
     raise UserError(
         f"{model} needs {need.total_bytes / gb:.2f} GB but {available / gb:.2f} GB is available: weights "
         f"{need.weights_bytes / gb:.2f} GB in {dtype}, KV pages {need.kv_bytes / gb:.2f} GB, states "
         f"{need.state_bytes / gb:.2f} GB, activations {need.activation_bytes / gb:.2f} GB; lower "
-        f"--max-num-seqs, --max-model-len or --max-num-batched-tokens, or use --dtype bf16")
+        f"--max-num-seqs, --max-model-len or --max-num-batched-tokens{smaller}")
