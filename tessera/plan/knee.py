@@ -63,11 +63,12 @@ class IterCosts:
 
     ``decode``: (n, load) with no prompt chunk, n decode sequences, sorted by n (interpolated linearly,
     held below the first); ``chunk_tokens`` Q_ref and ``chunk``: what Q_ref prompt tokens add to an
-    iteration (scaled linearly to other chunk sizes)."""
+    iteration (scaled linearly to other chunk sizes); ``fit``: see period()."""
 
     decode: tuple[tuple[int, Load], ...]
     chunk_tokens: int = 0
     chunk: Load | None = None
+    fit: Fit | None = None  # period() scaling by the number of groups carrying a chunk (None: a chain)
 
     def at(self, n: float) -> Load:
         pts = self.decode
@@ -202,21 +203,30 @@ class Period:
     full_s: float  # period when every group carries a chunk (the prefill queue is busy)
 
 
-def period(base: Load, chunk: Load, m: int, rho: float) -> Period:
+Fit = tuple[tuple[float, float], ...]  # per k of m groups carrying a chunk: (f for a group without, f with)
+
+
+def period(base: Load, chunk: Load, m: int, rho: float, fit: Fit | None = None) -> Period:
     """The period of one group's iteration: max over resources of the m groups' busy time, each group's
     carrying ``chunk`` with probability ρ, and the own group's latency (module doc), exact over the
-    Binomial(m − 1, ρ) other groups and the own Bernoulli(ρ)."""
+    Binomial(m − 1, ρ) other groups and the own Bernoulli(ρ). ``fit[k][y]`` scales the period when k groups
+    carry a chunk, the own group among them (y = 1) or not (y = 0): how the placement's groups really
+    interleave, measured by an event model (tessera.plan.serving.interleaving); 1 for a chain."""
     # q[k]: the busiest resource when k of the m groups carry a chunk
     q = [max(m * t0 + k * d for t0, d in zip(base.busy_s, chunk.busy_s, strict=True)) for k in range(m + 1)]
     lat = (base.latency_s, base.latency_s + chunk.latency_s)
+
+    def v(k: int, y: int) -> float:
+        return (fit[k][y] if fit else 1.0) * max(q[k], lat[y])
+
     mean = sq = busy = 0.0
     for x in range(m):
         px = math.comb(m - 1, x) * rho ** x * (1 - rho) ** (m - 1 - x)
-        v0, v1 = max(q[x], lat[0]), max(q[x + 1], lat[1])
+        v0, v1 = v(x, 0), v(x + 1, 1)
         mean += px * ((1 - rho) * v0 + rho * v1)
         sq += px * ((1 - rho) * v0 * v0 + rho * v1 * v1)
         busy += px * v1
-    return Period(mean_s=mean, var_s2=max(0.0, sq - mean * mean), busy_s=busy, full_s=max(q[m], lat[1]))
+    return Period(mean_s=mean, var_s2=max(0.0, sq - mean * mean), busy_s=busy, full_s=v(m, 1))
 
 
 # ---- the knee of a token-serving point -------------------------------------------------------------------------
@@ -245,13 +255,16 @@ def steady(costs: IterCosts, e: Engine, prompt: int, output: int, lam: float) ->
         n = lg * max(0, output - 1) * tau
         q = k - n
         if n > b:
-            return State(n, 1.0, q, period(costs.at(b), costs.chunk_of(max(q, 0)), m, 1.0), False, "slots")
+            return State(n, 1.0, q, period(costs.at(b), costs.chunk_of(max(q, 0)), m, 1.0, costs.fit), False,
+                         "slots")
         if q <= 0:
-            return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(0), m, 1.0), False, "prefill budget")
+            return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(0), m, 1.0, costs.fit), False,
+                         "prefill budget")
         rho = lg * prompt * tau / q
         if rho >= 1:
-            return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(q), m, 1.0), False, "prefill budget")
-        per = period(costs.at(n), costs.chunk_of(q), m, rho)
+            return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(q), m, 1.0, costs.fit), False,
+                         "prefill budget")
+        per = period(costs.at(n), costs.chunk_of(q), m, rho, costs.fit)
         own_iters = (1 - rho) * math.ceil(prompt / q) + rho * (1 + prompt / q)
         own = own_iters * per.busy_s + per.mean_s / (2 * m)
         hold = own + max(0, output - 1) * per.mean_s
@@ -342,10 +355,11 @@ def tpot_sd(costs: IterCosts, e: Engine, s: State, prompt: int, output: int, lam
     base, chunk = costs.at(n), costs.chunk_of(q)
     h = min(0.01, s.rho, 1 - s.rho) or 0.005
     lo, hi = max(0.0, s.rho - h), min(1.0, s.rho + h)
-    dtau_drho = (period(base, chunk, m, hi).mean_s - period(base, chunk, m, lo).mean_s) / (hi - lo)
+    fit = costs.fit
+    dtau_drho = (period(base, chunk, m, hi, fit).mean_s - period(base, chunk, m, lo, fit).mean_s) / (hi - lo)
     dn = max(1.0, 0.05 * n)
-    dtau_dn = (period(costs.at(n + dn), chunk, m, s.rho).mean_s
-               - period(costs.at(max(0.0, n - dn)), chunk, m, s.rho).mean_s) / (n + dn - max(0.0, n - dn))
+    dtau_dn = (period(costs.at(n + dn), chunk, m, s.rho, fit).mean_s
+               - period(costs.at(max(0.0, n - dn)), chunk, m, s.rho, fit).mean_s) / (n + dn - max(0.0, n - dn))
     w, it = (output - 1) * tau, output - 1
     a = prompt / q * dtau_drho / m
     var = a * a * lam * w + (dtau_dn * it) ** 2 * (2 / 3) * n + 2 * a * dtau_dn * it * (lam / m) * w / 2
@@ -433,7 +447,7 @@ def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
 
         def at(tau: float) -> State:
             n = lg * steps * tau
-            per = period(costs.at(min(n, b)), none, m, 0.0)
+            per = period(costs.at(min(n, b)), none, m, 0.0, costs.fit)
             if n > b:
                 return State(n, 0.0, 0.0, per, False, "slots")
             hold = steps * per.mean_s
@@ -463,12 +477,15 @@ def pd_knee(prefill_s: Callable[[float], float], max_prompts: int, decode: IterC
             transfer_s: float, prompt: int, output: int, ttft_s: float, tpot_s: float,
             target: float = SLO_TARGET) -> Knee:
     """Prefill/decode on two instances (DistServe). Prefill runs back to back, each step taking every prompt
-    waiting (up to ``max_prompts``): at rate λ its steps settle at k = λ·s(k) prompts (``prefill_s(k)``
-    seconds), so a prompt waits for the step in flight (uniform over one step while the instance is busy,
-    a share min(1, λ·s(k)/k·k) of the time) and then its own: TTFT = U·s(k) + s(k), U ~ Uniform(0, 1).
+    waiting (up to ``max_prompts`` n, ``prefill_s(k)`` seconds for k prompts): at rate λ its steps settle at
+    k = λ·s(k) prompts; once a queue forms the steps fill to n, so the instance saturates at n / s(n)
+    requests/s and a prompt queues as in an M/D/1 queue served s(n)/n per prompt. TTFT = that wait + the
+    step in flight's remainder (half a step while busy, on average) + its own step.
     Decode: ``decode_seqs`` places held O − 1 iterations of τ(n), n = λ·(O − 1)·τ; a prefilled request
     waits for a place (M/M/c) and the wait, with its KV's transfer, falls between its first and second
     token: TPOT = τ + (W + transfer)/(O − 1). Capacity: the least of the three rates."""
+    per_prompt_s = prefill_s(max_prompts) / max_prompts  # saturated prefill: full steps, back to back
+
     def prefill_batch(lam: float) -> float:  # k = λ·s(k) by fixed-point iteration from one prompt
         k = 1.0
         for _ in range(200):
@@ -490,22 +507,20 @@ def pd_knee(prefill_s: Callable[[float], float], max_prompts: int, decode: IterC
         return fixed_point(at, decode_seqs)
 
     def feasible(lam: float) -> bool:
-        k = prefill_batch(lam)
-        pre_ok = k < max_prompts or lam * prefill_s(max_prompts) < max_prompts
-        return pre_ok and lam * transfer_s < 1 and decode_state(lam).feasible and \
-            lam * decode_state(lam).hold_s < decode_seqs
+        d = decode_state(lam)
+        return lam * per_prompt_s < 1 and lam * transfer_s < 1 and d.feasible and lam * d.hold_s < decode_seqs
 
     def attain(lam: float) -> tuple[float, State, float, float, float]:
-        k = prefill_batch(lam)
-        s_k = prefill_s(k)
-        busy = min(1.0, lam * s_k)  # share of time a step is in flight
-        slack = (ttft_s - s_k) / s_k  # the residual wait U·s(k) it may take
-        ok_ttft = 1.0 if slack >= 1 else (0.0 if slack < 0 else 1 - busy * (1 - slack))
         d = decode_state(lam)
-        wait = mmc_wait(lam, decode_seqs, d.hold_s) if d.feasible else Tail(1.0, 0.0)
+        if not feasible(lam):
+            return 0.0, d, math.inf, 0.0, 0.0
+        s_k = prefill_s(prefill_batch(lam))
+        own = s_k + min(1.0, lam * s_k) * s_k / 2  # its step, after half the one in flight while busy
+        queue = md1_wait(lam, per_prompt_s)
+        ok_ttft = 1 - queue.above(ttft_s - own)
+        wait = mmc_wait(lam, decode_seqs, d.hold_s)
         ok_tpot = 1.0 if output <= 1 else 1 - wait.above((tpot_s - d.per.mean_s) * (output - 1) - transfer_s)
-        mean_ttft = s_k + busy * s_k / 2
-        return ok_ttft * ok_tpot, d, mean_ttft, ok_ttft, ok_tpot
+        return ok_ttft * ok_tpot, d, own + _mean(queue), ok_ttft, ok_tpot
 
     hi = 1.0
     while feasible(hi):
@@ -522,5 +537,5 @@ def rate_tokens(k: Knee, per_request: int) -> float:
     return k.rate_per_s * per_request
 
 
-__all__: Sequence[str] = ("SLO_TARGET", "Engine", "IterCosts", "Knee", "Load", "erlang_c", "image_knee",
+__all__: Sequence[str] = ("SLO_TARGET", "Engine", "Fit", "IterCosts", "Knee", "Load", "erlang_c", "image_knee",
                           "md1_wait", "mmc_wait", "pd_knee", "period", "rate_tokens", "sum_above", "token_knee")

@@ -26,9 +26,15 @@ from statistics import NormalDist
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
-from tessera.plan.knee import SLO_TARGET, Engine, IterCosts, Knee, Load, image_knee, token_knee
+from tessera.plan.knee import SLO_TARGET, Engine, Fit, IterCosts, Knee, Load, image_knee, token_knee
 from tessera.plan.shapes import IterShape
-from tessera.plan.verify import POLICIES, Evaluation, evaluate_cached, pipelined_latency_s
+from tessera.plan.verify import (
+    POLICIES,
+    Evaluation,
+    async_period_cached,
+    evaluate_cached,
+    pipelined_latency_s,
+)
 
 # Batch sizes searched (sequences or images in flight): powers of two and the halfway points.
 BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
@@ -193,6 +199,41 @@ def load_at(at: ShapeGraph, shape: IterShape, assignment: tuple[int, ...], units
     return as_load(evaluate_cached(g, assignment[len(assignment) - len(g.kernels):], units, link, cost))
 
 
+def is_chain(assignment: tuple[int, ...]) -> bool:
+    """Whether one micro-batch visits each device once per iteration (program order, runs merged)."""
+    runs = [d for i, d in enumerate(assignment) if i == 0 or assignment[i - 1] != d]
+    return len(runs) == len(set(runs))
+
+
+def interleaving(dec: KernelGraph, chk: KernelGraph, a: tuple[int, ...], m: int, units, link, cost) -> Fit | None:
+    """How m groups really interleave on a placement that is not a chain, against the closed form's
+    max(Σ groups' busy, own latency): the event model of the runtime's workers (verify.async_period_s,
+    groups iterating back to back, devices turning between them as the workers do) run with 0, 1 and m of
+    the groups carrying a chunk (graphs ``dec`` and ``chk``, the same kernels at two shapes), each group's
+    period over the closed form's; in between, interpolated in k. None for a chain or one group, where the
+    closed form is the period. A placement that bounces between devices many times per iteration can
+    leave its devices idle while every group waits on another's transfer (the factor exceeds 1); one whose
+    groups lock step makes a group without a chunk wait for one with (its factor at k ≥ 1 exceeds 1)."""
+    if m == 1 or is_chain(a) or len(dec.kernels) != len(chk.kernels):
+        return None
+    d, c = as_load(evaluate_cached(dec, a, units, link, cost)), as_load(evaluate_cached(chk, a, units, link, cost))
+    delta = c.minus(d)
+
+    def closed(k: int, y: int) -> float:
+        q = max(m * t0 + k * x for t0, x in zip(d.busy_s, delta.busy_s, strict=True))
+        return max(q, d.latency_s + y * delta.latency_s)
+
+    p0 = async_period_cached(dec, a, units, link, cost, m)
+    p1 = async_period_cached(dec, a, units, link, cost, m, other=chk, others=1)
+    pm = async_period_cached(chk, a, units, link, cost, m)
+    f00 = sum(p0) / m / closed(0, 0)
+    f10 = (sum(p1[1:]) / (m - 1)) / closed(1, 0)
+    f11 = p1[0] / closed(1, 1)
+    fm1 = sum(pm) / m / closed(m, 1)
+    return tuple((f00 if k == 0 else f10, f11 + (fm1 - f11) * (k - 1) / max(1, m - 1) if k else f11)
+                 for k in range(m + 1))
+
+
 def group_sizes(b: int) -> list[int]:
     """Decode sequences per group at which a placement is costed: 1, ½ and all of the group's."""
     return sorted({1, math.ceil(b / 2), b})
@@ -208,7 +249,9 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
     for k in sorted({x for x in budgets if x > b}):
         q = k - b
         full = load_at(at, chunk_shape(b, q, traffic, batch, m), a, units, link, cost)
-        costs = IterCosts(decode=decode, chunk_tokens=q, chunk=full.minus(decode[-1][1]))
+        fit = interleaving(at(chunk_shape(b, 0, traffic, batch, m)), at(chunk_shape(b, q, traffic, batch, m)), a, m,
+                           units, link, cost)
+        costs = IterCosts(decode=decode, chunk_tokens=q, chunk=full.minus(decode[-1][1]), fit=fit)
         out.append((k, token_knee(costs, Engine(seqs=batch, budget=k, microbatches=m), prompt=traffic.prompt,
                                   output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
                                   target=slo.target)))
@@ -220,8 +263,9 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
 def image_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units, link, cost, traffic: Traffic,
                 slo: Slo) -> list[tuple[int, Knee]]:
     b = math.ceil(batch / m)
+    g = at(IterShape(images=b))
     costs = IterCosts(decode=tuple((n, load_at(at, IterShape(images=n), a, units, link, cost))
-                                   for n in group_sizes(b)))
+                                   for n in group_sizes(b)), fit=interleaving(g, g, a, m, units, link, cost))
     return [(0, image_knee(costs, Engine(seqs=batch, budget=0, microbatches=m), steps=traffic.steps,
                            latency_slo_s=slo.image_s, target=slo.target))]
 

@@ -100,12 +100,16 @@ POLICIES = ("cyclic", "in_order")
 
 def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
                     awaits: Mapping[int, Sequence[Hashable]], sends: Mapping[int, Sequence[Message]],
-                    m: int, *, policy: str = "cyclic", start: Sequence[Message] = ()) -> float:
-    """Seconds until the last kernel ends or the last message lands, for m identical micro-batches of one
-    step: ``order[d]`` device d's kernels in program order, ``dur[k]`` kernel k's seconds, ``awaits[k]`` the
+                    m: int, *, policy: str = "cyclic", start: Sequence[Message] = (),
+                    per_mb: Sequence[tuple[Sequence[float], Mapping[int, Sequence[Message]]]] = (),
+                    done: list[float] | None = None) -> float:
+    """Seconds until the last kernel ends or the last message lands, for m micro-batches of one step:
+    ``order[d]`` device d's kernels in program order, ``dur[k]`` kernel k's seconds, ``awaits[k]`` the
     messages (of its own micro-batch) kernel k needs, ``sends[k]`` those that leave when k ends, ``start``
-    those that leave at time 0 (every micro-batch's, in turn, under either policy). A kernel's inputs from
-    its own device are there when it is next in program order.
+    those that leave at time 0 (every micro-batch's, in turn, under either policy); ``per_mb[j]``, where
+    given, replaces (dur, sends) for micro-batch j (the same kernels at another shape); ``done``, where
+    given, receives each micro-batch's last kernel end. A kernel's inputs from its own device are there
+    when it is next in program order.
 
     policy ``cyclic`` (the gloo workers): a device runs a micro-batch's kernels until the next one's inputs
     are not there, then turns to the next micro-batch in turn (j + 1, ..., m − 1, 0, ...); with none ready
@@ -118,6 +122,9 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
     events: list[tuple[float, int, int]] = []  # (time, device whose kernel of micro-batch mb ends or -1, mb)
     cursor = [[0] * m for _ in order]
     idle = [True] * len(order)
+
+    durs = [per_mb[j][0] if j < len(per_mb) else dur for j in range(m)]
+    outs = [per_mb[j][1] if j < len(per_mb) else sends for j in range(m)]
 
     def send(msgs: Sequence[Message], mb: int, t: float) -> None:
         for s in msgs:
@@ -139,8 +146,9 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
             if k is not None and all(arrived.get((mb, x), math.inf) <= t for x in awaits.get(k, ())):
                 cursor[d][mb] += 1
                 idle[d] = False
-                heapq.heappush(events, (t + dur[k], d, mb))
-                send(sends.get(k, ()), mb, t + dur[k])
+                end = t + durs[mb][k]
+                heapq.heappush(events, (end, d, mb))
+                send(outs[mb].get(k, ()), mb, end)
                 return
         idle[d] = True
 
@@ -149,9 +157,12 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
     for d in range(len(order)):
         run(d, 0, 0.0)
     end = 0.0
+    last = [0.0] * m
     while events:
         t, d, mb = heapq.heappop(events)
         end = max(end, t)
+        if d >= 0:
+            last[mb] = max(last[mb], t)
         if d >= 0:  # a kernel of mb ended on d: d carries on from mb (cyclic), else the next in turn
             run(d, mb, t)
         for x in range(len(order)):  # an arrival (or an end) may wake a waiting device, from micro-batch 0
@@ -162,6 +173,8 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
         d, mb = stuck[0]
         k = order[d][cursor[d][mb]]
         raise ValueError(f"kernel {k} of micro-batch {mb} on device {d} never gets its inputs")
+    if done is not None:
+        done[:] = last
     return end
 
 
@@ -268,3 +281,75 @@ def memory_by_device(graph: KernelGraph, assignment: tuple[int, ...] | list[int]
         mem["activation"] = peak
         out.append(mem)
     return tuple(out)
+
+
+def async_period_s(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: tuple[GpuSpec, ...],
+                   link: LinkSpec, cost: CostModel, microbatches: int, policy: str = "cyclic",
+                   iterations: tuple[int, int] = (2, 5), other: KernelGraph | None = None,
+                   others: int = 0) -> tuple[float, ...]:
+    """Per group, the steady period of ``microbatches`` groups each iterating back to back through the placement (the
+    asynchronous schedule): every group runs ``iterations`` successive iterations of the step, the next
+    one's first kernel awaiting the previous one's last (the sampled token), devices choosing among groups
+    by ``policy`` (list_schedule_s). The first ``others`` groups run ``other`` instead (the same kernels at
+    another shape: a group whose iterations carry a prompt chunk). A group's period is the slope of its
+    last kernel's end between the two counts, so the start-up and drain of the pipeline cancel. On a chain
+    of identical groups it is max(m·T, L); a placement that crosses between devices many times per step
+    can fall short of that when the groups cannot interleave."""
+    ks = graph.kernels
+    n = len(ks)
+    dev = [assignment[k.id] for k in ks]
+    awaits, sends = _step_messages(graph, dev)
+    wire = cost.transfer_time_s(0, link)
+
+    def costs(g: KernelGraph) -> tuple[list[float], dict[tuple[int, int], float]]:
+        return ([cost.kernel_time_s(k, gpus[dev[k.id]]) for k in g.kernels],
+                {(w, b): cost.transfer_time_s(g.buffers[b].bytes, link) for w, to in sends.items() for b, _ in to})
+
+    shapes = [costs(graph)] + ([costs(other)] if other is not None and others else [])
+
+    def makespan(reps: int) -> float:
+        order = [[i * n + k.id for i in range(reps) for k in ks if dev[k.id] == d] for d in range(len(gpus))]
+        aw: dict[int, list] = {}
+        for i in range(reps):
+            for k, need in awaits.items():
+                aw[i * n + k] = [(i, *x) for x in need]
+            if i and dev[n - 1] != dev[0]:  # the token the last kernel samples starts the next iteration
+                aw.setdefault(i * n, []).append((i, "token"))
+        per = []
+        for dur1, hold in shapes:
+            out: dict[int, list[Message]] = {}
+            for i in range(reps):
+                for w, to in sends.items():
+                    out[i * n + w] = [Message(key=(i, w, b, d), link=(dev[w], d), hold_s=hold[w, b] - wire,
+                                              flight_s=hold[w, b]) for b, d in to]
+                if i and dev[n - 1] != dev[0]:
+                    out.setdefault((i - 1) * n + n - 1, []).append(
+                        Message(key=(i, "token"), link=(dev[n - 1], dev[0]), hold_s=0.0, flight_s=wire))
+            per.append((dur1 * reps, out))
+        mb = [per[1] if j < others and len(per) > 1 else per[0] for j in range(microbatches)]
+        ends: list[float] = []
+        list_schedule_s(order, mb[0][0], aw, mb[0][1], microbatches, policy=policy, per_mb=mb, done=ends)
+        return ends
+
+    a, b = iterations
+    lo, hi = makespan(a), makespan(b)
+    return tuple((y - x) / (b - a) for x, y in zip(lo, hi, strict=True))
+
+
+_async_cache: OrderedDict[tuple, tuple[KernelGraph, tuple[float, ...]]] = OrderedDict()
+
+
+def async_period_cached(graph: KernelGraph, assignment: tuple[int, ...], gpus: tuple[GpuSpec, ...],
+                        link: LinkSpec, cost: CostModel, microbatches: int, other: KernelGraph | None = None,
+                        others: int = 0) -> tuple[float, ...]:
+    """``async_period_s`` (cyclic policy) memoised like evaluate_cached: the search scores a placement of
+    one shape several times."""
+    key = (id(graph), tuple(assignment), tuple(gpus), link, id(cost), microbatches, id(other), others)
+    hit = _async_cache.get(key)
+    if hit is not None and hit[0] is graph:
+        return hit[1]
+    p = async_period_s(graph, assignment, gpus, link, cost, microbatches, other=other, others=others)
+    _async_cache[key] = (graph, p)
+    if len(_async_cache) > EVAL_CACHE_SIZE:
+        _async_cache.popitem(last=False)
+    return p
