@@ -124,8 +124,8 @@ class ModelArch:
             raise ValueError("ModelArch: a mamba2 family needs its MambaSpec")
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V of one token over all layers, in elements (times the cache dtype's size for bytes)."""
+    def kv_elements_per_token(self) -> int:
+        """K and V of one token over all layers (times the cache dtype's size: bytes)."""
         return 0 if self.family != "decoder" else 2 * self.num_layers * self.num_kv_heads * self.head_dim
 
 

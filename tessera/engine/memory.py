@@ -43,7 +43,7 @@ class MemoryNeed:
 
 def memory_need(arch: ModelArch, config: EngineConfig, dtype: torch.dtype) -> MemoryNeed:
     elem = torch.empty(0, dtype=dtype).element_size()
-    kv = config.pages(arch) * config.page_size * arch.kv_bytes_per_token * elem
+    kv = config.pages(arch) * config.page_size * arch.kv_elements_per_token * elem
     state = 0
     widest = arch.hidden_size
     if arch.mamba is not None:

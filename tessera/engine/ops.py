@@ -54,7 +54,8 @@ def paged_attention(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: T
     v_cache.view(-1, kv_heads, head_dim).index_copy_(0, slot_mapping, v.view(tokens, kv_heads, head_dim))
     q3 = q.view(tokens, -1, head_dim)
     if q.is_cuda and HAS_FLASH_ATTN and k_cache.shape[1] % FLASH_PAGE_MULTIPLE == 0:
-        return _flash(q3, k_cache, v_cache, block_table, query_start_loc, seq_lens, scale, window)
+        out = _flash(q3, k_cache, v_cache, block_table, query_start_loc, seq_lens, scale, window)
+        return out.reshape(tokens, -1)
     out = torch.empty_like(q3)
     seqs = sequences(query_start_loc, seq_lens)
     decode = [i for i, (_, n, _) in enumerate(seqs) if n == 1]
@@ -128,8 +129,8 @@ def _decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pages: Tensor
 
 def _flash(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, query_start_loc: Tensor,
            seq_lens: Tensor, scale: float, window: int) -> Tensor:
-    """FlashAttention's varlen kernel over the paged cache (GPU only; causal masking aligned to each
-    sequence's last key, which is this op's semantics)."""
+    """FlashAttention's varlen kernel over the paged cache, [T, Hq, D] (GPU only; causal masking aligned to
+    each sequence's last key, which is this op's semantics)."""
     from flash_attn import flash_attn_varlen_func
 
     cu_k = F.pad(seq_lens.cumsum(0), (1, 0)).to(torch.int32)

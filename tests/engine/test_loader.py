@@ -77,3 +77,15 @@ def test_bf16_weights(saved):
     assert engine.program.model.model.layers[0].self_attn.rotary_emb.inv_freq.dtype == torch.float32
     out = engine.generate([[1, 5, 9]], SamplingParams(max_tokens=3, ignore_eos=True))[0]
     assert len(out.token_ids) == 3
+
+
+def test_a_nodes_share_includes_weights_handed_to_custom_ops():
+    """The scan node reads A_log, D and dt_bias through get_attr nodes: its share lists them; the tied head's
+    share is the embedding's tensor, the name the checkpoint stores."""
+    engine = load_engine("mamba2-tiny", CONFIG, dtype="fp32", load_format="dummy")
+    program = engine.program
+    scan = next(n for n in program.kernels if n.name == "mamba_scan_default_1")
+    assert program.parameter_names([scan]) == {f"backbone.layers.1.mixer.{p}" for p in ("A_log", "D", "dt_bias")}
+    assert {name for name, _ in program.resident(scan)} >= {"backbone.layers.1.mixer.ssm_state"}
+    head = next(n for n in program.kernels if n.name == "lm_head")
+    assert program.parameter_names([head]) == {"backbone.embeddings.weight"}
