@@ -85,7 +85,8 @@ def test_a_nodes_share_includes_weights_handed_to_custom_ops():
     engine = load_engine("mamba2-tiny", CONFIG, dtype="fp32", load_format="dummy")
     program = engine.program
     scan = next(n for n in program.kernels if n.name == "mamba_scan_default_1")
-    assert program.parameter_names([scan]) == {f"backbone.layers.1.mixer.{p}" for p in ("A_log", "D", "dt_bias")}
-    assert {name for name, _ in program.resident(scan)} >= {"backbone.layers.1.mixer.ssm_state"}
+    mixer = "backbone.layers.1.mixer"
+    assert program.parameter_names([scan]) == {f"{mixer}.{p}" for p in ("A_log", "D", "dt_bias")}
+    assert {name for name, _ in program.resident(scan)} >= {f"{mixer}.ssm_state"}
     head = next(n for n in program.kernels if n.name == "lm_head")
     assert program.parameter_names([head]) == {"backbone.embeddings.weight"}
