@@ -1,11 +1,25 @@
 """The inference engine: model programs over an iteration's flattened tokens, a paged KV cache, continuous
-batching, sampling, Hugging Face loading (docs/engine.md)."""
+batching, sampling, Hugging Face loading (docs/engine.md).
 
-from tessera.engine.config import EngineConfig, SamplingParams
-from tessera.engine.engine import Engine, load_engine
-from tessera.engine.inputs import IterationInputs, IterationShape
-from tessera.engine.program import Program, SplitRun, Transfer
-from tessera.engine.request import Completion
+The names below are loaded on first use (PEP 562), so that `tessera --help` does not import torch.
+"""
 
-__all__ = ["Completion", "Engine", "EngineConfig", "IterationInputs", "IterationShape", "Program",
-           "SamplingParams", "SplitRun", "Transfer", "load_engine"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# public name -> the submodule that defines it
+_EXPORTS = {
+    "EngineConfig": "config", "SamplingParams": "config", "Engine": "engine", "load_engine": "engine",
+    "IterationInputs": "inputs", "IterationShape": "inputs", "Program": "program", "SplitRun": "program",
+    "Transfer": "program", "Completion": "request", "kernel_graph": "kernels",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tessera.engine' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"tessera.engine.{_EXPORTS[name]}"), name)
