@@ -13,10 +13,10 @@ for a fused kernel. Bytes per buffer are the operators' bytes, capped at the buf
 Custom ops are priced from the iteration shape, which fake tensors cannot see:
 - paged attention: FLOPs 4·heads·head_dim per (query, key) pair (causal, windowed); bytes the queries,
   the new K/V written, the cached K/V each sequence reads, the output;
-- fused MoE: FLOPs of the routed tokens' expert GEMMs (2·3·hidden·inter per token and expert, plus the
-  router's softmax-free GEMM counted in its own node); bytes the weights of the experts ``tokens`` top-k
-  choices touch in expectation under uniform routing (capture's ``distinct_experts``) plus activations,
-  with the dims of a measured MoE table (tokens, hidden, inter, topk, experts, expert_bytes);
+- fused MoE: FLOPs of the routed tokens' expert GEMMs, 2·3·hidden·inter per token and chosen expert (the
+  router's GEMM is a node of its own); bytes the weights of the experts ``tokens`` top-k choices touch in
+  expectation under uniform routing (capture's ``distinct_experts``) plus activations, with the dims of a
+  measured MoE table (tokens, hidden, inter, topk, experts, expert_bytes);
 - Mamba-2 scan: FLOPs 6·heads·head_dim·state per token (the recurrence: decay, input, readout);
   conv: 2·channels·kernel per token.
 """
