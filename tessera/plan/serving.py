@@ -81,6 +81,7 @@ class Traffic:
 
 # Token budgets tried per micro-batch iteration (vLLM's max_num_batched_tokens; 512–8,192 in practice).
 BUDGETS = (512, 1024, 2048, 4096, 8192, 16384)
+FIT_BUDGET = 2048  # the budget whose chunk measures how a placement's groups interleave (interleaving)
 
 
 def kv_tokens_per_seq(t: Traffic, batch: int) -> float:
@@ -246,11 +247,14 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
     decode = tuple((n, load_at(at, chunk_shape(n, 0, traffic, batch, m), a, units, link, cost))
                    for n in group_sizes(b))
     out: list[tuple[int, Knee]] = []
-    for k in sorted({x for x in budgets if x > b}):
+    ks = sorted({x for x in budgets if x > b})
+    # how the groups interleave is the placement's: measured once, with the chunk of a mid-sized budget
+    ref = min(ks, key=lambda k: abs(k - FIT_BUDGET)) - b if ks else 0
+    fit = interleaving(at(chunk_shape(b, 0, traffic, batch, m)), at(chunk_shape(b, ref, traffic, batch, m)), a, m,
+                       units, link, cost) if ks else None
+    for k in ks:
         q = k - b
         full = load_at(at, chunk_shape(b, q, traffic, batch, m), a, units, link, cost)
-        fit = interleaving(at(chunk_shape(b, 0, traffic, batch, m)), at(chunk_shape(b, q, traffic, batch, m)), a, m,
-                           units, link, cost)
         costs = IterCosts(decode=decode, chunk_tokens=q, chunk=full.minus(decode[-1][1]), fit=fit)
         out.append((k, token_knee(costs, Engine(seqs=batch, budget=k, microbatches=m), prompt=traffic.prompt,
                                   output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,

@@ -102,14 +102,14 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
                     awaits: Mapping[int, Sequence[Hashable]], sends: Mapping[int, Sequence[Message]],
                     m: int, *, policy: str = "cyclic", start: Sequence[Message] = (),
                     per_mb: Sequence[tuple[Sequence[float], Mapping[int, Sequence[Message]]]] = (),
-                    done: list[float] | None = None) -> float:
+                    done: Mapping[int, list[float]] | None = None) -> float:
     """Seconds until the last kernel ends or the last message lands, for m micro-batches of one step:
     ``order[d]`` device d's kernels in program order, ``dur[k]`` kernel k's seconds, ``awaits[k]`` the
     messages (of its own micro-batch) kernel k needs, ``sends[k]`` those that leave when k ends, ``start``
     those that leave at time 0 (every micro-batch's, in turn, under either policy); ``per_mb[j]``, where
-    given, replaces (dur, sends) for micro-batch j (the same kernels at another shape); ``done``, where
-    given, receives each micro-batch's last kernel end. A kernel's inputs from its own device are there
-    when it is next in program order.
+    given, replaces (dur, sends) for micro-batch j (the same kernels at another shape); ``done[k]``, for
+    the kernels it names, receives the end of kernel k in each micro-batch. A kernel's inputs from its own
+    device are there when it is next in program order.
 
     policy ``cyclic`` (the gloo workers): a device runs a micro-batch's kernels until the next one's inputs
     are not there, then turns to the next micro-batch in turn (j + 1, ..., m − 1, 0, ...); with none ready
@@ -133,10 +133,12 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
             arrived[mb, s.key] = t0 + s.flight_s
             heapq.heappush(events, (t0 + s.flight_s, -1, 0))
 
+    turns = [(*range(first, m), *range(first)) for first in range(m)]
+
     def candidates(d: int, first: int) -> Sequence[int]:
         if policy == "in_order":
             return next(((mb,) for mb in range(m) if cursor[d][mb] < len(order[d])), ())
-        return (*range(first, m), *range(first))
+        return turns[first]
 
     def run(d: int, first: int, t: float) -> None:
         """Device d is free at t: the first candidate micro-batch whose next kernel has its inputs runs it."""
@@ -149,6 +151,8 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
                 end = t + durs[mb][k]
                 heapq.heappush(events, (end, d, mb))
                 send(outs[mb].get(k, ()), mb, end)
+                if done is not None and k in done:
+                    done[k][mb] = end
                 return
         idle[d] = True
 
@@ -157,12 +161,9 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
     for d in range(len(order)):
         run(d, 0, 0.0)
     end = 0.0
-    last = [0.0] * m
     while events:
         t, d, mb = heapq.heappop(events)
         end = max(end, t)
-        if d >= 0:
-            last[mb] = max(last[mb], t)
         if d >= 0:  # a kernel of mb ended on d: d carries on from mb (cyclic), else the next in turn
             run(d, mb, t)
         for x in range(len(order)):  # an arrival (or an end) may wake a waiting device, from micro-batch 0
@@ -173,8 +174,6 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
         d, mb = stuck[0]
         k = order[d][cursor[d][mb]]
         raise ValueError(f"kernel {k} of micro-batch {mb} on device {d} never gets its inputs")
-    if done is not None:
-        done[:] = last
     return end
 
 
@@ -291,8 +290,9 @@ def async_period_s(graph: KernelGraph, assignment: tuple[int, ...] | list[int], 
     asynchronous schedule): every group runs ``iterations`` successive iterations of the step, the next
     one's first kernel awaiting the previous one's last (the sampled token), devices choosing among groups
     by ``policy`` (list_schedule_s). The first ``others`` groups run ``other`` instead (the same kernels at
-    another shape: a group whose iterations carry a prompt chunk). A group's period is the slope of its
-    last kernel's end between the two counts, so the start-up and drain of the pipeline cancel. On a chain
+    another shape: a group whose iterations carry a prompt chunk). A group's period is the time between
+    the ends of its iterations ``iterations[0]`` and ``iterations[1]``, over their difference, so the
+    pipeline's start-up does not count. On a chain
     of identical groups it is max(m·T, L); a placement that crosses between devices many times per step
     can fall short of that when the groups cannot interleave."""
     ks = graph.kernels
@@ -327,12 +327,13 @@ def async_period_s(graph: KernelGraph, assignment: tuple[int, ...] | list[int], 
                         Message(key=(i, "token"), link=(dev[n - 1], dev[0]), hold_s=0.0, flight_s=wire))
             per.append((dur1 * reps, out))
         mb = [per[1] if j < others and len(per) > 1 else per[0] for j in range(microbatches)]
-        ends: list[float] = []
+        ends = {i * n + n - 1: [0.0] * microbatches for i in range(reps)}  # each iteration's last kernel
         list_schedule_s(order, mb[0][0], aw, mb[0][1], microbatches, policy=policy, per_mb=mb, done=ends)
         return ends
 
     a, b = iterations
-    lo, hi = makespan(a), makespan(b)
+    ends = makespan(b)
+    lo, hi = ends[(a - 1) * n + n - 1], ends[(b - 1) * n + n - 1]
     return tuple((y - x) / (b - a) for x, y in zip(lo, hi, strict=True))
 
 

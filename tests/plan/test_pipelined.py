@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
 from tessera.plan.serving import Slo, Traffic, score_point, sync_period_s
-from tessera.plan.verify import Message, evaluate, list_schedule_s, pipelined_latency_s
+from tessera.plan.verify import Message, async_period_s, evaluate, list_schedule_s, pipelined_latency_s
 
 from .helpers import COST, POOL, TableCost, chain3
 
@@ -129,3 +131,27 @@ def test_a_message_nothing_sends_is_an_error_not_a_short_schedule() -> None:
     assert list_schedule_s([[0], [1]], [1.0, 1.0], {1: ["v"]}, sent, 2) == pytest.approx(3.5)
     with pytest.raises(ValueError, match="never gets its inputs"):
         list_schedule_s([[0], [1]], [1.0, 1.0], {1: ["v"]}, {}, 2)
+
+
+def test_async_period_of_groups_iterating_back_to_back_by_hand() -> None:
+    # groups iterate back to back, the next iteration awaiting the last one's token. A chain of 1 s and 2 s:
+    # m = 1 the latency 3; m = 2 device 1 serves both groups' 2 s: 4; m = 3: 6 (max(m·T, L) each time)
+    g, cost = chain([1.0, 2.0])
+    for m, want in ((1, 3.0), (2, 4.0), (3, 6.0)):
+        assert async_period_s(g, (0, 1), POOL.gpus, POOL.link, cost, m) == pytest.approx((want,) * m)
+    # the alternating placement of 0.5 s kernels: each device has 1 s per group: m = 2 → 2, m = 3 → 3
+    g, cost = chain([0.5] * 4)
+    assert async_period_s(g, (0, 1, 0, 1), POOL.gpus, POOL.link, cost, 2) == pytest.approx((2.0, 2.0))
+    assert async_period_s(g, (0, 1, 0, 1), POOL.gpus, POOL.link, cost, 3) == pytest.approx((3.0,) * 3)
+
+
+def test_async_period_when_one_group_carries_more_by_hand() -> None:
+    # the 1 s / 2 s chain, but group 0's second kernel takes 3 s (its iterations carry a prompt chunk):
+    # device 1 serves 3 s of group 0 and 2 s of group 1 in turn, so both groups cycle every 5 s
+    g, cost = chain([1.0, 2.0])
+    ks = tuple(replace(k, name=k.name + "+chunk") for k in g.kernels)
+    other = replace(g, kernels=ks)
+    cost = TableCost(table={**cost.table, **{("k0+chunk", u.name): 1.0 for u in POOL.gpus},
+                            **{("k1+chunk", u.name): 3.0 for u in POOL.gpus}})
+    assert async_period_s(g, (0, 1), POOL.gpus, POOL.link, cost, 2, other=other, others=1) == \
+        pytest.approx((5.0, 5.0))
