@@ -103,17 +103,8 @@ class Engine:
 
     def step(self) -> list[Request]:
         """Run the next group that has work; returns the requests that finished."""
-        batch: list[Scheduled] = []
-        for _ in range(self.config.microbatches):
-            group = self._turn
-            self._turn = (self._turn + 1) % self.config.microbatches
-            batch = self.scheduler.schedule(group)
-            if batch:
-                break
+        group, batch = self._next_batch()
         if not batch:
-            if self.scheduler.has_work():
-                raise RuntimeError("no group could schedule a token although requests wait: the KV cache is "
-                                   "too small for any of them")
             return []
         pieces = [SeqPiece(tokens=tuple(s.request.tokens[s.request.computed:s.request.computed + s.tokens]),
                            start=s.request.computed, pages=tuple(s.request.pages), slot=s.request.slot or 0,
@@ -122,31 +113,44 @@ class Engine:
             logits = self.executor(build_inputs(pieces, self.config.page_size))
         self.history.append(Iteration(group=group, tokens=tuple((s.request.id, s.tokens) for s in batch),
                                       logits=logits.clone() if self.keep_logits else None))
-        rows = iter(logits.float())
+        rows = iter(logits.float())  # one row per sampled piece, in batch order
         done = []
         for s, piece in zip(batch, pieces, strict=True):
-            r = s.request
-            r.computed += s.tokens
+            s.request.computed += s.tokens
             if piece.sample:
-                r.output_ids.append(sample(next(rows), r.params, r.generator))
-                if self._finished(r):
-                    self.scheduler.finish(r)
-                    done.append(r)
+                s.request.output_ids.append(sample(next(rows), s.request.params, s.request.generator))
+                if self._finished(s.request):
+                    self.scheduler.finish(s.request)
+                    done.append(s.request)
         return done
 
+    def _next_batch(self) -> tuple[int, list[Scheduled]]:
+        """The first group, from this turn on, with something to compute, and its batch."""
+        for _ in range(self.config.microbatches):
+            group = self._turn
+            self._turn = (self._turn + 1) % self.config.microbatches
+            batch = self.scheduler.schedule(group)
+            if batch:
+                return group, batch
+        if self.scheduler.has_work():
+            raise RuntimeError("no group could schedule a token although requests wait: the KV cache is too "
+                               "small for any of them")
+        return -1, []
+
     def _finished(self, r: Request) -> bool:
-        """Set the request's text and, when it ends, its finish reason (stop before length, as vLLM)."""
+        """Whether the request ends with its last token, and why (a stop string before length, as vLLM);
+        its text is decoded only when needed: to look for stop strings, or at the end."""
         p = r.params
+        limit = self.config.model_len(self.source.arch)
         if not p.ignore_eos and r.output_ids[-1] in self.codec.eos_token_ids:
             r.finish_reason = "stop"  # the EOS token stays in token_ids, not in the text
-        r.text = self.codec.decode(r.output_ids[:-1] if r.finish_reason else r.output_ids)
-        cut = min((i for i in (r.text.find(s) for s in p.stop) if i >= 0), default=-1)
-        if cut >= 0:
-            r.text, r.finish_reason = r.text[:cut], "stop"
-        limit = self.config.model_len(self.source.arch)
-        if r.finish_reason is None and (len(r.output_ids) >= p.max_tokens
-                                        or (limit is not None and len(r.tokens) >= limit)):
+        elif len(r.output_ids) >= p.max_tokens or (limit is not None and len(r.tokens) >= limit):
             r.finish_reason = "length"
+        if p.stop or r.finished:
+            r.text = self.codec.decode(r.output_ids[:-1] if r.finish_reason == "stop" else r.output_ids)
+            cut = min((i for i in (r.text.find(s) for s in p.stop) if i >= 0), default=-1)
+            if cut >= 0:
+                r.text, r.finish_reason = r.text[:cut], "stop"
         return r.finished
 
 
