@@ -246,8 +246,10 @@ class State:
     hold_s: float = 0.0  # seconds a request holds its slot: own_s + (O − 1)·τ̄
 
 
-def steady(costs: IterCosts, e: Engine, prompt: int, output: int, lam: float) -> State:
-    """The fixed point τ̄ = E[period(n(τ̄), ρ(τ̄))] at rate ``lam`` (requests/s, whole replica)."""
+def steady(costs: IterCosts, e: Engine, prompt: int, output: int, lam: float,
+           hint: tuple[float, float | None] = (0.0, None)) -> State:
+    """The fixed point τ̄ = E[period(n(τ̄), ρ(τ̄))] at rate ``lam`` (requests/s, whole replica); ``hint``:
+    fixed_point's bracket from other rates."""
     m, b, k = e.microbatches, e.group_seqs, e.budget
     lg = lam / m
 
@@ -272,14 +274,17 @@ def steady(costs: IterCosts, e: Engine, prompt: int, output: int, lam: float) ->
             return State(n, rho, q, per, False, "slots", own, hold)
         return State(n, rho, q, per, True, "", own, hold)
 
-    return fixed_point(at, b)
+    return fixed_point(at, b, *hint)
 
 
-def fixed_point(at: Callable[[float], State], b: float) -> State:
+def fixed_point(at: Callable[[float], State], b: float, below: float = 0.0,
+                above: float | None = None) -> State:
     """The smallest τ with E[period at τ] = τ. g(τ) = period(τ) − τ is positive at the empty engine's period
     and, the period growing with τ, crosses zero at the fixed point, if there is one before the state
-    breaks (λ beyond what the engine serves). Bracketed by doubling, then regula falsi (Illinois)."""
-    lo = at(0.0).per.mean_s
+    breaks (λ beyond what the engine serves). Bracketed by doubling, then regula falsi (Illinois).
+    ``below``/``above``: τ known to lie below/above the fixed point (those of a lower and a higher rate:
+    the period grows with the rate), which spare the bracketing."""
+    lo = max(at(0.0).per.mean_s, below)
     s_lo = at(lo)
     if not s_lo.feasible:
         return s_lo
@@ -287,6 +292,10 @@ def fixed_point(at: Callable[[float], State], b: float) -> State:
     if g_lo <= 1e-12 * lo:
         return s_lo
     hi = lo
+    if above is not None and above > lo:
+        s_above = at(above)
+        if s_above.feasible and s_above.per.mean_s <= above:
+            hi = above / 2  # the loop below doubles it back and stops there
     for _ in range(60):
         hi *= 2
         s_hi = at(hi)
@@ -378,15 +387,25 @@ def tpot_below(s: State, sd: float, t: float) -> float:
 def token_knee(costs: IterCosts, e: Engine, *, prompt: int, output: int, ttft_s: float, tpot_s: float,
                target: float = SLO_TARGET) -> Knee:
     """The SLO knee of a token-serving point (module doc)."""
+    solved: dict[float, float] = {}  # rate -> τ̄ of the feasible states found so far
+
+    def state(lam: float) -> State:
+        below = max((t for r, t in solved.items() if r < lam), default=0.0)
+        above = min((t for r, t in solved.items() if r > lam), default=None)
+        s = steady(costs, e, prompt, output, lam, (below, above))
+        if s.feasible:
+            solved[lam] = s.per.mean_s
+        return s
+
     def attain(lam: float) -> tuple[float, State, float, float, float]:
-        s = steady(costs, e, prompt, output, lam)
+        s = state(lam)
         if not s.feasible:  # beyond capacity the queue grows without bound
             return 0.0, s, math.inf, 0.0, 0.0
         miss_ttft, mean_ttft = ttft_above(s, e, prompt, output, lam, ttft_s)
         ok_tpot = tpot_below(s, tpot_sd(costs, e, s, prompt, output, lam), tpot_s)
         return (1 - miss_ttft) * ok_tpot, s, mean_ttft, 1 - miss_ttft, ok_tpot
 
-    cap = capacity(lambda lam: steady(costs, e, prompt, output, lam), output, costs, e)
+    cap = capacity(state, output, costs, e)
     return knee_of(attain, cap, target)
 
 
