@@ -144,12 +144,15 @@ def compare(
     slo_image_s: SloImageS = IMAGE_S,
     link: str = typer.Option(AUTO, "--link", help="link between the GPUs of each pair (catalog name); auto: "
                                                  "the best each pair can have"),
+    knee: bool = typer.Option(True, "--knee/--no-knee", help="check every strategy's goodput against the "
+                                                           "simulator's SLO knee (a few seconds each)"),
 ) -> None:
-    """Tessera vs every baseline at equal SLO, one model per family on GPU pairs: compare.json and compare.md."""
+    """Tessera vs every baseline at equal SLO, one model per family on GPU pairs: compare.json and compare.md
+    (compare.quick.* with --quick)."""
     from tessera.report.compare import run_compare
 
     cfg = config_of(None, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link)
-    cells, md = run_compare(out_dir=out_dir, cfg=cfg, quick=quick)
+    cells, md = run_compare(out_dir=out_dir, cfg=cfg, quick=quick, knee=knee)
     if as_json:
         print(json.dumps({"cells": cells}))
     else:

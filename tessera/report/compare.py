@@ -10,6 +10,7 @@ Writes compare.json and compare.md; prints progress lines while it works.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -22,6 +23,7 @@ from tessera.hardware import AUTO, best_link, cell_link
 from tessera.plan.pool import resolve_gpu
 from tessera.plan.problem import default_cost
 from tessera.plan.serve import STRATEGIES, PlannerConfig, Shapes, StrategyResult, homogeneous, plan_serving
+from tessera.report.agreement import knee_check, summary, summary_line
 
 MODELS = ("llama-3-8b", "mixtral-8x7b", "mamba2-2.7b", "qwen2.5-vl-7b", "flux-dev")  # llm moe ssm vlm dit
 PAIRS = ("H100,H20", "H100,L40S", "A100,L40S", "H20,L40S", "H100,A100", "H100,H100")
@@ -60,15 +62,18 @@ def _images(model: str) -> bool:
     return model_kind(model)[0]
 
 
-def _strategy(s: StrategyResult, images: bool) -> dict[str, Any]:
+def _strategy(s: StrategyResult, images: bool, knee: bool) -> dict[str, Any]:
     unit = "images" if images else "tokens"
     return {f"goodput_{unit}_per_s": s.goodput, "usd_per_hour": s.usd_per_hour,
             f"{unit}_per_usd": s.tokens_per_usd, "applicable": s.applicable, "feasible": s.feasible,
             "reason": None if s.feasible else s.reason,
-            "batch": s.plan.batch if s.plan else None, "microbatches": s.plan.microbatches if s.plan else None}
+            "batch": s.plan.batch if s.plan else None, "microbatches": s.plan.microbatches if s.plan else None,
+            "max_num_batched_tokens": s.plan.engine.max_num_batched_tokens if s.plan and s.plan.engine else None,
+            "slo_binding": s.point.knee.binding if s.point and s.point.knee else s.detail.get("binding"),
+            "knee": knee_check(s.deployment, s.goodput) if knee and s.feasible else None}
 
 
-def run_cell(model: str, pool: str, cfg: PlannerConfig, cache: dict) -> dict[str, Any]:
+def run_cell(model: str, pool: str, cfg: PlannerConfig, cache: dict, knee: bool = True) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         r = plan_serving(model, pool, cfg, progress=lambda desc: _progress(f"    {desc}"))
@@ -77,9 +82,13 @@ def run_cell(model: str, pool: str, cfg: PlannerConfig, cache: dict) -> dict[str
                 "wall_s": time.perf_counter() - t0}
     cell = {"model": model, "gpus": list(r.gpus), "link": r.link, "chosen": r.tessera.chosen,
             "images": r.images,
-            "strategies": {n: _strategy(s, r.images) for n, s in r.strategies.items()},
+            "strategies": {n: _strategy(s, r.images, knee and n != "tessera") for n, s in r.strategies.items()},
             "bound_ratio": r.tessera.plan.bound_ratio if r.tessera.plan and r.tessera.chosen == "milp" else None,
             "solve_s": r.solve_s}
+    if knee:  # Tessera's deployment is the MILP's or an adopted baseline's, whose check is already there
+        t = r.tessera
+        cell["strategies"]["tessera"]["knee"] = (cell["strategies"][t.chosen]["knee"] if t.chosen in STRATEGIES
+                                                 else knee_check(t.deployment, t.goodput)) if t.feasible else None
     cell["best_homogeneous_same_budget"] = same_size_homogeneous(model, r.gpus, cfg, cache)
     cell["reference"] = cache[(model, REFERENCE, 2)] if len(r.gpus) == 2 else None
     cell["placement"] = placement_summary(r)
@@ -110,24 +119,26 @@ def placement_summary(r) -> dict[str, Any]:
     return out
 
 
-def run_compare(*, out_dir: Path, cfg: PlannerConfig, quick: bool = False,
+def run_compare(*, out_dir: Path, cfg: PlannerConfig, quick: bool = False, knee: bool = True,
                 models: tuple[str, ...] = MODELS) -> tuple[list[dict[str, Any]], str]:
     pools = QUICK_PAIRS if quick else PAIRS
     for p in pools:  # a named link every pair must be able to have: refused before any planning
         cell_link(tuple(resolve_gpu(g) for g in p.split(",")), cfg.link)
     out_dir.mkdir(parents=True, exist_ok=True)
+    stem = "compare.quick" if quick else "compare"  # a quick run never overwrites the full one
     cells: list[dict[str, Any]] = []
     cache: dict = {}
     t0 = time.perf_counter()
     todo = [(m, p) for m in models for p in pools]
     for i, (m, p) in enumerate(todo):
         _progress(f"[{time.perf_counter() - t0:5.0f} s] {i + 1}/{len(todo)} {m} on {p}")
-        cells.append(run_cell(m, p, cfg, cache))
-        (out_dir / "compare.json").write_text(json.dumps({"cells": cells}, indent=1))  # partial results survive
+        cells.append(run_cell(m, p, cfg, cache, knee))
+        (out_dir / f"{stem}.json").write_text(json.dumps({"cells": cells}, indent=1))  # partial results survive
     wall = time.perf_counter() - t0
     md = markdown(cells, cfg, wall)
-    (out_dir / "compare.json").write_text(json.dumps({"cells": cells, "wall_s": wall}, indent=1))
-    (out_dir / "compare.md").write_text(md)
+    (out_dir / f"{stem}.json").write_text(json.dumps({"cells": cells, "wall_s": wall,
+                                                      "load_1min": os.getloadavg()[0]}, indent=1))
+    (out_dir / f"{stem}.md").write_text(md)
     return cells, md
 
 
@@ -200,8 +211,28 @@ def markdown(cells: list[dict[str, Any]], cfg: PlannerConfig, wall: float) -> st
         chosen = Counter(c["chosen"] for c in cells if "error" not in c)
         lines += ["", "Tessera's choice: " + ", ".join(f"{k} in {v} cell{'s' if v > 1 else ''}"
                                                        for k, v in chosen.most_common()) + "."]
-    lines += ["", _headline(cells), "", _best_cell(cells)]
+    lines += ["", _headline(cells), "", _best_cell(cells), "", _agreement(cells)]
     return "\n".join(lines) + "\n"
+
+
+def _agreement(cells: list[dict[str, Any]]) -> str:
+    """Every strategy's goodput beside the simulator's SLO knee of the same deployment."""
+    rows = [(c, n, s) for c in cells if "error" not in c for n, s in c["strategies"].items()
+            if n != "tessera" and s.get("knee")]
+    if not rows:
+        return "## Planner vs simulator\n\nNot checked (--no-knee)."
+    lines = ["## Planner vs simulator (SLO knee)", "", summary_line(summary([s["knee"] for _, _, s in rows])), "",
+             "| model | pool | strategy | batch × m, tokens/iter | binding | planner | simulator knee | knee / planner |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c, n, s in rows:
+        k = s["knee"]
+        shape = f"{s['batch']} × {s['microbatches']}" + (f", {s['max_num_batched_tokens']}"
+                                                        if s.get("max_num_batched_tokens") and not c["images"] else "")
+        knee_txt = _fmt(k["knee_per_s"]) if "knee_per_s" in k else f"error: {k['error']}"
+        ratio = f"{k['ratio']:.2f}" if k.get("ratio") is not None else ""
+        lines.append(f"| {c['model']} | {'+'.join(c['gpus'])} | {n} | {shape} | {s.get('slo_binding') or ''} | "
+                     f"{_fmt(k['planner_per_s'])} | {knee_txt} | {ratio} |")
+    return "\n".join(lines)
 
 
 def _headline(cells: list[dict[str, Any]]) -> str:

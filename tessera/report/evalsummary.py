@@ -19,6 +19,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from tessera.report import agreement as check
+
 BASE_LINK = "auto"  # each pool at the best link it can have (tessera.hardware.links)
 BASELINES = ("homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
 PAPER = {"throughput": 2.3, "cost_efficiency": 1.6}
@@ -227,6 +229,10 @@ def link_sensitivity(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _ratio(r: float | None) -> str:
+    return "–" if r is None else f"{r:.2f}"
+
+
 def link_label(c: dict[str, Any]) -> str:
     """The link a cell ran at: 'pcie4 (best)' for the base link, else its name."""
     used = c.get("link_used", c["link"])
@@ -245,13 +251,15 @@ def sim_of(c: dict[str, Any], cells: list[dict[str, Any]]) -> dict[str, Any] | N
 
 
 def agreement(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """Planner goodput against the simulator's SLO knee: every strategy of every cell (tessera.report.agreement),
+    and Tessera's answer (a pool of cells included) apart."""
+    every = [st["knee"] for c in cells if ok(c) for n, st in c["strategies"].items() if n != "tessera"
+             and st.get("knee")]
     sims = [(c, sm) for c in cells if ok(c) and (sm := sim_of(c, cells)) and sm.get("ratio") is not None]
-    dev = [abs(s["ratio"] - 1) for _, s in sims]
-    within = sum(1 for d in dev if d <= 0.05)
     worst = max(sims, key=lambda x: abs(x[1]["ratio"] - 1)) if sims else None
-    slo = [s["slo_attainment"] for _, s in sims if s.get("slo_attainment") is not None]
-    return {"simulated": len(sims), "within_5pct": within, "worst_deviation": max(dev) if dev else None,
-            "worst_cell": _name(worst[0]) if worst else None, "min_slo_attainment": min(slo) if slo else None,
+    return {"strategies": check.summary(every), "answers": check.summary([sm for _, sm in sims]),
+            "worst_cell": _name(worst[0]) if worst else None,
+            "worst_ratio": worst[1]["ratio"] if worst else None,
             "not_simulated": sum(1 for c in cells if ok(c) and not (sim_of(c, cells) or {}).get("ratio")),
             "from_pair": sum(1 for c, sm in sims if sm.get("from_pair"))}
 
@@ -294,7 +302,7 @@ def _stats_row(label: str, st: dict[str, float] | None, best_cell: str | None, p
 
 def cell_table(cells: list[dict[str, Any]]) -> list[str]:
     lines = ["| model | shape | pool | link | Tessera chose | Tessera /s | best baseline /s | gain | per $ vs "
-             "same-size homogeneous | sim @95% |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "same-size homogeneous | sim knee / planner |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         if not ok(c):
             lines.append(f"| {c['model']} | {c['shape']} | {c['pool']} | {c['link']} | error: {c['error']} "
@@ -303,7 +311,7 @@ def cell_table(cells: list[dict[str, Any]]) -> list[str]:
         name, base = best_baseline(c)
         ref, _ = same_size_best(c)
         sim = sim_of(c, cells) or {}
-        simtxt = f"{sim['ratio']:.3f}" if sim.get("ratio") is not None else (sim.get("error") and "error" or "–")
+        simtxt = f"{sim['ratio']:.2f}" if sim.get("ratio") is not None else (sim.get("error") and "error" or "–")
         lines.append(f"| {c['model']} | {c['shape']} | {c['pool']} | {c['link']} | {c['tessera']['chosen']} | "
                      f"{_n(c['tessera']['goodput_per_s'])} | {_n(base)} ({name}) | {_x(goodput_gain(c))} | "
                      f"{_x(per_usd_gain(c))} (vs {ref}) | {simtxt} |")
@@ -372,13 +380,12 @@ def markdown(data: dict[str, Any]) -> str:
             lines.append(f"| {lk['model']} | {lk['shape']} | {lk['pool']} | {name} | "
                          f"{_n(v['goodput_per_s'])}/s | {_x(v['gain'])} ({v['chosen']}) |")
     a = s["agreement"]
-    lines += ["", "## Planner vs simulator at 95% load", "",
-              f"Tessera's answer in each cell (one cell's plan, a prefill/decode pair, a pool of cells) simulated "
-              f"with Poisson arrivals at 95% of its predicted goodput ({SIM_REQUESTS_TEXT}): {a['within_5pct']} of "
-              f"{a['simulated']} within 5% of the offered load ({a.get('from_pair', 0)} of them replicated pairs, "
-              f"which carry their pair cell's check); worst deviation {_pct(a['worst_deviation'])} "
-              f"({a['worst_cell']}); lowest SLO attainment {_pct(a['min_slo_attainment'])}. Not simulated: "
-              f"{a['not_simulated']} cells (no plan serves, or planned before the check covered fleet answers).",
+    lines += ["", "## Planner vs simulator (SLO knee)", "",
+              "Every strategy of every cell: " + check.summary_line(a["strategies"]),
+              "Tessera's answers (one cell's plan, a prefill/decode pair, a pool of cells): "
+              + check.summary_line(a["answers"]) + f" Worst: {a['worst_cell']} ({_ratio(a['worst_ratio'])}); "
+              f"{a.get('from_pair', 0)} replicated pairs carry their pair cell's check; not simulated: "
+              f"{a['not_simulated']} cells (no plan serves).",
               "", "## Best and worst cells (placement maps: "
               "eval.best_placement.png, eval.worst_placement.png)", ""]
     for e in s["extremes"]:
@@ -391,8 +398,6 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-SIM_REQUESTS_TEXT = ("at least 1,500 requests and six request lives, steady window from the later of 25% of the arrival "
-                     "span and one life")
 
 
 def _pct(v: float | None) -> str:

@@ -4,8 +4,8 @@ Per cell (model, shape, pool, link): ``plan_serving`` gives Tessera and every ba
 micro-batch count under the study's planner config (``study_config``); pools of more than two GPUs are
 also planned as a fleet (``plan_fleet``: cells of up to 8 GPUs, replicated), and Tessera's answer is the
 better of the two. Beside each cell: the best homogeneous deployment of the same number of GPUs (each type
-of the pool, H100 and H200) for tokens per dollar, and Tessera's plan simulated at 95% of its predicted
-goodput (planner–simulator agreement). Cells are appended to a JSON-lines file as they finish, so an
+of the pool, H100 and H200) for tokens per dollar, and every strategy's goodput beside the simulator's SLO
+knee of the same deployment (planner–simulator agreement, tessera.report.agreement). Cells are appended to a JSON-lines file as they finish, so an
 interrupted run is usable and resumes where it stopped. The summary (gains, headline checks, price and
 link sensitivity) is computed from the cells alone (``tessera.report.evalsummary``).
 """
@@ -13,7 +13,6 @@ link sensitivity) is computed from the cells alone (``tessera.report.evalsummary
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -25,7 +24,8 @@ from typing import Any
 from tessera.errors import UserError
 from tessera.hardware import AUTO, IN_SERVER, best_link, buildable, cell_link
 from tessera.hardware import gpu as catalog_gpu
-from tessera.plan.types import Plan, PoolPlan
+from tessera.plan.types import PoolPlan
+from tessera.report.agreement import knee_check
 from tessera.report.workloads import Shape, shapes
 
 FAMILIES = {"llama-3-8b": "dense LLM", "mixtral-8x7b": "MoE LLM", "mamba2-2.7b": "state-space LLM",
@@ -91,9 +91,6 @@ BASE_LINK = AUTO  # each pool's best link (tessera.hardware.links); the pairs al
 QUICK = (("llama-3-8b", "conversation", 0), ("llama-3-8b", "code", 0), ("llama-3-8b", "summarise", 0),
          ("llama-3-8b", "reason", 0), ("llama-3-8b", "conversation", 3), ("mamba2-2.7b", "code", 0),
          ("qwen2.5-vl-7b", "caption", 1), ("flux-dev", "image-1024", 0))
-SIM_REQUESTS = 1500  # at least; more when a request lives long (sim_agreement)
-SIM_MAX_REQUESTS = 20000  # keeps one simulation to seconds here
-SIM_LOAD = 0.95
 
 
 def study_config(s: Shape, link: str = BASE_LINK):
@@ -140,10 +137,11 @@ def matrix(quick: bool = False) -> list[tuple[str, str, StudyPool, str]]:
 # ---- one cell ---------------------------------------------------------------------------------------------------
 
 
-def _strategy(s) -> dict[str, Any]:
+def _strategy(s, knee: bool) -> dict[str, Any]:
     return {"goodput_per_s": s.goodput, "usd_per_hour": s.usd_per_hour, "applicable": s.applicable,
             "feasible": s.feasible, "reason": None if s.feasible else s.reason, "tp": list(s.tp),
-            "batch": s.plan.batch if s.plan else None, "microbatches": s.plan.microbatches if s.plan else None}
+            "batch": s.plan.batch if s.plan else None, "microbatches": s.plan.microbatches if s.plan else None,
+            "knee": knee_check(s.deployment, s.goodput) if knee and s.feasible else None}
 
 
 def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> dict[str, Any]:
@@ -184,16 +182,17 @@ def fleet_answer(model: str, pool: StudyPool, cfg) -> tuple[dict[str, Any], Pool
              "gap": f.gap, "milp_cells": sum(1 for c in f.cells if c.chosen == "milp")}, f.plans)
 
 
-def sim_of_answer(cell: dict[str, Any], t, cfg, images: bool, fleet_pool: PoolPlan | None) -> dict[str, Any] | None:
-    """The planner-vs-simulator check of the cell's Tessera answer: its deployment (one cell's Plan, a
-    prefill/decode pair, or a pool of cells) simulated at 95% of its goodput. None when nothing serves, or
-    for a replicated pair, whose check is its pair cell's (evalsummary.sim_of)."""
+def sim_of_answer(cell: dict[str, Any], t, fleet_pool: PoolPlan | None) -> dict[str, Any] | None:
+    """The planner-vs-simulator check of the cell's Tessera answer: the simulator's SLO knee of its
+    deployment (one cell's Plan, a prefill/decode pair, or a pool of cells) beside the planner's goodput.
+    None when nothing serves, or for a replicated pair, whose check is its pair cell's (evalsummary.sim_of)."""
     ans = cell["tessera"]
     if ans["goodput_per_s"] <= 0:
         return None
     if ans["source"] == "cell":
-        return sim_agreement(t.deployment, cfg, t.goodput, images) if t.deployment is not None else None
-    return sim_agreement(fleet_pool, cfg, ans["goodput_per_s"], images) if fleet_pool is not None else None
+        own = cell["strategies"].get(t.chosen, {}).get("knee") if t.chosen != "milp" else None
+        return own or knee_check(t.deployment, t.goodput)
+    return knee_check(fleet_pool, ans["goodput_per_s"]) if fleet_pool is not None else None
 
 
 def replicated_pair(pool: StudyPool, pair: dict[str, Any]) -> dict[str, Any]:
@@ -238,7 +237,7 @@ def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, s
     except UserError as e:
         cell.update(error=str(e).splitlines()[0], wall_s=time.perf_counter() - t0, load_1min=os.getloadavg()[0])
         return cell
-    cell["strategies"] = {n: _strategy(r.strategies[n]) for n in STRATEGIES}
+    cell["strategies"] = {n: _strategy(r.strategies[n], simulate_plan and n != "tessera") for n in STRATEGIES}
     t = r.tessera
     used = {g: n for g, n in pool.gpus}
     cell["tessera"] = {"goodput_per_s": t.goodput, "usd_per_hour": t.usd_per_hour, "chosen": t.chosen,
@@ -260,7 +259,8 @@ def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, s
                              "devices": [d.gpu for d in t.plan.devices], "assignment": list(t.point.assignment),
                              "summary": _placement_summary(r)}
     if simulate_plan:
-        cell["sim"] = sim_of_answer(cell, t, cfg, s.images, fleet_pool)
+        cell["sim"] = sim_of_answer(cell, t, fleet_pool)
+        cell["strategies"]["tessera"]["knee"] = cell["sim"] if cell["tessera"]["source"] == "cell" else None
     cell["wall_s"] = time.perf_counter() - t0
     cell["solve_s"] = r.solve_s
     cell["load_1min"] = os.getloadavg()[0]
@@ -274,40 +274,6 @@ def _placement_summary(r) -> dict[str, Any]:
         return placement_summary(r)
     except UserError:  # a TP-group device name is not a catalog name: no per-kind times
         return {}
-
-
-def request_life_s(plan: Plan, t, images: bool) -> float:
-    """A request's life in ``plan``: its first token, then one per period (an image: its steps)."""
-    return plan.latency_s * t.steps if images else (plan.ttft_s or 0.0) + t.output * (plan.tpot_s or 0.0)
-
-
-def sim_agreement(deployment: Plan | PoolPlan, cfg, goodput: float, images: bool) -> dict[str, Any]:
-    """Poisson arrivals at 95% of the predicted goodput: steady simulated rate against the offered one.
-    ``deployment``: one cell's Plan, or a PoolPlan of cells behind one router."""
-    from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
-
-    t = cfg.traffic
-    out_len = t.steps if images else t.output
-    per_req = 1 if images else t.output  # images/s count one per request; tokens/s count its output tokens
-    rate = SIM_LOAD * goodput / per_req
-    # the served rate ramps up over one request life, so the run spans at least six and is measured after
-    # the first (a pool: its longest-lived cell's)
-    cells = [c.plan for c in deployment.cells] if isinstance(deployment, PoolPlan) else [deployment]
-    life = max(request_life_s(p, t, images) for p in cells)
-    requests = min(SIM_MAX_REQUESTS, max(SIM_REQUESTS, math.ceil(6 * life * rate)))
-    wl = WorkloadSpec(kind="poisson", requests=requests, rate_per_s=rate,
-                      prompt=LengthSpec(lo=max(1, t.prompt), hi=max(1, t.prompt)), output=LengthSpec(lo=out_len, hi=out_len))
-    t0 = time.perf_counter()
-    try:
-        res = simulate(deployment, wl, seed=0, slo=SLO(ttft_s=cfg.slo.ttft_s, tpot_s=cfg.slo.tpot_s) if not images else None)
-    except (UserError, ValueError) as e:
-        return {"error": str(e).splitlines()[0]}
-    span = requests / rate
-    steady = res.steady_per_s(max(0.25 * span, life), span)  # tokens/s (image plans: images/s)
-    offered = SIM_LOAD * goodput
-    return {"offered_per_s": offered, "steady_per_s": steady, "ratio": steady / offered if offered else None,
-            "slo_attainment": res.slo_attainment, "requests": requests, "life_s": life,
-            "sim_s": time.perf_counter() - t0}
 
 
 # ---- the run ----------------------------------------------------------------------------------------------------
