@@ -21,12 +21,13 @@ The group's link is NVLink of the GPU's generation where it has one, else PCIe o
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 
 from tessera.cost import CostModel
 from tessera.graph import Kernel, KernelGraph, KernelKind, Role
-from tessera.hardware import GpuSpec, LinkSpec, link, link_names
+from tessera.hardware import GpuSpec, LinkSpec, best_link
 
 ROUTERS = ("gate", "router")  # MoE routers: the MoE block's output all-reduce is charged here (m·hidden)
 ROW_PARALLEL = ("o_proj", "down_proj", "out_proj", "proj_out", "to_out", "dense_4h_to_h", "w2", "wo", "fc2")
@@ -38,13 +39,11 @@ DP_LAYOUTS = ("dp-ep", "dp-tp")
 ACT_BYTES = 2  # bytes per element of the hidden states the MoE collectives move (bf16)
 
 
-def group_link(gpu: GpuSpec) -> LinkSpec:
-    """The link between the GPUs of one tensor-parallel group of ``gpu``."""
-    names = link_names()
-    if gpu.nvlink_gen and f"nvlink{gpu.nvlink_gen}" in names:
-        return link(f"nvlink{gpu.nvlink_gen}")
-    gen = gpu.pcie_gen if f"pcie{gpu.pcie_gen}" in names else 4
-    return link(f"pcie{gen}")
+@functools.lru_cache(maxsize=256)
+def group_link(gpu: GpuSpec, k: int) -> LinkSpec:
+    """The link between the GPUs of one group of k × ``gpu``: the best the k GPUs can be built with
+    (tessera.hardware.best_link: NVLink where k of them share an NVLink domain, else their PCIe)."""
+    return best_link((gpu,) * k)
 
 
 def unit_name(gpu: str, tp: int, layout: str = "tp") -> str:
@@ -286,10 +285,10 @@ class UnitCost:
             return self._dp_time(kernel, base, k, layout)
         t = self.cost.kernel_time_s(shard(kernel, k), base)
         if kernel.kind is KernelKind.GEMM and is_row_parallel(kernel):
-            t += allreduce_s(kernel.bytes_written, k, group_link(base))
+            t += allreduce_s(kernel.bytes_written, k, group_link(base, k))
         elif kernel.kind is KernelKind.GEMM and kernel.module.rsplit(".", 1)[-1] in ROUTERS:
             d = kernel.dims
-            t += allreduce_s(d.get("m", 1) * d.get("k", 1) * 2, k, group_link(base))
+            t += allreduce_s(d.get("m", 1) * d.get("k", 1) * 2, k, group_link(base, k))
         return t
 
     def _dp_time(self, kernel: Kernel, base: GpuSpec, k: int, layout: str) -> float:
@@ -298,7 +297,7 @@ class UnitCost:
         if not is_moe_kernel(kernel):
             return self.cost.kernel_time_s(dp_share(kernel, k), base)
         share = ep_share(kernel, k) if layout == "dp-ep" else _shard_moe(kernel, k)
-        return self.cost.kernel_time_s(share, base) + moe_comm_s(kernel, k, layout, group_link(base))
+        return self.cost.kernel_time_s(share, base) + moe_comm_s(kernel, k, layout, group_link(base, k))
 
     def transfer_time_s(self, nbytes: int, lk: LinkSpec) -> float:
         return self.cost.transfer_time_s(nbytes, lk)

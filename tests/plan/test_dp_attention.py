@@ -140,7 +140,7 @@ def test_dp_unit_prices_each_gpus_share_and_the_collectives() -> None:
             moe, dims={**moe.dims, "inter": 128, "expert_bytes": 25}, flops=moe.flops // 4,
             bytes_read=moe.bytes_read // 4)
         assert uc.kernel_time_s(moe, unit) == pytest.approx(
-            cost.kernel_time_s(share, gpu) + moe_comm_s(moe, 4, layout, group_link(gpu)))
+            cost.kernel_time_s(share, gpu) + moe_comm_s(moe, 4, layout, group_link(gpu, 4)))
 
 
 def test_group_options() -> None:
