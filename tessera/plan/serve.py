@@ -35,7 +35,7 @@ from tessera.plan.cell import Shapes, best_of, cell_strategy, make_plan, model_k
 from tessera.plan.config import STRATEGIES, PlannerConfig, ServingResult, StrategyResult
 from tessera.plan.pool import Pool, resolve_gpu
 from tessera.plan.problem import default_cost
-from tessera.plan.serving import Traffic, score_point, slo_period_cap
+from tessera.plan.serving import Traffic, closeness, score_point, slo_period_cap
 from tessera.plan.types import Plan
 from tessera.plan.units import UnitCost, make_unit
 
@@ -92,11 +92,22 @@ def _check_fits(model: str, shapes: Shapes, specs: tuple[GpuSpec, ...], cfg: Pla
 
 
 def no_point_message(res: ServingResult) -> str:
-    why = "; ".join(f"{n}: {s.reason}" for n, s in res.strategies.items() if s.applicable and s.reason)
+    """One line: the SLO no configuration meets, the point nearest to meeting it and what binds there
+    (TTFT or TPOT with its time unloaded, or memory with its bytes), then every other strategy's reason."""
     c = res.config
     slo = (f"image latency ≤ {c.slo.image_s:g} s" if res.images else
            f"TTFT ≤ {c.slo.ttft_s:g} s and TPOT ≤ {c.slo.tpot_s * 1e3:g} ms")
-    return f"no configuration of {res.model} on {'+'.join(res.gpus)} meets {slo}: {why}"
+    tried = [(n, s) for n, s in res.strategies.items() if s.applicable and s.reason]
+    near = [(closeness(s.point, c.slo), n) for n, s in tried if s.point is not None and s.point.knee is not None]
+    lead = min(near)[1] if near else None
+    head = ""
+    if lead is not None:
+        p = res.strategies[lead].point
+        binds = "image latency" if res.images else p.knee.binding
+        head = f"; nearest: {lead}, {p.reason}: {binds} binds"
+    rest = "; ".join(f"{n}: {s.reason}" for n, s in tried if n != lead)
+    return f"no configuration of {res.model} on {'+'.join(res.gpus)} meets {slo}{head}" + (
+        f" (others: {rest})" if rest else "")
 
 
 # ---- strategies over one cell ----------------------------------------------------------------------------------

@@ -71,6 +71,9 @@ def test_an_slo_no_configuration_meets_is_one_line_exit_2() -> None:
     line = lines[-1]
     assert line.startswith("error: no configuration of llama-tiny")
     assert "meets TTFT ≤ 2 s and TPOT ≤ 0.0001 ms" in line and "TPOT" in line.split(":", 2)[2]
+    # it leads with the point nearest to the SLO and what binds there, with the time unloaded
+    near = line.split("; nearest: ", 1)[1]
+    assert "ms > SLO 0.0001 ms unloaded (batch " in near and ": TPOT binds" in near
 
 
 def test_a_nonsense_slo_is_one_line_exit_2() -> None:

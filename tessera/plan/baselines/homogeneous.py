@@ -18,6 +18,7 @@ from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.cell import Shapes, cell_strategy
 from tessera.plan.config import PlannerConfig, StrategyResult
 from tessera.plan.pool import Pool
+from tessera.plan.serving import closeness
 from tessera.plan.types import Device, Plan, PoolCell, PoolPlan
 from tessera.plan.units import DP_LAYOUTS, UnitCost, gpu_weight_bytes, has_moe, make_dp_unit, make_unit
 
@@ -79,6 +80,7 @@ def homogeneous(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost, 
     moe = has_moe(shapes.base)
     per_type: list[tuple[StrategyResult, int]] = []
     whys = []
+    misses: list[StrategyResult] = []  # groups that fit but meet no SLO point: the nearest says how far
     for name, n in counts.items():
         best_t: tuple[float, StrategyResult, int] | None = None
         for k, layout in group_options(n, cfg.max_tp, moe):
@@ -88,11 +90,15 @@ def homogeneous(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost, 
                 best_t = (tot, r, n // k)
             elif not r.feasible:
                 whys.append(f"{name} {LAYOUT_WORDS[layout].format(k=k)}: {r.reason}")
+                if r.point is not None and r.point.knee is not None:
+                    misses.append(r)
         if best_t is not None:
             per_type.append((best_t[1], best_t[2]))
     usd = sum(s.usd_per_hour for s in specs)
     if not per_type:
+        near = min(misses, key=lambda r: closeness(r.point, cfg.slo), default=None)
         return StrategyResult(name="homogeneous", applicable=True, usd_per_hour=usd,
+                              point=near.point if near else None,
                               reason="no GPU type holds a replica at any group size: " + "; ".join(whys))
     return deployment(per_type, shapes, usd)
 
