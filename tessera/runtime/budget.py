@@ -81,7 +81,7 @@ def check_fits(mem: RunMemory, available: int | None) -> None:
 
 def check_job(job: Job, available: int | None = None) -> RunMemory | None:
     """Refuse a run that cannot fit (``available``: MemAvailable unless given); tiny zoo models pass at once."""
-    if resolve(job.model).tiny or job.family not in ("llm", "ssm", "dit"):
+    if resolve(job.model).tiny or job.family not in ("llm", "moe", "ssm", "dit"):
         return None  # tiny: kilobytes; other families: capture_steps says they cannot run
     keys = step_keys(job)
     phase = "denoise" if keys[0] == "denoise" else "prefill"

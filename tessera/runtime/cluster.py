@@ -84,6 +84,21 @@ class ClusterConfig:
         return choose_backend(self.devices, self.transport)[1] if self.ordered is None else self.ordered
 
 
+# A starting worker loads and traces between beats of its heartbeat thread; silent this long after its
+# first beat, it is wedged (a stopped one is named sooner, from its process state).
+START_SILENCE_S = 10.0
+
+
+def process_stopped(pid: int | None) -> bool:
+    """Whether ``pid`` is stopped by a signal (SIGSTOP, SIGTSTP, a tracer): state T or t in
+    /proc/PID/stat (Linux); False where that cannot be read."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()  # noqa: SIM115 (one short read)
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2:][:1] in ("T", "t")  # the state follows the command name's ")"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -120,82 +135,73 @@ def worker_specs(programs: dict[str, Program], partitions: dict[tuple[str, str],
     return specs
 
 
-class Cluster:
-    """``with Cluster(...) as c: c.step(key, plan, inputs, reset)``; workers are spawned on entry."""
+@dataclass(frozen=True, kw_only=True)
+class Watch:
+    """What Processes reads of its config (ClusterConfig has the same fields): the devices, one process
+    each, and the fault timeouts in seconds."""
 
-    def __init__(self, programs: dict[str, Program], partitions: dict[tuple[str, str], Partition],
-                 config: ClusterConfig) -> None:
-        self.programs, self.partitions, self.config = programs, partitions, config
+    devices: tuple[str, ...]
+    heartbeat_timeout_s: float = 2.0
+    step_timeout_s: float = 60.0
+    start_timeout_s: float = 120.0
+
+
+class Processes:
+    """One spawned process per device, watched: a heartbeat slot each, a result queue, fault naming.
+
+    ``spawn(target, specs)`` starts ``target(rank, commands, results, heartbeat, parent)`` per spec; the
+    spec itself travels through the rank's command queue (a feeder thread writes it), so the driver never
+    blocks writing into the pipe of a worker that stopped before reading it. ``ready()`` waits for every
+    worker's "ready" message within ``start_timeout_s``, naming any worker that exits, stops (its process
+    state says so) or stops beating meanwhile. ``config``: a Watch, or anything with its fields."""
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
         self.procs: list[Any] = []
-        self.resident: list[dict[str, int]] = []  # per worker: weight name -> bytes it holds
-        self.history: list[dict[str, Any]] = []  # per step: key, plan, m, and each worker's events
-        self._next_step = 0
         self._inflight: dict[int, tuple[float, dict[int, Any]]] = {}  # submitted step -> (when, rank -> result)
 
-    def __enter__(self) -> Cluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def start(self) -> None:
+    def spawn(self, target: Any, specs: list[Any], name: str = "tessera-worker") -> None:
         ctx = mp.get_context("spawn")
-        n = len(self.config.devices)
+        n = len(specs)
         self.results = ctx.Queue()
         # Queue, not SimpleQueue: a feeder thread writes the pipe, so a stopped worker that stops reading
         # blocks that thread, never the driver's fault checks (SimpleQueue writes in the caller)
         self.commands = [ctx.Queue() for _ in range(n)]
-        self.heartbeat = ctx.Array("d", [time.monotonic()] * n, lock=False)
+        self.heartbeat = ctx.Array("d", [0.0] * n, lock=False)  # 0: not beaten yet
+        self.spawned_at = time.monotonic()
         saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         try:
-            for spec in worker_specs(self.programs, self.partitions, self.config):
-                p = ctx.Process(target=worker_main, daemon=True, name=f"tessera-worker-{spec.rank}",
-                                args=(spec, self.commands[spec.rank], self.results, self.heartbeat, os.getpid()))
+            for rank, spec in enumerate(specs):
+                p = ctx.Process(target=target, daemon=True, name=f"{name}-{rank}",
+                                args=(rank, self.commands[rank], self.results, self.heartbeat, os.getpid()))
                 p.start()
                 self.procs.append(p)
+                self.commands[rank].put(spec)
         finally:
             for k, v in saved.items():
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-        got = self._collect("ready", self.config.start_timeout_s, beats=False)
-        self.resident = [got[r]["weights"] for r in range(n)]
-        self.link = got[0]["link"]  # (latency_s, bytes_per_s) measured between workers 0 and 1, or None
 
-    def step(self, key: str, plan: str, inputs: list[dict[int, torch.Tensor]], *, reset: bool) -> list[dict]:
-        """Run one step of ``len(inputs)`` micro-batches; returns each worker's outputs and events."""
-        assert len(inputs) <= self.config.max_microbatches, "more micro-batches than the workers hold state for"
-        wire = tuple({b: to_wire(t) for b, t in feed.items()} for feed in inputs)
-        cmd = StepCmd(step_id=self._next_step, key=key, plan=plan, inputs=wire, reset=reset)
-        self._next_step += 1
-        for q in self.commands:
-            q.put(cmd)
-        got = self._collect("done", self.config.step_timeout_s, beats=True)
-        per_worker = [got[r] for r in range(len(self.procs))]
-        for w in per_worker:
-            w["outputs"] = {k: from_wire(v) for k, v in w["outputs"].items()}
-        self.history.append(dict(key=key, plan=plan, m=len(inputs), workers=per_worker))
-        return per_worker
+    def ready(self) -> dict[int, Any]:
+        """Every worker's "ready" payload, by rank."""
+        return self._collect("ready", self.config.start_timeout_s, beats=False)
 
-    def submit(self, plan: str, inputs: list[dict[int, torch.Tensor]], *, keys: tuple[str, ...],
-               slots: tuple[int, ...], resets: tuple[bool, ...]) -> int:
-        """Queue one serving iteration (micro-batch i: program keys[i] on KV/state slot slots[i]) on every
-        worker without waiting; returns its step id. A worker runs every step it holds at once, oldest first,
-        each kernel as soon as its data is there (worker.serve_commands), so one iteration computes while
-        another waits on a transfer; a step whose KV/state slots an earlier one still holds waits for it."""
-        assert max(slots) < self.config.max_microbatches, "slot beyond the workers' KV/state slots"
-        wire = tuple({b: to_wire(t) for b, t in feed.items()} for feed in inputs)
-        cmd = StepCmd(step_id=self._next_step, key=keys[0], plan=plan, inputs=wire, reset=False, keys=keys,
-                      slots=slots, resets=resets)
-        self._next_step += 1
-        self._inflight[cmd.step_id] = (time.monotonic(), {})
-        for q in self.commands:
-            q.put(cmd)
-        return cmd.step_id
+    def _starting_fault(self, r: int, now: float) -> str | None:
+        """Why worker ``r``, still starting, is lost: stopped by a signal (its process state says so once
+        it has been silent for a heartbeat timeout), or silent for START_SILENCE_S after its first beat
+        (wedged); None while it is fine. Before its first beat a worker is importing (seconds)."""
+        beat = self.heartbeat[r]
+        silent = now - (beat or self.spawned_at)
+        if silent > self.config.heartbeat_timeout_s and process_stopped(self.procs[r].pid):
+            return f"stopped during start-up (process state T, silent for {silent:.1f} s)"
+        if beat and silent > START_SILENCE_S:
+            return f"stopped answering during start-up: no heartbeat for {silent:.1f} s"
+        return None
 
     def poll(self, timeout_s: float) -> dict[int, list[dict]]:
         """Submitted steps every worker has finished (waiting up to ``timeout_s`` for one): step id -> each
-        worker's result. A dead, silent, failing or overrunning worker raises WorkerFailure."""
+        worker's result (``_finished`` turns them into what the caller reads). A dead, silent, failing or
+        overrunning worker raises WorkerFailure."""
         finished: dict[int, list[dict]] = {}
         deadline = time.monotonic() + timeout_s
         while self._inflight and not finished:
@@ -211,13 +217,20 @@ class Cluster:
                 got[msg[1]] = msg[2]
                 if len(got) == len(self.procs):
                     del self._inflight[sid]
-                    for w in got.values():
-                        w["outputs"] = {k: from_wire(v) for k, v in w["outputs"].items()}
-                    finished[sid] = [got[r] for r in range(len(self.procs))]
+                    finished[sid] = self._finished([got[r] for r in range(len(self.procs))])
             self._check_alive()
             if time.monotonic() >= deadline:
                 break
         return finished
+
+    def _finished(self, per_worker: list[dict]) -> list[dict]:
+        return per_worker
+
+    def _send(self, cmd: Any, step_id: int) -> None:
+        """Queue ``cmd`` on every worker, in flight as step ``step_id`` until all report it done."""
+        self._inflight[step_id] = (time.monotonic(), {})
+        for q in self.commands:
+            q.put(cmd)
 
     def _check_alive(self) -> None:
         now = time.monotonic()
@@ -251,6 +264,9 @@ class Cluster:
                     self._fail(r, _exit_reason(p.exitcode))
                 if beats and now - self.heartbeat[r] > self.config.heartbeat_timeout_s:
                     self._fail(r, f"stopped answering: no heartbeat for {now - self.heartbeat[r]:.1f} s", hung=True)
+                starting = None if beats else self._starting_fault(r, now)
+                if starting is not None:
+                    self._fail(r, starting, hung=True)
                 if now > deadline:
                     self._fail(r, f"did not finish ({kind}) within {timeout_s:g} s")
         return got
@@ -314,3 +330,43 @@ class Cluster:
         for q in [*getattr(self, "commands", []), *([self.results] if hasattr(self, "results") else [])]:
             q.close()
             q.cancel_join_thread()
+
+
+class Cluster(Processes):
+    """``with Cluster(...) as c: c.step(key, plan, inputs, reset)``; workers are spawned on entry."""
+
+    def __init__(self, programs: dict[str, Program], partitions: dict[tuple[str, str], Partition],
+                 config: ClusterConfig) -> None:
+        super().__init__(config)
+        self.programs, self.partitions = programs, partitions
+        self.resident: list[dict[str, int]] = []  # per worker: weight name -> bytes it holds
+        self.history: list[dict[str, Any]] = []  # per step: key, plan, m, and each worker's events
+        self._next_step = 0
+
+    def __enter__(self) -> Cluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self.spawn(worker_main, worker_specs(self.programs, self.partitions, self.config))
+        got = self.ready()
+        self.resident = [got[r]["weights"] for r in range(len(self.procs))]
+        self.link = got[0]["link"]  # (latency_s, bytes_per_s) measured between workers 0 and 1, or None
+
+    def step(self, key: str, plan: str, inputs: list[dict[int, torch.Tensor]], *, reset: bool) -> list[dict]:
+        """Run one step of ``len(inputs)`` micro-batches; returns each worker's outputs and events."""
+        assert len(inputs) <= self.config.max_microbatches, "more micro-batches than the workers hold state for"
+        wire = tuple({b: to_wire(t) for b, t in feed.items()} for feed in inputs)
+        cmd = StepCmd(step_id=self._next_step, key=key, plan=plan, inputs=wire, reset=reset)
+        self._next_step += 1
+        for q in self.commands:
+            q.put(cmd)
+        got = self._collect("done", self.config.step_timeout_s, beats=True)
+        per_worker = [got[r] for r in range(len(self.procs))]
+        for w in per_worker:
+            w["outputs"] = {k: from_wire(v) for k, v in w["outputs"].items()}
+        self.history.append(dict(key=key, plan=plan, m=len(inputs), workers=per_worker))
+        return per_worker

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -388,9 +389,26 @@ def read_ahead(worker: Worker, commands: Any) -> queue.SimpleQueue:
     return ahead
 
 
-def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, parent: int) -> None:
-    threading.Thread(target=_watch, args=(heartbeat, spec.rank, parent), daemon=True).start()
+def worker_process(rank: int, commands: Any, results: Any, heartbeat: Any, parent: int,
+                   body: Callable[[Any], None]) -> None:
+    """A spawned worker's life (Processes.spawn): beat, take the spec off the command queue, run
+    ``body(spec)``; an exception is reported to the driver, which names this worker and stops the
+    others, and the process exits at once."""
+    threading.Thread(target=_watch, args=(heartbeat, rank, parent), daemon=True).start()
     try:
+        body(commands.get())
+    except Exception as e:  # reported to the driver, which names this worker and stops the others
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        results.put(("error", rank, f"{type(e).__name__}: {msg}", traceback.format_exc()))
+        if os.environ.get("TESSERA_DEBUG"):
+            traceback.print_exc()
+        results.close()
+        results.join_thread()  # flush the report before exiting without cleanup
+        os._exit(1)
+
+
+def worker_main(rank: int, commands: Any, results: Any, heartbeat: Any, parent: int) -> None:
+    def body(spec: WorkerSpec) -> None:
         join_group(spec)
         worker = Worker(spec, results)
         link = probe_link(spec.rank, spec.world, worker.link, worker.waiters)
@@ -407,11 +425,5 @@ def worker_main(spec: WorkerSpec, commands: Any, results: Any, heartbeat: Any, p
         else:
             serve_commands(worker, ahead, results)
         dist.destroy_process_group()
-    except Exception as e:  # reported to the driver, which names this worker and stops the others
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        results.put(("error", spec.rank, f"{type(e).__name__}: {msg}", traceback.format_exc()))
-        if os.environ.get("TESSERA_DEBUG"):
-            traceback.print_exc()
-        results.close()
-        results.join_thread()  # flush the report before exiting without cleanup
-        os._exit(1)
+
+    worker_process(rank, commands, results, heartbeat, parent, body)
