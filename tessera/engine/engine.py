@@ -4,7 +4,8 @@
 the program with real weights (loaded shard by shard, or random), allocates KV pages / state slots and
 traces the program. ``Engine.step`` runs one iteration: the scheduler's batch for the next group, laid
 out flat, through the executor (the traced program, or any callable taking ``IterationInputs``, e.g. a
-split run), then sampling and stop checks.
+split run), then sampling and stop checks. Its halves, ``schedule`` and ``complete``, let a driver keep
+one iteration per group in flight on worker processes (``tessera.engine.serve``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ LOAD_FORMATS = ("auto", "dummy")
 
 
 @dataclass(frozen=True)
+class Batch:
+    """One scheduled iteration of a group: its requests with their token counts, their pieces and the
+    flat inputs."""
+
+    group: int
+    scheduled: tuple[Scheduled, ...]
+    pieces: tuple[SeqPiece, ...]
+    inputs: IterationInputs
+
+
+@dataclass(frozen=True)
 class Iteration:
     """What one step ran: its group, the tokens of each scheduled request, and (if kept) the logits."""
 
@@ -42,14 +54,15 @@ class Iteration:
 
 
 class Engine:
-    def __init__(self, program: Program, source: ModelSource, config: EngineConfig, codec: Codec, *,
+    def __init__(self, program: Program | None, source: ModelSource, config: EngineConfig, codec: Codec, *,
                  executor: Executor | None = None, devices: tuple[str, ...] = ("cpu",),
                  placement: str = "single", keep_logits: bool = False) -> None:
+        """``program`` None: a driver whose iterations run elsewhere (``schedule``/``complete``; workers)."""
         self.program = program
         self.source = source
         self.config = config
         self.codec = codec
-        self.executor: Executor = executor or program
+        self.executor: Executor | None = executor or program
         self.devices, self.placement = devices, placement
         arch = source.arch
         pages = FreeList(config.pages(arch)) if arch.family == "decoder" else None
@@ -103,19 +116,35 @@ class Engine:
 
     def step(self) -> list[Request]:
         """Run the next group that has work; returns the requests that finished."""
-        group, batch = self._next_batch()
-        if not batch:
+        batch = self.schedule()
+        if batch is None:
             return []
+        assert self.executor is not None, "an engine without a program runs its iterations elsewhere"
+        with torch.no_grad():
+            logits = self.executor(batch.inputs)
+        return self.complete(batch, logits)
+
+    def schedule(self, busy: frozenset[int] = frozenset()) -> Batch | None:
+        """The next iteration: the first group from this turn on, not in ``busy`` (groups whose iteration is
+        in flight), with something to compute; None when none has. Requests of busy groups are never
+        preempted (their pages are being written)."""
+        group, scheduled = self._next_batch(busy)
+        if not scheduled:
+            return None
         pieces = [SeqPiece(tokens=tuple(s.request.tokens[s.request.computed:s.request.computed + s.tokens]),
                            start=s.request.computed, pages=tuple(s.request.pages), slot=s.request.slot or 0,
-                           sample=s.tokens == s.request.remaining) for s in batch]
-        with torch.no_grad():
-            logits = self.executor(build_inputs(pieces, self.config.page_size))
-        self.history.append(Iteration(group=group, tokens=tuple((s.request.id, s.tokens) for s in batch),
+                           sample=s.tokens == s.request.remaining) for s in scheduled]
+        return Batch(group=group, scheduled=tuple(scheduled), pieces=tuple(pieces),
+                     inputs=build_inputs(pieces, self.config.page_size))
+
+    def complete(self, batch: Batch, logits: Tensor) -> list[Request]:
+        """Take an iteration's logits: advance its requests, sample, check stops; the finished ones."""
+        self.history.append(Iteration(group=batch.group, tokens=tuple((s.request.id, s.tokens)
+                                                                      for s in batch.scheduled),
                                       logits=logits.clone() if self.keep_logits else None))
         rows = iter(logits.float())  # one row per sampled piece, in batch order
         done = []
-        for s, piece in zip(batch, pieces, strict=True):
+        for s, piece in zip(batch.scheduled, batch.pieces, strict=True):
             s.request.computed += s.tokens
             if piece.sample:
                 s.request.output_ids.append(sample(next(rows), s.request.params, s.request.generator))
@@ -124,15 +153,25 @@ class Engine:
                     done.append(s.request)
         return done
 
-    def _next_batch(self) -> tuple[int, list[Scheduled]]:
-        """The first group, from this turn on, with something to compute, and its batch."""
+    def restart(self) -> int:
+        """Every running request back to the queue with nothing cached (their KV and states were lost with
+        a worker), latest arrivals first so the oldest runs first again; returns how many."""
+        running = sorted((r for g in self.scheduler.running for r in g), key=lambda r: r.id, reverse=True)
+        for r in running:
+            self.scheduler.preempt(r)
+        return len(running)
+
+    def _next_batch(self, busy: frozenset[int] = frozenset()) -> tuple[int, list[Scheduled]]:
+        """The first group, from this turn on and not busy, with something to compute, and its batch."""
         for _ in range(self.config.microbatches):
             group = self._turn
             self._turn = (self._turn + 1) % self.config.microbatches
-            batch = self.scheduler.schedule(group)
+            if group in busy:
+                continue
+            batch = self.scheduler.schedule(group, busy)
             if batch:
                 return group, batch
-        if self.scheduler.has_work():
+        if self.scheduler.has_work() and not busy:
             raise RuntimeError("no group could schedule a token although requests wait: the KV cache is too "
                                "small for any of them")
         return -1, []

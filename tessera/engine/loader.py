@@ -3,15 +3,17 @@
 A directory is what ``save_pretrained`` writes: config.json, ``model.safetensors`` or shards named by
 ``model.safetensors.index.json``, tokenizer files. ``load_weights`` reads only the tensors it is asked
 for (a worker's share: ``Program.parameter_names(nodes)``), each straight from its shard into the
-model's parameter, cast to the model's dtype. ``dummy_weights`` fills random weights (transformers'
-initialisation: normal(0, 0.02) matrices, unit norms, Mamba-2's A and dt as at its init) for zoo models
-and benchmarks.
+model's parameter, cast to the model's dtype; ``load_named`` does the same for a worker's tensors by
+checkpoint name. ``dummy_weights`` fills random weights (transformers' initialisation: normal(0, 0.02)
+matrices, unit norms, Mamba-2's A and dt as at its init), each parameter from its own name's seeded
+stream (``dummy_fill``), for zoo models and benchmarks.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,23 +127,59 @@ def load_weights(model: nn.Module, directory: Path, names: set[str] | None = Non
     return read
 
 
+def load_named(directory: Path, targets: dict[str, list[torch.Tensor]]) -> int:
+    """Copy each checkpoint tensor named in ``targets`` into every tensor listed for it (a worker's share:
+    only these names are read, one shard at a time); returns the bytes read. A missing tensor or a shape
+    that disagrees is one line naming it."""
+    shards = _shards(directory)
+    if not shards:
+        raise UserError(f"model directory {directory} holds no *.safetensors weights; use --load-format "
+                        f"dummy for random weights")
+    missing = sorted(n for n in targets if n not in shards)
+    if missing:
+        raise UserError(f"{directory}: {len(missing)} tensor(s) missing from the checkpoint, e.g. "
+                        f"{missing[0]!r}")
+    by_file: dict[Path, list[str]] = {}
+    for n in sorted(targets):
+        by_file.setdefault(shards[n], []).append(n)
+    read = 0
+    for file, names in by_file.items():
+        with safe_open(str(file), "pt") as f, torch.no_grad():
+            for n in names:
+                t = f.get_tensor(n)
+                for p in targets[n]:
+                    if tuple(t.shape) != tuple(p.shape):
+                        raise UserError(f"{file.name}: tensor {n!r} has shape {tuple(t.shape)}, the config "
+                                        f"makes it {tuple(p.shape)}")
+                    p.copy_(t)
+                read += t.numel() * t.element_size()
+    return read
+
+
 def dummy_weights(model: nn.Module, seed: int) -> None:
-    """Random weights as transformers initialises them: matrices and embeddings normal(0, 0.02), biases 0,
-    norm weights 1; Mamba-2's A_log = log(1..H), D = 1, dt_bias the inverse softplus of dt log-uniform in
-    [0.001, 0.1] (its time_step_min/max defaults)."""
-    gen = torch.Generator().manual_seed(seed)
+    """Random weights (``dummy_fill``) for every parameter of the model, each from its own name's stream."""
+    for name, p in model.named_parameters():
+        dummy_fill(name, p, seed)
+
+
+def dummy_fill(name: str, p: torch.Tensor, seed: int) -> None:
+    """Random values for parameter ``name`` as transformers initialises them: matrices and embeddings
+    normal(0, 0.02), biases 0, norm weights 1; Mamba-2's A_log = log(1..H), D = 1, dt_bias the inverse
+    softplus of dt log-uniform in [0.001, 0.1] (its time_step_min/max defaults). Each name draws from a
+    generator seeded by (seed, name), so a worker holding a share of the model fills its tensors exactly
+    as the whole model's are filled."""
+    gen = torch.Generator().manual_seed((seed << 32) ^ zlib.crc32(name.encode()))
+    leaf = name.rsplit(".", 1)[-1]
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            if leaf == "A_log":
-                p.copy_(torch.log(torch.arange(1, p.numel() + 1, dtype=torch.float32)))
-            elif leaf == "dt_bias":
-                lo, hi = math.log(0.001), math.log(0.1)
-                dt = torch.exp(torch.rand(p.shape, generator=gen) * (hi - lo) + lo)
-                p.copy_(dt + torch.log(-torch.expm1(-dt)))
-            elif leaf == "D" or (leaf == "weight" and p.dim() == 1):
-                p.fill_(1.0)
-            elif leaf == "bias":
-                p.zero_()
-            else:
-                p.copy_(torch.randn(p.shape, generator=gen) * INIT_STD)
+        if leaf == "A_log":
+            p.copy_(torch.log(torch.arange(1, p.numel() + 1, dtype=torch.float32)))
+        elif leaf == "dt_bias":
+            lo, hi = math.log(0.001), math.log(0.1)
+            dt = torch.exp(torch.rand(p.shape, generator=gen) * (hi - lo) + lo)
+            p.copy_(dt + torch.log(-torch.expm1(-dt)))
+        elif leaf == "D" or (leaf == "weight" and p.dim() == 1):
+            p.fill_(1.0)
+        elif leaf == "bias":
+            p.zero_()
+        else:
+            p.copy_(torch.randn(p.shape, generator=gen) * INIT_STD)

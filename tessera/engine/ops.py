@@ -56,13 +56,18 @@ def paged_attention(q: Tensor, k: Tensor, v: Tensor, k_cache: Tensor, v_cache: T
     if q.is_cuda and HAS_FLASH_ATTN and k_cache.shape[1] % FLASH_PAGE_MULTIPLE == 0:
         out = _flash(q3, k_cache, v_cache, block_table, query_start_loc, seq_lens, scale, window)
         return out.reshape(tokens, -1)
+    if tokens == seq_lens.shape[0]:  # every sequence decodes one token: nothing read back to the host
+        # (the block table is exactly as wide as the longest sequence's pages), so a CUDA graph can hold it
+        return _decode_attention(q3, k_cache, v_cache, block_table, seq_lens, scale, window,
+                                 block_table.shape[1]).view(tokens, -1)
     out = torch.empty_like(q3)
     seqs = sequences(query_start_loc, seq_lens)
     decode = [i for i, (_, n, _) in enumerate(seqs) if n == 1]
     if decode:
         rows = torch.tensor([seqs[i][0] for i in decode], device=q.device)
+        span = -(-max(seqs[i][2] + 1 for i in decode) // k_cache.shape[1])
         out[rows] = _decode_attention(q3[rows], k_cache, v_cache, block_table[decode], seq_lens[decode],
-                                      scale, window)
+                                      scale, window, span)
     for i, (start, n, before) in enumerate(seqs):
         if n > 1:
             out[start:start + n] = _chunk_attention(q3[start:start + n], k_cache, v_cache, block_table[i],
@@ -113,11 +118,10 @@ def _chunk_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pages: Tensor,
 
 
 def _decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, pages: Tensor, lengths: Tensor,
-                      scale: float, window: int) -> Tensor:
+                      scale: float, window: int, span: int) -> Tensor:
     """n one-token queries [n, Hq, D], each at the last position of its sequence, batched: the sequences'
-    pages gathered to the longest one's count, keys beyond a sequence's length masked."""
+    first ``span`` pages gathered (the longest one's count), keys beyond a sequence's length masked."""
     page = k_cache.shape[1]
-    span = -(-int(lengths.max()) // page)
     kpos = torch.arange(span * page, device=q.device)[None, :]
     last = (lengths - 1)[:, None]
     mask = kpos <= last

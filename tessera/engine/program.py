@@ -151,6 +151,19 @@ class Program:
         out = next(n for n in self.gm.graph.nodes if n.op == "output").args[0]
         return SplitRun(logits=fetch(out, 0), transfers=tuple(transfers))
 
+    def values(self, feed: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Every kernel node's value for one iteration's inputs (by field name), in program order."""
+        env: dict[fx.Node, Tensor] = {}
+
+        def fetch(a: fx.Node) -> Tensor:
+            if a.op == "placeholder":
+                return feed[str(a.target)]
+            return self.attr(a) if a.op == "get_attr" else env[a]
+
+        for node in self.kernels:
+            env[node] = self.call(node, fx.node.map_arg(node.args, fetch), fx.node.map_arg(node.kwargs, fetch))
+        return {n.name: v for n, v in env.items()}
+
     def attr(self, node: fx.Node) -> Tensor:
         """The resident tensor a get_attr node names."""
         return _attr(self.gm, str(node.target))

@@ -49,8 +49,9 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting) or self.num_running > 0
 
-    def schedule(self, group: int) -> list[Scheduled]:
-        """The next batch of ``group``: decodes, then prefilling requests' chunks, then admissions."""
+    def schedule(self, group: int, busy: frozenset[int] = frozenset()) -> list[Scheduled]:
+        """The next batch of ``group``: decodes, then prefilling requests' chunks, then admissions. Requests
+        of the ``busy`` groups (an iteration in flight writes their pages) are never preempted."""
         budget = self.config.max_num_batched_tokens
         out: list[Scheduled] = []
         run = self.running[group]
@@ -62,7 +63,7 @@ class Scheduler:
                 if r not in run or (r.remaining == 1) != decoding:
                     continue
                 n = min(r.remaining, budget)
-                if self._grow(r, n, out):
+                if self._grow(r, n, out, busy):
                     out.append(Scheduled(r, n))
                     budget -= n
         while budget and self.waiting and len(run) < self.config.group_seqs \
@@ -78,7 +79,7 @@ class Scheduler:
             budget -= n
         return out
 
-    def _grow(self, r: Request, n: int, batch: list[Scheduled]) -> bool:
+    def _grow(self, r: Request, n: int, batch: list[Scheduled], busy: frozenset[int] = frozenset()) -> bool:
         """Give ``r`` the pages for ``n`` more tokens, preempting later arrivals if needed; False when ``r``
         itself had to be preempted."""
         if self.pages is None:
@@ -90,7 +91,8 @@ class Scheduler:
                 r.pages += got
                 return True
             in_batch = {s.request for s in batch}
-            later = [v for g in self.running for v in g if v.id > r.id and v not in in_batch]
+            later = [v for g, run in enumerate(self.running) if g not in busy for v in run
+                     if v.id > r.id and v not in in_batch]
             victim = max(later, key=lambda v: v.id, default=r)
             self.preempt(victim)
             if victim is r:
