@@ -1,4 +1,6 @@
-"""`tessera generate`: text in, text out through the engine (one device for now)."""
+"""`tessera generate` (text in, text out) and `tessera serve-run` (a request stream, measured), on one device
+in this process or on worker processes split by a placement. Imports are made inside the verbs so that
+`tessera --help` does not load torch."""
 
 from __future__ import annotations
 
@@ -8,10 +10,18 @@ from pathlib import Path
 
 import typer
 
-DEVICES = ("cpu",)
+PLACEMENT_HELP = "over several devices: plan (tessera.plan, profiled workers), layer_split, attention_gemm, " \
+                 "interleave, or a PLAN.json"
+DEVICES_HELP = "one worker per entry: cpu, cpu:threads=N, cpu:speed=S (0 < S <= 1), cuda:N; a lone cpu runs " \
+               "in this process"
 
 
 def register(app: typer.Typer) -> None:
+    register_generate(app)
+    register_serve(app)
+
+
+def register_generate(app: typer.Typer) -> None:
     @app.command("generate")
     def generate_cmd(
         model: str = typer.Argument(..., help="a Hugging Face model directory, or a zoo name "
@@ -36,21 +46,25 @@ def register(app: typer.Typer) -> None:
         max_model_len: int | None = typer.Option(None, help="longest prompt + output (default: the longest "
                                                  "request given, within the model's context)"),
         page_size: int = typer.Option(16, help="tokens per KV page"),
-        microbatches: int = typer.Option(1, help="groups of running requests taking turns"),
-        devices: str = typer.Option("cpu", help="where the model runs: cpu (one device for now)"),
+        microbatches: int = typer.Option(1, help="groups of running requests, advancing independently"),
+        devices: str = typer.Option("cpu", help=DEVICES_HELP),
+        placement: str = typer.Option("layer_split", help=PLACEMENT_HELP),
+        transport: str = typer.Option("auto", help="between workers: auto (nccl for distinct GPUs, else "
+                                      "gloo), gloo, nccl"),
         as_json: bool = typer.Option(False, "--json", help="one JSON object per prompt (JSON lines)"),
     ) -> None:
         """Generate text: prompts served together by continuous batching, greedy or sampled."""
+        from tessera.engine.cluster import ClusterSettings
         from tessera.engine.config import EngineConfig, SamplingParams
-        from tessera.engine.engine import load_engine
+        from tessera.engine.devices import parse_devices
+        from tessera.engine.engine import load_engine, resolve_dtype
         from tessera.engine.loader import open_model
         from tessera.engine.prompts import Prompt, parse_ids, read_prompts
+        from tessera.engine.serve_run import generate_on_workers
         from tessera.engine.tokenizer import tokenizer_for
         from tessera.errors import UserError
 
-        devs = tuple(d.strip() for d in devices.split(",") if d.strip())
-        if devs != DEVICES:
-            raise UserError(f"--devices {devices!r}: the engine runs on one device for now; valid: cpu")
+        kinds = parse_devices(devices)
         given = [x for x in (prompt, prompt_ids, prompts_file) if x is not None]
         if len(given) != 1:
             raise UserError("give exactly one of --prompt, --prompt-ids and --prompts-file")
@@ -70,12 +84,90 @@ def register(app: typer.Typer) -> None:
                               page_size=page_size, max_model_len=max_model_len or longest,
                               microbatches=microbatches)
         t0 = time.perf_counter()
-        engine = load_engine(source, config, dtype=dtype, load_format=load_format, codec=codec)
-        t1 = time.perf_counter()
-        outs = engine.generate(ids, [p.params for p in prompts])
+        if len(kinds) == 1 and kinds[0].name == "cpu":
+            engine = load_engine(source, config, dtype=dtype, load_format=load_format, codec=codec)
+            t1 = time.perf_counter()
+            outs = engine.generate(ids, [p.params for p in prompts])
+        else:
+            if load_format == "auto" and not source.has_weights:
+                raise UserError(f"{source.name} has no safetensors weights to load; use --load-format dummy")
+            engine, outs, start_s = generate_on_workers(
+                source, resolve_dtype(dtype, source), config, kinds, placement,
+                [(i, p.params) for i, p in zip(ids, prompts, strict=True)], load_format=load_format,
+                settings=ClusterSettings(transport=transport))
+            t1 = t0 + start_s
         t2 = time.perf_counter()
         for c in outs:
             typer.echo(c.to_json() if as_json else c.text)
         tokens = sum(len(c.token_ids) for c in outs)
         print(f"{len(outs)} prompt(s), {tokens} tokens in {len(engine.history)} iterations, {t2 - t1:.2f} s "
               f"({tokens / max(t2 - t1, 1e-9):.1f} tokens/s); load {t1 - t0:.2f} s", file=sys.stderr)
+
+
+def register_serve(app: typer.Typer) -> None:
+    @app.command("serve-run")
+    def serve_run_cmd(
+        model: str = typer.Argument(..., help="a zoo name or a model directory"),
+        devices: str = typer.Option("cpu,cpu", help="one worker process per entry: cpu, cpu:threads=N, "
+                                    "cpu:speed=S, cuda:N"),
+        placement: str = typer.Option("layer_split", help=PLACEMENT_HELP),
+        workload: str = typer.Option("poisson", help="offline | poisson | bursty (tessera.sim's workloads)"),
+        rate: float = typer.Option(20.0, help="mean arrivals per second (poisson, bursty)"),
+        requests: int = typer.Option(8, help="requests in the stream"),
+        prompt: str = typer.Option("4-8", help="prompt tokens: N, LO-HI or a length trace name"),
+        output: str = typer.Option("2-6", help="generated tokens per request: N, LO-HI or a trace name"),
+        workload_file: Path | None = typer.Option(None, help="explicit requests instead (bench/workloads/*.json)"),
+        max_num_seqs: int = typer.Option(8, help="requests running at once"),
+        max_num_batched_tokens: int = typer.Option(64, help="tokens per iteration of a group"),
+        microbatches: int = typer.Option(2, help="groups advancing independently (iterations in flight)"),
+        page_size: int = typer.Option(16, help="tokens per KV page"),
+        max_model_len: int | None = typer.Option(None, help="longest prompt + output (default: the longest "
+                                                 "request of the stream)"),
+        dtype: str = typer.Option("auto", help="auto (the checkpoint's), bf16, fp16 or fp32"),
+        load_format: str = typer.Option("dummy", help="dummy: random weights; auto: the directory's safetensors"),
+        seed: int = typer.Option(0, help="workload, prompt and dummy-weight seed"),
+        verify: bool = typer.Option(False, help="exit 1 unless every request's greedy tokens equal the "
+                                    "single-process engine's"),
+        recover: bool = typer.Option(False, help="on a lost worker, re-place onto the survivors and go on"),
+        replan: str = typer.Option("layer_split", help="placement after a loss (a lone survivor runs all)"),
+        kill_at: int | None = typer.Option(None, help="fault injection: SIGKILL a worker when request N is "
+                                           "first scheduled"),
+        kill_rank: int = typer.Option(1, help="the worker --kill-at kills"),
+        predict: bool = typer.Option(False, help="also the planner's and the simulator's throughput for this "
+                                     "placement (profiles each worker kind once)"),
+        transport: str = typer.Option("auto", help="auto (nccl for distinct GPUs, else gloo), gloo, nccl"),
+        as_json: bool = typer.Option(False, "--json", help="print the JSON result"),
+    ) -> None:
+        """Serve a request stream with the engine on worker processes: throughput, TTFT, TPOT, verified."""
+        from tessera.engine.cluster import ClusterSettings
+        from tessera.engine.config import EngineConfig
+        from tessera.engine.devices import parse_devices
+        from tessera.engine.serve import Fault
+        from tessera.engine.serve_run import ServeRunSpec, serve_run
+        from tessera.errors import UserError
+        from tessera.runtime.cluster import WorkerFailure
+        from tessera.sim.workload import LengthSpec, WorkloadSpec
+
+        kinds = parse_devices(devices)
+        wl = None if workload_file else WorkloadSpec(
+            kind=workload, requests=requests, rate_per_s=rate, prompt=LengthSpec.parse(prompt),
+            output=LengthSpec.parse(output))
+        if kill_at is not None and kill_at < 0:
+            raise UserError(f"--kill-at {kill_at}: a request index >= 0")
+        longest = None if wl is None or wl.prompt.trace or wl.output.trace else wl.prompt.hi + wl.output.hi
+        config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                              page_size=page_size, microbatches=microbatches, max_model_len=max_model_len or longest)
+        spec = ServeRunSpec(model=model, kinds=kinds, placement=placement, workload=wl,
+                            workload_file=str(workload_file) if workload_file else None, config=config, dtype=dtype,
+                            load_format=load_format, seed=seed, verify=verify, recover=recover, replan=replan,
+                            fault=Fault(at_request=kill_at, rank=kill_rank) if kill_at is not None else None,
+                            predict=predict, settings=ClusterSettings(transport=transport))
+        try:
+            out = serve_run(spec)
+        except WorkerFailure as e:
+            typer.echo(f"error: {e}", err=True)
+            sys.exit(1)
+        typer.echo(out.to_json() if as_json else out.summary())
+        if verify and not out.verified:
+            typer.echo("error: greedy tokens differ from the single-process engine's", err=True)
+            sys.exit(1)

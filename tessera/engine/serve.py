@@ -73,13 +73,13 @@ class Timing:
 class DriveLog:
     """What a run did: per iteration the driver's host seconds (scheduling, inputs, sending; taking the
     logits, sampling, stop checks) and its wall seconds from submit to logits; each worker's busy and idle
-    (duty cycle) seconds; recoveries."""
+    (duty cycle) seconds, by its index in --devices; recoveries."""
 
     host_s: list[float] = field(default_factory=list)
     wall_s: list[float] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
-    busy_s: list[list[float]] = field(default_factory=list)
-    idle_s: list[list[float]] = field(default_factory=list)
+    busy_s: list[dict[int, float]] = field(default_factory=list)
+    idle_s: list[dict[int, float]] = field(default_factory=list)
     recoveries: list[str] = field(default_factory=list)
     start_s: float = 0.0
     end_s: float = 0.0
@@ -186,7 +186,7 @@ def drive(engine: Engine, pool: WorkerPool, arrivals: Sequence[Arrival], *, reco
             out.host_s.append(host + clock() - h0)
             out.wall_s.append(clock() - submitted)
             out.tokens.append(batch.inputs.tokens)
-            out.busy_s.append([w["busy_s"] for w in fin.workers])
-            out.idle_s.append([w["idle_s"] for w in fin.workers])
+            out.busy_s.append({pool.original[d]: w["busy_s"] for d, w in enumerate(fin.workers)})
+            out.idle_s.append({pool.original[d]: w["idle_s"] for d, w in enumerate(fin.workers)})
     out.end_s = clock() - t0
     return reqs, timing, out

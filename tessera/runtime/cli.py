@@ -13,7 +13,6 @@ from tessera.text import plural
 
 
 def register(app: typer.Typer) -> None:
-    register_serve(app)
     @app.command("run")
     def run_cmd(
         target: str = typer.Argument(..., help="PLAN.json, or a tiny model name / config.json"),
@@ -94,75 +93,4 @@ def register(app: typer.Typer) -> None:
         if verify and not out["verified"]:
             typer.echo(f"error: outputs differ from single-process execution (max |diff| {out['max_abs_diff']:.3g})",
                        err=True)
-            sys.exit(1)
-
-
-def register_serve(app: typer.Typer) -> None:
-    @app.command("serve-run")
-    def serve_run_cmd(
-        target: str = typer.Argument(..., help="PLAN.json, or a tiny model name (llm, moe, ssm)"),
-        devices: str = typer.Option("cpu,cpu", help="one CPU worker per entry"),
-        placement_name: str = typer.Option("layer_split", "--placement",
-                                           help=f"for MODEL: {', '.join([*PLACEMENTS, MILP])}"),
-        workload: str = typer.Option("poisson", help="offline | poisson | bursty (tessera.sim's workloads)"),
-        rate: float = typer.Option(20.0, help="mean arrivals per second (poisson, bursty)"),
-        requests: int = typer.Option(8, help="requests in the stream"),
-        prompt: str = typer.Option("4-8", help="prompt tokens: N, LO-HI or a length trace name"),
-        output: str = typer.Option("2-6", help="generated tokens: N, LO-HI or a length trace name"),
-        slots: int = typer.Option(8, help="KV/state slots on the workers (requests running at once)"),
-        microbatches: int = typer.Option(2, help="groups of slots advancing independently (async)"),
-        schedule: str = typer.Option("async", help="async | sync (every running request in lock-step)"),
-        compare_sync: bool = typer.Option(False, help="also serve the same stream under --schedule sync"),
-        prefills: int = typer.Option(0, help="prompts a group prefills at once (one chunk each per iteration); "
-                                     "0 = no limit, every free slot admits the next arrival"),
-        chunk: int = typer.Option(0, help="prompt tokens prefilled per iteration (a longer prompt is prefilled "
-                                  "over several iterations); 0 = whole prompts"),
-        seed: int = typer.Option(0, help="workload and prompt seed"),
-        verify: bool = typer.Option(False, help="exit 1 unless every request equals its single-process run"),
-        as_json: bool = typer.Option(False, "--json", help="print the JSON result"),
-        recover: bool = typer.Option(False, help="on a lost worker, re-plan onto the survivors and resume"),
-        replan: str = typer.Option("layer_split", help=f"placement after a loss: {', '.join([*PLACEMENTS, MILP])}"),
-        kill_at: int | None = typer.Option(None, help="fault injection: SIGKILL a worker when request N is admitted"),
-        kill_rank: int = typer.Option(1, help="the worker --kill-at kills"),
-        trace: Path | None = typer.Option(None, help="write a Chrome trace of the run here (the simulator's "
-                                          "beside it, *.sim.json)"),
-        repeats: int = typer.Option(1, help="serve the stream this many times per schedule (ABBA order); "
-                                    "figures from the median run"),
-    ) -> None:
-        """Serve a request stream on worker processes: continuous batching, async micro-batches, verified."""
-        from tessera.errors import UserError
-        from tessera.runtime.cluster import WorkerFailure
-        from tessera.runtime.serve_api import ServeRunSpec, serve_run
-        from tessera.runtime.serving import Fault, ServeConfig
-        from tessera.sim.workload import LengthSpec, WorkloadSpec
-
-        devs = tuple(d.strip() for d in devices.split(",") if d.strip())
-        plan = None
-        if target.endswith(".json") and Path(target).exists():
-            from tessera.plan.types import Plan
-
-            plan = Plan.load(target)
-            model = plan.model
-        else:
-            model = target
-        wl = WorkloadSpec(kind=workload, requests=requests, rate_per_s=rate, prompt=LengthSpec.parse(prompt),
-                          output=LengthSpec.parse(output))
-        cfg = ServeConfig(slots=slots, microbatches=microbatches, schedule=schedule, prefills_per_iteration=prefills,
-                          chunk_tokens=chunk)
-        if kill_at is not None and not (0 <= kill_at < requests and 0 <= kill_rank < len(devs)):
-            raise UserError(f"--kill-at {kill_at} / --kill-rank {kill_rank}: valid 0..{requests - 1} / "
-                            f"0..{len(devs) - 1}")
-        fault = Fault(at_request=kill_at, rank=kill_rank) if kill_at is not None else None
-        spec = ServeRunSpec(model=model, devices=devs, workload=wl, serve=cfg, placement=placement_name, plan=plan,
-                            compare_sync=compare_sync, seed=seed, recover=recover, replan=replan, fault=fault,
-                            repeats=repeats, trace=str(trace) if trace else None)
-        try:
-            out = serve_run(spec)
-        except WorkerFailure as e:
-            typer.echo(f"error: {e}", err=True)
-            sys.exit(1)
-        typer.echo(out.to_json() if as_json else out.summary())
-        if verify and not out.verified:
-            typer.echo(f"error: requests differ from their single-process runs (max |diff| {out.max_abs_diff:.3g}, "
-                       f"tokens identical {out.tokens_identical})", err=True)
             sys.exit(1)

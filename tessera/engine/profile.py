@@ -1,0 +1,208 @@
+"""Per-worker-kind CPU profiles of the engine's kernels, and the cost model the planner prices them with.
+
+``profile_kind`` starts one worker of a kind (``devices.WorkerKind``: threads, duty-cycle speed) holding
+the whole model and times every node of the program at the iteration shapes the serving model samples
+(``profile_shapes``: decodes of one and of a whole group at a short and a long context, a prompt chunk
+alone and after a prefix, a group's decodes beside a chunk), medians over repeats. Each node is one
+kernel of ``kernels.kernel_graph`` at that shape, with its FLOPs and bytes; the nodes of one class (the
+same module in every layer, ``node_class``) are fitted together as
+
+    seconds = a + b · FLOPs + c · bytes        (a, b, c ≥ 0; least squares over the feasible subsets)
+
+so any shape the planner asks for is priced from what this kind measured (``ProfileCost``). Profiles are
+kept as JSON under ``profile_dir()`` (``TESSERA_PROFILE_DIR``, default ~/.cache/tessera/profiles), one
+file per model, dtype, page size and kind, and the gloo link between two local workers beside them
+(``measure_link``: the start-up probe's latency and bandwidth).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tessera.engine.cluster import EngineCluster
+from tessera.engine.config import EngineConfig
+from tessera.engine.devices import WorkerKind
+from tessera.engine.inputs import IterationShape, build_inputs, shape_pieces
+from tessera.engine.kernels import kernel_graph
+from tessera.engine.loader import ModelSource
+from tessera.graph import Kernel
+from tessera.hardware import GpuSpec, LinkSpec
+
+PROFILE_VERSION = 1
+_LAYER = re.compile(r"(^|\.)layers\.\d+(\.|$)")
+
+
+def profile_dir() -> Path:
+    return Path(os.environ.get("TESSERA_PROFILE_DIR") or Path.home() / ".cache" / "tessera" / "profiles")
+
+
+def node_class(k: Kernel) -> str:
+    """Kernels priced by one fit: the same kind of node of the same module in any layer."""
+    module = _LAYER.sub(r"\1layers.N\2", k.module)
+    return f"{k.kind.value}|{module}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KindProfile:
+    """One worker kind's fits: node class -> (a s, b s/FLOP, c s/byte), and the samples' spread."""
+
+    version: int = PROFILE_VERSION
+    kind: str
+    model: str
+    dtype: str
+    page_size: int
+    shapes: tuple[dict[str, int], ...]
+    fits: dict[str, tuple[float, float, float]] = field(hash=False)
+    iteration_s: tuple[float, ...] = ()  # measured whole-iteration seconds (sum of nodes) per shape
+
+    def time_s(self, k: Kernel) -> float:
+        a, b, c = self.fits[node_class(k)]
+        return a + b * k.flops + c * (k.bytes_read + k.bytes_written)
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=1))
+
+    @classmethod
+    def load(cls, path: Path) -> KindProfile:
+        d = json.loads(path.read_text())
+        if d.get("version") != PROFILE_VERSION:
+            raise ValueError(f"profile {path}: version {d.get('version')!r} is not {PROFILE_VERSION}")
+        return cls(**{**d, "shapes": tuple(d["shapes"]), "iteration_s": tuple(d["iteration_s"]),
+                      "fits": {k: tuple(v) for k, v in d["fits"].items()}})
+
+
+def profile_shapes(config: EngineConfig, context: int) -> tuple[IterationShape, ...]:
+    """Where each kind is timed: decodes of 1 and of a group (⌈B/m⌉) at ``context`` and at twice it, a
+    chunk of the whole budget K, a chunk of K/2 after a prefix of K/2, and a group's decodes beside a chunk
+    of K − ⌈B/m⌉."""
+    g, k = config.group_seqs, config.max_num_batched_tokens
+    return (IterationShape(decode=1, context=context), IterationShape(decode=g, context=context),
+            IterationShape(decode=g, context=2 * context), IterationShape(chunks=1, chunk_len=k),
+            IterationShape(chunks=1, chunk_len=max(1, k // 2), prefix=k // 2),
+            IterationShape(decode=g, context=context, chunks=1, chunk_len=max(1, k - g)))
+
+
+def profile_path(source: ModelSource, dtype: torch.dtype, kind: WorkerKind, config: EngineConfig) -> Path:
+    tag = zlib.crc32(repr((source.arch, config.group_seqs, config.max_num_batched_tokens)).encode())
+    name = f"{source.name}-{str(dtype).removeprefix('torch.')}-p{config.page_size}-{tag:08x}-{kind.name}.json"
+    return profile_dir() / name.replace(":", "_").replace("=", "")
+
+
+def profile_kind(source: ModelSource, dtype: torch.dtype, config: EngineConfig, kind: WorkerKind, *,
+                 context: int, repeats: int = 5, seed: int = 0, cached: bool = True) -> KindProfile:
+    """The kind's profile: from its file when there is one (``cached``), else measured and saved."""
+    path = profile_path(source, dtype, kind, config)
+    if cached and path.is_file():
+        return KindProfile.load(path)
+    shapes = profile_shapes(config, context)
+    need = max(sum(len(p.pages) for p in shape_pieces(s, config.page_size)) for s in shapes)
+    cfg = EngineConfig(max_num_seqs=max(config.max_num_seqs, max(s.sequences for s in shapes)),
+                       max_num_batched_tokens=config.max_num_batched_tokens, page_size=config.page_size,
+                       num_pages=max(need, 1), max_model_len=config.max_model_len, microbatches=1)
+    samples: dict[str, list[tuple[float, float, float]]] = {}
+    totals = []
+    nodes = None
+    with EngineCluster(source, dtype, cfg, (kind,), (0,) * _node_count(source, dtype, config), load_format="dummy",
+                       seed=seed) as cluster:
+        for shape in shapes:
+            inputs = build_inputs(shape_pieces(shape, config.page_size), config.page_size)
+            node_s = cluster.profile(inputs, repeats)
+            graph = kernel_graph(source.arch, shape, dtype=dtype, page_size=config.page_size)
+            nodes = graph.meta["nodes"]
+            for name, k in zip(nodes, graph.kernels, strict=True):
+                samples.setdefault(node_class(k), []).append((k.flops, k.bytes_read + k.bytes_written, node_s[name]))
+            totals.append(sum(node_s.values()))
+    prof = KindProfile(kind=kind.name, model=source.name, dtype=str(dtype).removeprefix("torch."),
+                       page_size=config.page_size, shapes=tuple(s.as_dict() for s in shapes),
+                       fits={c: fit(v) for c, v in samples.items()}, iteration_s=tuple(totals))
+    prof.save(path)
+    return prof
+
+
+def _node_count(source: ModelSource, dtype: torch.dtype, config: EngineConfig) -> int:
+    graph = kernel_graph(source.arch, IterationShape(decode=1, context=1), dtype=dtype, page_size=config.page_size)
+    return len(graph.kernels)
+
+
+def fit(samples: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """(a, b, c) ≥ 0 of seconds = a + b·flops + c·bytes, least squares over the feasible subsets of the
+    three terms (the unconstrained fit when it is feasible)."""
+    x = np.array([[1.0, f, b] for f, b, _ in samples])
+    y = np.array([t for _, _, t in samples])
+    scale = np.maximum(np.abs(x).max(axis=0), 1e-30)  # columns of very different magnitude
+    best: tuple[float, np.ndarray] | None = None
+    for r in range(1, 4):
+        for cols in itertools.combinations(range(3), r):
+            coef, *_ = np.linalg.lstsq(x[:, cols] / scale[list(cols)], y, rcond=None)
+            if (coef < 0).any():
+                continue
+            full = np.zeros(3)
+            full[list(cols)] = coef / scale[list(cols)]
+            sse = float(((x @ full - y) ** 2).sum())
+            if best is None or sse < best[0] - 1e-30:
+                best = (sse, full)
+    assert best is not None, "a single positive column always fits"
+    a, b, c = best[1]
+    return float(a), float(b), float(c)
+
+
+class ProfileCost:
+    """The planner's cost model (``kernel_time_s``, ``transfer_time_s``) for worker kinds: a kernel on a
+    device named after a profiled kind is priced by that kind's fit; any other device by ``fallback``
+    (tessera.cost's calibrated model: catalog GPUs)."""
+
+    def __init__(self, profiles: dict[str, KindProfile], fallback: object | None = None) -> None:
+        self.profiles = profiles
+        self.fallback = fallback
+
+    def kernel_time_s(self, kernel: Kernel, gpu: GpuSpec) -> float:
+        prof = self.profiles.get(gpu.name)
+        if prof is not None:
+            return prof.time_s(kernel)
+        assert self.fallback is not None, f"no profile of {gpu.name} and no fallback cost model"
+        return self.fallback.kernel_time_s(kernel, gpu)
+
+    def transfer_time_s(self, nbytes: int, link: LinkSpec) -> float:
+        return link.latency_s + nbytes / (link.bytes_per_s * link.efficiency)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredLink:
+    latency_s: float
+    bytes_per_s: float
+
+    def spec(self) -> LinkSpec:
+        return LinkSpec(name="gloo-measured", bytes_per_s=self.bytes_per_s, latency_s=self.latency_s,
+                        source="probed between two local engine workers at start-up")
+
+
+def link_path() -> Path:
+    return profile_dir() / "gloo-link.json"
+
+
+def measure_link(source: ModelSource, dtype: torch.dtype, config: EngineConfig, *, cached: bool = True
+                 ) -> MeasuredLink:
+    """The gloo link between two local CPU workers, as their start-up probe measures it (medians of 31
+    ping-pongs of 4 KiB and 4 MiB)."""
+    path = link_path()
+    if cached and path.is_file():
+        return MeasuredLink(**json.loads(path.read_text()))
+    n = _node_count(source, dtype, config)
+    halves = tuple(int(i >= n // 2) for i in range(n))
+    kinds = (WorkerKind(device="cpu"), WorkerKind(device="cpu"))
+    with EngineCluster(source, dtype, config, kinds, halves, load_format="dummy", seed=0) as cluster:
+        lat, bw, *_ = cluster.link
+    got = MeasuredLink(latency_s=lat, bytes_per_s=bw)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(got)))
+    return got
