@@ -716,10 +716,10 @@ def write_md(result: dict[str, Any]) -> None:
         *step_table(result), "", schedule_note(result), "", *breakdown_table(result), "",
         "## The peer at Tessera's batch", "",
         "`cli estimate` agg at Tessera's chosen batch B, and at the grid batch nearest the decodes per "
-        "iteration at Tessera's knee (B is a cap on places; n is what runs; the grid stops at 512), one prompt "
-        "per mixed step (ctx "
-        "tokens = ISL); the peer counts a sequence's KV at ISL + OSL tokens against 0.92 × 0.98 of the GPU's "
-        "memory (vLLM's gpu_memory_utilization, less its 2 % tolerance) less everything else it counts.", "",
+        "iteration at Tessera's knee (B is a cap on places; n is what runs; the grid stops at 512), one "
+        "prompt per mixed step (ctx tokens = ISL); the peer counts a sequence's KV at ISL + OSL tokens "
+        "against 0.92 × 0.98 of the GPU's memory (vLLM's gpu_memory_utilization, less its 2 % tolerance) "
+        "less everything else it counts.", "",
         *batch_table(result), "",
         "## The knee's decode cost against Tessera's own", "",
         "The knee reads a decode-only iteration's cost at its n decodes by linear interpolation between "
