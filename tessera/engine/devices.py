@@ -67,9 +67,10 @@ def parse_device(text: str) -> WorkerKind:
                             f" (e.g. cpu:threads=2, cpu:speed=0.5), each at most once")
         opts[key] = value
     try:
-        return WorkerKind(device="cpu", threads=int(opts.get("threads", "1")), speed=float(opts.get("speed", "1")))
+        threads, speed = int(opts.get("threads", "1")), float(opts.get("speed", "1"))
     except ValueError:
         raise UserError(f"device {text!r}: threads must be an integer and speed a number") from None
+    return WorkerKind(device="cpu", threads=threads, speed=speed)
 
 
 def parse_devices(text: str) -> tuple[WorkerKind, ...]:

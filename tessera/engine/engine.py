@@ -70,6 +70,7 @@ class Engine:
         self.scheduler = Scheduler(config, pages, slots)
         self.keep_logits = keep_logits
         self.history: list[Iteration] = []
+        self.requests: dict[int, Request] = {}  # every request added, by id
         self._next_id = 0
         self._turn = 0
 
@@ -93,6 +94,7 @@ class Engine:
                             f"pages of {self.config.page_size} tokens; the cache has {pool.count}")
         r = Request(id=self._next_id, prompt_ids=list(prompt_ids), params=params)
         self._next_id += 1
+        self.requests[r.id] = r
         self.scheduler.add(r)
         return r
 

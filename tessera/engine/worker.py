@@ -406,21 +406,27 @@ def _run_segment(w: Worker, positions: list[int], inputs: dict[str, Tensor], sto
 
 
 def profile_nodes(w: Worker, cmd: ProfileCmd) -> dict[str, Any]:
-    """Median seconds of each of this worker's nodes on ``cmd``'s inputs (the duty cycle included: the
-    worker idles after each node as it would before handing that node's value on)."""
+    """Median seconds of each of this worker's nodes on ``cmd``'s inputs. A duty-cycled worker idles once
+    at the end of each run, as it does before handing an iteration's value on; each node is charged its
+    share of that run's wall time by its share of the compute."""
     inputs = w.inputs_of(cmd)
     times: list[list[float]] = [[] for _ in w.nodes]
     duty = Duty(w.spec.speed)
     for r in range(cmd.repeats + 1):
         store: dict[str, Tensor] = {}
-        for p, node in enumerate(w.nodes):
+        t_run = time.perf_counter()
+        dts = []
+        for node in w.nodes:
             t0 = time.perf_counter()
             store[node.name] = w.call(node, inputs, store)
             synchronize(w.device)
-            duty.computed(time.perf_counter() - t0)
-            duty.pay()
-            if r:
-                times[p].append(time.perf_counter() - t0)
+            dts.append(time.perf_counter() - t0)
+        duty.computed(sum(dts))
+        duty.pay()
+        scale = (time.perf_counter() - t_run) / max(sum(dts), 1e-12)
+        if r:
+            for p, dt in enumerate(dts):
+                times[p].append(dt * scale)
     med = [sorted(ts)[len(ts) // 2] for ts in times]
     return dict(step_id=cmd.step_id, node_s={n.name: t for n, t in zip(w.nodes, med, strict=True)})
 

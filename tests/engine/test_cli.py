@@ -48,7 +48,14 @@ def test_zoo_model_with_byte_prompts(run_cli):
 
 @pytest.mark.parametrize("args, message", [
     (["nosuchmodel", "--prompt", "x"], "unknown model 'nosuchmodel'"),
-    (["llama-tiny", "--prompt", "x", "--devices", "cpu,cpu"], "one device for now"),
+    (["llama-tiny", "--prompt", "x", "--devices", "cpu,gpu"], "unknown device 'gpu'"),
+    (["llama-tiny", "--prompt", "x", "--devices", "cpu:speed=2"], "speed=2.0 must be in (0, 1]"),
+    (["llama-tiny", "--prompt", "x", "--devices", "cpu:fast=1"], "cpu options are threads=, speed="),
+    (["llama-tiny", "--prompt", "x", "--devices", "cpu,cuda:0"], "mix cpu and cuda"),
+    (["llama-tiny", "--prompt-ids", "1", "--devices", "cpu,cpu", "--load-format", "dummy", "--placement",
+      "diagonal"], "unknown placement 'diagonal'"),
+    (["llama-tiny", "--prompt-ids", "1", "--devices", "cpu,cpu", "--load-format", "dummy", "--max-tokens",
+      "5000"], "4096-token context"),
     (["llama-tiny", "--prompt", "x"], "no safetensors weights"),
     (["llama-tiny", "--prompt", "x", "--prompt-ids", "1"], "exactly one of --prompt"),
     (["llama-tiny", "--prompt-ids", "1,a"], "not a comma-separated list"),
