@@ -18,7 +18,10 @@ own core, as a slower GPU has a fixed speed, and leaves the rest of that core to
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+
+import torch
 
 from tessera.errors import UserError
 
@@ -34,7 +37,7 @@ class WorkerKind:
     speed: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.device != "cpu" and not self.device.startswith("cuda"):
+        if self.device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", self.device):
             raise UserError(f"unknown device {self.device!r}; valid: cpu, cpu:threads=N, cpu:speed=S, cuda:N")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise UserError(f"device {self.device}: threads={self.threads!r} must be a positive integer")
@@ -74,10 +77,17 @@ def parse_device(text: str) -> WorkerKind:
 
 
 def parse_devices(text: str) -> tuple[WorkerKind, ...]:
-    """``--devices``: one worker per entry; all CPU or all CUDA (one transport per run)."""
+    """``--devices``: one worker per entry; all CPU or all CUDA (one transport per run), GPUs that exist."""
     kinds = tuple(parse_device(d) for d in text.split(",") if d.strip())
     if not kinds:
         raise UserError("--devices is empty; give one or more of: cpu, cpu:threads=N, cpu:speed=S, cuda:N")
     if len({k.cuda for k in kinds}) > 1:
         raise UserError(f"devices {text} mix cpu and cuda; one transport per run")
+    if kinds[0].cuda:
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        valid = ", ".join(["cpu", *(f"cuda:{i}" for i in range(n))])
+        for k in kinds:
+            index = int(k.device.split(":")[1]) if ":" in k.device else 0
+            if not 0 <= index < n:
+                raise UserError(f"device {k.device} does not exist here; valid: {valid}")
     return kinds

@@ -128,20 +128,36 @@ def plan_engine(source: ModelSource, dtype: torch.dtype, config: EngineConfig, k
         raise UserError(f"max-num-batched-tokens {budget} leaves no prompt tokens beside a group's "
                         f"{config.group_seqs} decodes; raise it above {config.group_seqs}")
     g = shapes.graph(b, m)
-    if assignment is not None:
-        a = assignment
-    elif len(units) == 1:
-        a = (0,) * len(g.kernels)
-    else:
-        place = milp(Pool(gpus=units, link=link), cost, starts=[layer_rule(units, link, cost)])
-        found = place(g, b, m)
-        if found is None:
-            raise UserError(f"the planner found no placement of {source.name} on {len(units)} workers that fits")
-        a = tuple(found)
-    point = score_point(g, a, batch=b, m=m, units=units, link=link, cost=cost, traffic=traffic, slo=slo,
-                        at=shapes.at, budgets=(budget,))
+    link_units = dict(units=units, link=link, cost=cost)
+    candidates = {"given": assignment} if assignment is not None else candidate_placements(g, b, m, **link_units)
+    if not candidates:
+        raise UserError(f"the planner found no placement of {source.name} on {len(units)} workers that fits")
+    points = {name: score_point(g, a, batch=b, m=m, traffic=traffic, slo=slo, at=shapes.at, budgets=(budget,),
+                                **link_units) for name, a in candidates.items()}
+    chosen = max(points, key=lambda name: (points[name].throughput, -len(name)))
+    point = points[chosen]
     plan = make_plan("tessera", point, shapes, units, link, cost, PlannerConfig(traffic=traffic, slo=slo))
-    return Placement(assignment=a, label=MILP if assignment is None else "scored", plan=plan)
+    plan = replace(plan, notes=(*plan.notes, f"placement: {chosen} (of {', '.join(sorted(candidates))})"))
+    return Placement(assignment=point.assignment, label=MILP if assignment is None else "scored", plan=plan)
+
+
+def candidate_placements(g: KernelGraph, b: int, m: int, *, units: tuple[GpuSpec, ...], link: LinkSpec,
+                         cost: ProfileCost) -> dict[str, tuple[int, ...]]:
+    """The MILP's placement (async objective, the layer pipeline's split as its start) and the layer
+    pipeline's speed-proportional split itself: the serving model's knee picks between them (the MILP's
+    objective is the steady shape's period, which a placement crossing between workers many times can
+    meet while the groups' interleaving, which the knee models, makes it slower)."""
+    if len(units) == 1:
+        return {"single": (0,) * len(g.kernels)}
+    layers = layer_rule(units, link, cost)
+    out = {}
+    found = milp(Pool(gpus=units, link=link), cost, starts=[layers])(g, b, m)
+    if found is not None:
+        out["milp"] = tuple(found)
+    split = layers(g, b, m)
+    if split is not None:
+        out["layer_pipeline"] = tuple(split)
+    return out
 
 
 def from_file(path: str, source: ModelSource, n: int, page_size: int) -> Placement:

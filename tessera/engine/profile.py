@@ -46,9 +46,10 @@ def profile_dir() -> Path:
 
 
 def node_class(k: Kernel) -> str:
-    """Kernels priced by one fit: the same kind of node of the same module in any layer."""
-    module = _LAYER.sub(r"\1layers.N\2", k.module)
-    return f"{k.kind.value}|{module}"
+    """Kernels priced by one fit: the nodes of the same module in any layer (a decode-only and a chunked
+    attention are one class: its FLOPs and bytes tell them apart); a node made outside any module (the
+    logits gather) by its name."""
+    return _LAYER.sub(r"\1layers.N\2", k.module) or f"@{k.name}"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -164,17 +164,25 @@ def percentiles(xs: list[float]) -> dict[str, float | None]:
     return {"p50": s[max(0, math.ceil(0.5 * len(s)) - 1)], "p99": s[max(0, math.ceil(0.99 * len(s)) - 1)]}
 
 
+def check_host_memory(source: ModelSource, dtype: torch.dtype, config: EngineConfig,
+                      kinds: tuple[WorkerKind, ...]) -> None:
+    """Before anything is placed or allocated: CPU workers share this host, so the whole model's need (its
+    weights counted on the meta device, the KV pages, the states), with one iteration's activations per
+    worker, against MemAvailable (one line with the figures)."""
+    if kinds[0].cuda:
+        return
+    need = memory_need(source.arch, config, dtype)
+    check_memory(source.name, replace(need, activation_bytes=need.activation_bytes * len(kinds)),
+                 available_bytes(), str(dtype).removeprefix("torch."))
+
+
 def check_worker_memory(source: ModelSource, dtype: torch.dtype, config: EngineConfig,
                         kinds: tuple[WorkerKind, ...], assignment: tuple[int, ...]) -> None:
-    """Before any worker allocates: CPU workers share this host (the whole model's need, with one
-    iteration's activations per worker, against MemAvailable); a CUDA worker its share against its free
-    memory (sizes from the share built on the meta device)."""
-    name = str(dtype).removeprefix("torch.")
-    need = memory_need(source.arch, config, dtype)
+    """Before any CUDA worker allocates: its share (sizes from the share built on the meta device) and
+    one iteration's activations against the GPU's free memory (CPU workers: check_host_memory)."""
     if not kinds[0].cuda:
-        check_memory(source.name, replace(need, activation_bytes=need.activation_bytes * len(kinds)),
-                     available_bytes(), name)
         return
+    need = memory_need(source.arch, config, dtype)
     names = node_names(source.arch, config.page_size)
     for d, k in enumerate(kinds):
         nodes = {n for n, a in zip(names, assignment, strict=True) if a == d}
@@ -243,6 +251,7 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
     traffic = Traffic(prompt=max(1, round(statistics.mean(len(a.prompt_ids) for a in stream.arrivals))),
                       output=max(1, round(statistics.mean(a.params.max_tokens for a in stream.arrivals))))
     costs = Costs(source, dtype, spec.config, context=traffic.prompt + traffic.output // 2)
+    check_host_memory(source, dtype, spec.config, spec.kinds)
     placement = placer_for(spec.placement, source, dtype, spec.config, traffic, costs)(spec.kinds)
     check_worker_memory(source, dtype, spec.config, spec.kinds, placement.assignment)
     engine = Engine(None, source, spec.config, tokenizer_for(source),
@@ -334,6 +343,7 @@ def generate_on_workers(source: ModelSource, dtype: torch.dtype, config: EngineC
     mean_prompt = max(1, round(statistics.mean(len(i) for i, _ in prompts)))
     traffic = Traffic(prompt=mean_prompt, output=max(1, round(statistics.mean(p.max_tokens for _, p in prompts))))
     costs = Costs(source, dtype, config, context=traffic.prompt + traffic.output // 2)
+    check_host_memory(source, dtype, config, kinds)
     chosen = placer_for(placement, source, dtype, config, traffic, costs)(kinds)
     check_worker_memory(source, dtype, config, kinds, chosen.assignment)
     engine = Engine(None, source, config, tokenizer_for(source), devices=tuple(k.name for k in kinds),
