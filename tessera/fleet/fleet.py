@@ -19,7 +19,7 @@ from tessera.fleet.cells import Cell, CellPlanner, candidate_cells, cell_name, i
 from tessera.fleet.mix import OBJECTIVES, lazy_mix, verify_mix
 from tessera.fleet.spec import FleetSpec
 from tessera.plan.serve import PlannerConfig
-from tessera.plan.serving import Slo, Traffic
+from tessera.plan.serving import BUDGETS, Slo, Traffic
 from tessera.plan.types import Plan, PoolCell, PoolPlan
 
 FLEET_VERSION = 2
@@ -113,7 +113,8 @@ class FleetPlan:
     def planner_config(self) -> PlannerConfig:
         c = self.config
         return PlannerConfig(**{**c, "traffic": Traffic(**c["traffic"]), "slo": Slo(**c["slo"]),
-                                "microbatches": tuple(c["microbatches"])})
+                                "microbatches": tuple(c["microbatches"]),
+                                "budgets": tuple(c.get("budgets", BUDGETS))})
 
     def sim_cells(self) -> list[tuple[Any, int]]:
         """(plan, count) per cell type: what tessera.sim.simulate_pool takes."""
@@ -136,6 +137,7 @@ def config_dict(cfg: PlannerConfig) -> dict[str, Any]:
 
     d = asdict(cfg)
     d["microbatches"] = list(cfg.microbatches)
+    d["budgets"] = list(cfg.budgets)
     return d
 
 
