@@ -49,7 +49,7 @@ from tessera.hardware import GpuSpec, best_link
 from tessera.plan import strategies as st
 from tessera.plan.pd import decode_shape, prefill_shape
 from tessera.plan.planner import capture_source
-from tessera.plan.pool import Pool, resolve_gpu
+from tessera.plan.pool import Pool, engine_gpu, resolve_gpu
 from tessera.plan.problem import default_cost
 from tessera.plan.serve import PlannerConfig, Shapes, StrategyResult, cell_strategy, model_kind, plan_serving
 from tessera.plan.serving import BATCHES, batch_ceiling
@@ -160,10 +160,14 @@ class CellPlanner:
     def usd_per_hour(gpus: Cell) -> float:
         return sum(resolve_gpu(g).usd_per_hour for g in gpus)
 
+    def spec(self, name: str) -> GpuSpec:
+        """A GPU as the engine may fill it (plan_serving's rule: tessera.plan.pool.engine_gpu)."""
+        return engine_gpu(resolve_gpu(name), self.cfg.gpu_memory_utilization)
+
     def fits(self, gpus: Cell) -> bool:
         """The weights fit the cell's total memory (plan_serving's own first check)."""
         need = sum(b.bytes for b in self.shapes.base.buffers if b.role == Role.WEIGHT)
-        return need <= sum(resolve_gpu(g).mem_bytes for g in gpus)
+        return need <= sum(self.spec(g).mem_bytes for g in gpus)
 
     # ---- exact ---------------------------------------------------------------------------------------------
 
@@ -180,7 +184,7 @@ class CellPlanner:
         return self._evals[gpus]
 
     def _group(self, gpus: Cell) -> CellEval:
-        r = self.group_strategy(resolve_gpu(gpus[0]), len(gpus))
+        r = self.group_strategy(self.spec(gpus[0]), len(gpus))
         return CellEval(gpus=gpus, feasible=r.feasible, reason=r.reason, goodput_per_s=r.goodput,
                         usd_per_hour=self.usd_per_hour(gpus), plan=r.plan if r.feasible else None,
                         chosen="homogeneous", strategy_goodput={"tessera": r.goodput, "homogeneous": r.goodput},
@@ -238,7 +242,7 @@ class CellPlanner:
 
     def _placement_bound(self, gpus: Cell) -> float:
         """Term (i) of the module doc."""
-        specs = tuple(resolve_gpu(g) for g in gpus)
+        specs = tuple(self.spec(g) for g in gpus)
         top = batch_ceiling(self.shapes.base, specs, self.cfg.traffic, self.images, self.cfg.batch_cap)
         best = 0.0
         for m in self.cfg.microbatches:
@@ -277,7 +281,7 @@ class CellPlanner:
         as one device: its period is m·Σ kernel times, batch up to its memory ceiling)."""
         if gpus[0] != gpus[1]:
             return sum(self.evaluate((g,)).goodput_per_s for g in gpus)
-        spec = resolve_gpu(gpus[0])
+        spec = self.spec(gpus[0])
         top = batch_ceiling(self.shapes.base, (make_unit(spec, 2),), self.cfg.traffic, self.images,
                             self.cfg.batch_cap)
         tp2 = max((self._goodput_if_slo(b, m * self._kernel_times(self.shapes.shape(b, m), spec, 2).sum())
@@ -288,7 +292,7 @@ class CellPlanner:
         """Term (iii): O · max over orientations of min(prefill rate of one GPU, decode rate of the other)."""
         if not self.pd_ok:
             return 0.0
-        a, b = (resolve_gpu(g) for g in gpus)
+        a, b = (self.spec(g) for g in gpus)
         o = self.cfg.traffic.output
         return o * max(min(self._prefill_rate(a), self._decode_rate(b)), min(self._prefill_rate(b), self._decode_rate(a)))
 

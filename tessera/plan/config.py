@@ -29,6 +29,7 @@ class PlannerConfig:
     mip_rel_gap: float = 2e-2
     time_limit_s: float = 10.0  # per MILP solve
     max_tp: int = 8
+    gpu_memory_utilization: float = 0.9  # share of each GPU's memory the engine may fill (vLLM's default)
 
     def __post_init__(self) -> None:
         if self.batch_cap is not None and self.batch_cap < 1:
@@ -38,6 +39,9 @@ class PlannerConfig:
         check_link_name(self.link)  # whether the cell can have it is checked where its GPUs are known
         if not self.budgets or any(not isinstance(k, int) or k < 1 for k in self.budgets):
             raise UserError(f"--max-num-batched-tokens {self.budgets} must be positive token counts")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise UserError(f"--gpu-memory-utilization {self.gpu_memory_utilization} must be a share of "
+                            "the GPU's memory in (0, 1]")
         if self.ref_batch < 1:
             raise ValueError(f"ref_batch={self.ref_batch} must be >= 1")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tessera.errors import UserError, choices_error
 from tessera.hardware import AUTO, GpuSpec, LinkSpec, cell_link, gpu, gpu_names, link, link_names
@@ -23,6 +23,20 @@ def resolve_gpu(name: str) -> GpuSpec:
     if len(pref) == 1:
         return gpu(pref[0])
     raise choices_error("GPU", name, names)
+
+
+# per GPU, what an engine's runtime holds beside weights, KV and activations: the CUDA context, cuBLAS and NCCL
+# workspaces, the decode CUDA graphs' pool (vLLM counts them as non-torch memory and its graph pool; about
+# 1.5-3.5 GiB on an 80 GiB GPU, the upper end being NVIDIA AIConfigurator's vLLM memory model)
+RUNTIME_RESERVE_BYTES = 2 << 30
+
+
+def engine_gpu(spec: GpuSpec, utilization: float) -> GpuSpec:
+    """The GPU as an engine may fill it: ``utilization`` of its memory (vLLM's gpu_memory_utilization,
+    0.9 by default: what it leaves is for other processes and fragmentation), less what the engine's
+    runtime holds outside its weights, KV and activations (RUNTIME_RESERVE_BYTES; vLLM's memory profile
+    counts the same non-torch memory and CUDA graphs). Weights, KV and activations must fit this."""
+    return replace(spec, mem_bytes=int(spec.mem_bytes * utilization) - RUNTIME_RESERVE_BYTES)
 
 
 def resolve_link(name: str) -> LinkSpec:

@@ -33,7 +33,7 @@ from tessera.plan.baselines.prefill_decode import prefill_decode
 from tessera.plan.bound import period_floor
 from tessera.plan.cell import Shapes, best_of, cell_strategy, make_plan, model_kind
 from tessera.plan.config import STRATEGIES, PlannerConfig, ServingResult, StrategyResult
-from tessera.plan.pool import Pool, resolve_gpu
+from tessera.plan.pool import Pool, engine_gpu, resolve_gpu
 from tessera.plan.problem import default_cost
 from tessera.plan.serving import Traffic, closeness, score_point, slo_period_cap
 from tessera.plan.types import Plan
@@ -51,7 +51,7 @@ def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = 
     names = [n for n in (gpus.split(",") if isinstance(gpus, str) else gpus) if n.strip()]
     if not names:
         raise UserError("the pool has no GPUs; give --gpus A,B")
-    specs = tuple(resolve_gpu(n) for n in names)
+    specs = tuple(engine_gpu(resolve_gpu(n), cfg.gpu_memory_utilization) for n in names)
     lk = cell_link(specs, cfg.link)  # auto: the best link this cell can have; an unbuildable one is refused
     images, pd_ok = model_kind(model)
     t0 = time.perf_counter()
@@ -87,8 +87,9 @@ def _check_fits(model: str, shapes: Shapes, specs: tuple[GpuSpec, ...], cfg: Pla
     have = sum(s.mem_bytes for s in specs)
     if need > have:
         raise UserError(f"{model} does not fit {'+'.join(s.name for s in specs)} even with tensor parallelism: "
-                        f"weights need {need / 1e9:.1f} GB, the pool has {have / 1e9:.1f} GB "
-                        f"({(need - have) / 1e9:.1f} GB short)")
+                        f"weights need {need / 1e9:.1f} GB, an engine may fill {have / 1e9:.1f} GB of the pool "
+                        f"({cfg.gpu_memory_utilization:.0%} of each GPU less its runtime's; "
+                        f"{(need - have) / 1e9:.1f} GB short)")
 
 
 def no_point_message(res: ServingResult) -> str:
@@ -225,7 +226,7 @@ def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, sou
     different placement the simulator accepts only when both fit at once. None when the strategy has no
     single-cell plan (or the MILP finds no placement that fits)."""
     from tessera.plan.planner import capture_source
-    from tessera.plan.pool import resolve_gpu, resolve_link
+    from tessera.plan.pool import resolve_link
     from tessera.plan.solve import prepare, solve_phase
 
     if placement not in ("same", "milp"):
@@ -236,7 +237,7 @@ def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, sou
     cfg = res.config
     shapes = Shapes(res.model, source or capture_source(res.model), cfg, res.images)
     try:
-        units = tuple(resolve_gpu(d.gpu) for d in s.plan.devices)
+        units = tuple(engine_gpu(resolve_gpu(d.gpu), cfg.gpu_memory_utilization) for d in s.plan.devices)
     except UserError:  # a TP group ("2xH100-SXM") is not a catalog name: no single-GPU latency variant
         return None
     lk = resolve_link(res.link)

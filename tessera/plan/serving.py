@@ -252,16 +252,33 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
     ref = min(ks, key=lambda k: abs(k - FIT_BUDGET)) - b if ks else 0
     fit = interleaving(at(chunk_shape(b, 0, traffic, batch, m)), at(chunk_shape(b, ref, traffic, batch, m)), a, m,
                        units, link, cost) if ks else None
+    chunks: dict[int, Load] = {}
+
+    def knee(k: int) -> Knee:
+        costs = IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k], fit=fit)
+        return token_knee(costs, Engine(seqs=batch, budget=k, microbatches=m), prompt=traffic.prompt,
+                          output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
+                          target=slo.target)
+
     for k in ks:
-        q = k - b
-        full = load_at(at, chunk_shape(b, q, traffic, batch, m), a, units, link, cost)
-        costs = IterCosts(decode=decode, chunk_tokens=q, chunk=full.minus(decode[-1][1]), fit=fit)
-        out.append((k, token_knee(costs, Engine(seqs=batch, budget=k, microbatches=m), prompt=traffic.prompt,
-                                  output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
-                                  target=slo.target)))
+        chunks[k] = load_at(at, chunk_shape(b, k - b, traffic, batch, m), a, units, link, cost).minus(decode[-1][1])
+        out.append((k, knee(k)))
         if len(out) >= 3 and out[-1][1].rate_per_s < out[-2][1].rate_per_s < out[-3][1].rate_per_s:
             break  # past the best budget: larger chunks only stall the decodes more
+    if out:  # the best budget's knee again with its decode cost sampled where the knee runs, if it is off
+        k, kn = max(out, key=lambda x: x[1].rate_per_s)
+        n = round(kn.decode_seqs)
+        if n > 1 and all(abs(n - x) > 0.05 * b for x, _ in decode):
+            here = load_at(at, chunk_shape(n, 0, traffic, batch, m), a, units, link, cost)
+            interp = IterCosts(decode=decode).at(n)
+            if abs(interp.latency_s - here.latency_s) > INTERPOLATION_TOLERANCE * here.latency_s or any(
+                    abs(x - y) > INTERPOLATION_TOLERANCE * y for x, y in zip(interp.busy_s, here.busy_s, strict=True)):
+                decode = tuple(sorted((*decode, (n, here)), key=lambda x: x[0]))
+                out = [(kk, knee(kk) if kk == k else v) for kk, v in out]
     return out
+
+
+INTERPOLATION_TOLERANCE = 0.02  # an interpolated decode cost this far from the evaluated one is resampled
 
 
 def image_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units, link, cost, traffic: Traffic,
@@ -292,19 +309,32 @@ def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: i
         return Point(**common, budget=0, ttft_s=math.inf, throughput=0.0, fits=False, meets_slo=False,
                      reason=over)
     args = dict(batch=batch, m=m, units=units, link=link, cost=cost, traffic=traffic, slo=slo)
-    knees = image_knees(at, a, **args) if images else token_knees(at, a, **args, budgets=budgets,
+    # an engine reserves activations for its largest iteration, a full budget of tokens (vLLM profiles its
+    # forward at max_num_batched_tokens): budgets whose activations do not fit beside the KV are not run
+    placed = max(1, g.shape.get("tokens", 1))
+    fitting = tuple(k for k in budgets if over_memory(at_budget(mem, k, placed), units) is None)
+    knees = image_knees(at, a, **args) if images else token_knees(at, a, **args, budgets=fitting,
                                                                    extra_latency_s=extra_latency_s)
     if not knees:
-        return Point(**common, budget=0, ttft_s=math.inf, throughput=0.0, fits=True, meets_slo=False,
-                     reason=f"no token budget of {', '.join(map(str, budgets))} exceeds the "
-                            f"{math.ceil(batch / m)} decodes of a micro-batch")
+        why = (f"no token budget of {', '.join(map(str, budgets))} exceeds the {math.ceil(batch / m)} decodes "
+               "of a micro-batch" if fitting else over_memory(at_budget(mem, min(budgets), placed), units))
+        return Point(**common, budget=0, ttft_s=math.inf, throughput=0.0, fits=bool(fitting), meets_slo=False,
+                     reason=why)
     k, kn = max(knees, key=lambda x: (x[1].rate_per_s, -x[1].ttft_s))
     if kn.rate_per_s <= 0:  # nothing meets the SLO even unloaded: the budget nearest to it says how far
         k, kn = max(knees, key=lambda x: (x[1].attainment, -x[1].ttft_s))
     meets = kn.rate_per_s > 0
+    common["memory_bytes"] = at_budget(mem, k, placed) if k else mem
     return Point(**common, budget=k, ttft_s=kn.ttft_s + extra_latency_s, throughput=kn.capacity_per_s * per_request,
                  fits=True, meets_slo=meets, reason=None if meets else miss_reason(kn, slo, images, batch, m, k),
                  knee=kn)
+
+
+def at_budget(mem: tuple[dict[str, int], ...], budget: int, placed_tokens: int) -> tuple[dict[str, int], ...]:
+    """Memory with activations for an iteration of ``budget`` tokens (they scale with the tokens) where it
+    exceeds the ``placed_tokens`` the placement's shape carries."""
+    f = max(1.0, budget / placed_tokens)
+    return tuple({**d, "activation": int(d["activation"] * f)} for d in mem)
 
 
 def miss_reason(kn: Knee, slo: Slo, images: bool, batch: int, m: int, budget: int) -> str:

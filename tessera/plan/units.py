@@ -125,6 +125,12 @@ def is_row_parallel(k: Kernel) -> bool:
     return any(last == r or last.endswith(r) for r in ROW_PARALLEL)
 
 
+def in_shared_expert(k: Kernel) -> bool:
+    """A MoE block's shared expert (DeepSeek's ``shared_experts``, Qwen-MoE's ``shared_expert``): its output
+    joins the routed experts' before the block's one all-reduce, as vLLM reduces them together."""
+    return "shared_expert" in k.module
+
+
 def shard(k: Kernel, tp: int) -> Kernel:
     """One GPU's share of kernel ``k`` in a TP group of ``tp``."""
     d = dict(k.dims)
@@ -269,7 +275,8 @@ class UnitCost:
 
     def kernel_time_s(self, kernel: Kernel, gpu: GpuSpec) -> float:
         tp = self.units[gpu.name][1] if gpu.name in self.units else 1
-        role = (is_row_parallel(kernel), kernel.module.rsplit(".", 1)[-1] in ROUTERS) if tp > 1 else ()
+        role = (is_row_parallel(kernel), kernel.module.rsplit(".", 1)[-1] in ROUTERS,
+                in_shared_expert(kernel)) if tp > 1 else ()
         key = (gpu.name, kernel.name, kernel.kind, kernel.dtype, kernel.flops, kernel.bytes_read,
                kernel.bytes_written, tuple(sorted(kernel.dims.items())), role)
         t = self.memo.get(key)
@@ -284,7 +291,7 @@ class UnitCost:
         if layout in DP_LAYOUTS:
             return self._dp_time(kernel, base, k, layout)
         t = self.cost.kernel_time_s(shard(kernel, k), base)
-        if kernel.kind is KernelKind.GEMM and is_row_parallel(kernel):
+        if kernel.kind is KernelKind.GEMM and is_row_parallel(kernel) and not in_shared_expert(kernel):
             t += allreduce_s(kernel.bytes_written, k, group_link(base, k))
         elif kernel.kind is KernelKind.GEMM and kernel.module.rsplit(".", 1)[-1] in ROUTERS:
             d = kernel.dims

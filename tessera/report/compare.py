@@ -20,7 +20,7 @@ from typing import Any
 
 from tessera.errors import UserError
 from tessera.hardware import AUTO, best_link, cell_link
-from tessera.plan.pool import resolve_gpu
+from tessera.plan.pool import engine_gpu, resolve_gpu
 from tessera.plan.problem import default_cost
 from tessera.plan.serve import STRATEGIES, PlannerConfig, Shapes, StrategyResult, homogeneous, plan_serving
 from tessera.report.agreement import knee_check, summary, summary_line
@@ -44,7 +44,7 @@ def same_size_homogeneous(model: str, gpus: tuple[str, ...], cfg: PlannerConfig,
     for name in dict.fromkeys((*gpus, REFERENCE)):
         key = (model, name, len(gpus))
         if key not in cache:
-            specs = (resolve_gpu(name),) * len(gpus)
+            specs = (engine_gpu(resolve_gpu(name), cfg.gpu_memory_utilization),) * len(gpus)
             shapes = Shapes(model, capture_source(model), cfg, images=_images(model))
             r = homogeneous(shapes, specs, best_link(specs), default_cost(), cfg)  # n GPUs as they come
             cache[key] = {"gpus": [name] * len(gpus), "goodput": r.goodput, "usd_per_hour": r.usd_per_hour,

@@ -147,7 +147,7 @@ def _strategy(s, knee: bool) -> dict[str, Any]:
 def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> dict[str, Any]:
     """n GPUs of one type as vLLM deploys them (best TP × replicas), at list price; cached per process."""
     from tessera.plan.planner import capture_source
-    from tessera.plan.pool import resolve_gpu
+    from tessera.plan.pool import engine_gpu, resolve_gpu
     from tessera.plan.problem import default_cost
     from tessera.plan.serve import Shapes, homogeneous
 
@@ -155,7 +155,7 @@ def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> dict[
     if key not in cache:
         cfg = study_config(s)
         shp = Shapes(model, capture_source(model), cfg, images=s.images)
-        spec = resolve_gpu(gpu)
+        spec = engine_gpu(resolve_gpu(gpu), cfg.gpu_memory_utilization)
         r = homogeneous(shp, (spec,) * n, best_link((spec,) * n), default_cost(), cfg)  # n GPUs as they come
         cache[key] = {"gpu": spec.name, "count": n, "goodput_per_s": r.goodput, "tp": list(r.tp),
                       "usd_per_hour": spec.usd_per_hour * n}

@@ -14,7 +14,7 @@ from tessera.plan.milp import objective_value, solve_flat
 from tessera.plan.problem import build_problem
 from tessera.plan.serving import Slo, Traffic, steady_shape
 from tessera.plan.shapes import IterShape, iteration_graph
-from tessera.plan.units import allreduce_s, shard
+from tessera.plan.units import UnitCost, allreduce_s, group_link, make_unit, shard
 
 from .helpers import COST, POOL, chain3
 
@@ -115,6 +115,29 @@ def test_shard_splits_gemms_by_megatron_rules() -> None:
     assert shard(q, 2).dims == {"m": 8, "n": 2048, "k": 4096}
     assert shard(o, 2).dims == {"m": 8, "n": 4096, "k": 2048}
     assert shard(q, 2).flops == q.flops // 2
+
+
+def test_moe_block_is_all_reduced_once_under_tp() -> None:
+    from tessera.graph import Kernel
+    from tessera.hardware import gpu
+
+    from .helpers import TableCost
+
+    # a shared expert's down_proj joins the routed experts before the block's one all-reduce (charged on the
+    # router), so under TP 2 it costs its shard alone; a dense layer's down_proj pays its own all-reduce
+    h100 = gpu("H100-SXM")
+    cost = UnitCost.over(TableCost(table={("mm", h100.name): 1e-3}), ((h100, 2),))
+    unit = make_unit(h100, 2)
+    dims = {"m": 8, "n": 4096, "k": 1024}
+
+    def down(module: str) -> Kernel:
+        return Kernel(id=0, name="mm", kind=KernelKind.GEMM, flops=2 * 8 * 4096 * 1024, bytes_read=0,
+                      bytes_written=8 * 4096 * 2, reads=(), writes=(), module=module, dims=dims)
+
+    shared = cost.kernel_time_s(down("model.layers.3.mlp.shared_experts.down_proj"), unit)
+    dense = cost.kernel_time_s(down("model.layers.0.mlp.down_proj"), unit)
+    assert shared == pytest.approx(1e-3)  # the table's time for the shard, nothing more
+    assert dense == pytest.approx(1e-3 + allreduce_s(8 * 4096 * 2, 2, group_link(h100, 2)))
 
 
 @pytest.mark.slow
