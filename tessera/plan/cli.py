@@ -18,9 +18,11 @@ from tessera.plan.options import (
     TARGET,
     TPOT_MS,
     TTFT_MS,
+    UTILIZATION,
     BatchCap,
     DenoiseSteps,
     ImageTokens,
+    MemoryUtilization,
     Output,
     Prompt,
     SloImageS,
@@ -56,6 +58,7 @@ def register(app: typer.Typer) -> None:
         slo_image_s: SloImageS = IMAGE_S,
         slo_target: SloTarget = TARGET,
         budget: TokenBudget = None,
+        utilization: MemoryUtilization = UTILIZATION,
         image_tokens: ImageTokens = 0,
         as_json: bool = typer.Option(False, "--json", help="print the JSON contract"),
         save: Path | None = typer.Option(None, "-o", "--out",
@@ -64,7 +67,7 @@ def register(app: typer.Typer) -> None:
         """Place every kernel of MODEL on the pool under the serving model (continuous batching, async
         micro-batches, batch chosen by memory and SLO); Tessera against every baseline at its best."""
         cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link, image_tokens,
-                        slo_target=slo_target, budget=budget)
+                        slo_target=slo_target, budget=budget, utilization=utilization)
         if pool is not None:
             if gpus is not None:
                 raise UserError("give either --gpus (one cell) or --pool (a many-GPU pool), not both")
