@@ -75,10 +75,10 @@ def test_memory_aware_bound_by_hand() -> None:
 
     p = build_problem(chain3(weight_bytes=30 * GB), POOL, COST)
     assert lp_bound_memory(p) == pytest.approx(3.5)
-    # 40 GB weights: L40S has room (48 GB − activation reserve) for c and a fraction f of b; moving c
+    # 40 GB weights: L40S has room (its 48 GiB − activation reserve) for c and a fraction f of b; moving c
     # there saves H100 more per GB (4 s) than b (3 s), so H100 = a + (1 − f)·b = 2 + 3·(1 − f)
     p = build_problem(chain3(weight_bytes=40 * GB), POOL, COST)
-    f = (48 * GB - p.act_bytes - 40 * GB) / (40 * GB)
+    f = (48 * 2**30 - p.act_bytes - 40 * GB) / (40 * GB)
     assert lp_bound_memory(p) == pytest.approx(2 + 3 * (1 - f))
 
 
