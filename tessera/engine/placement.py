@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -32,6 +32,7 @@ from tessera.engine.kernels import kernel_graph
 from tessera.engine.loader import ModelSource
 from tessera.engine.memory import available_bytes
 from tessera.engine.profile import ProfileCost
+from tessera.engine.routes import Placement
 from tessera.errors import UserError
 from tessera.graph import KernelGraph
 from tessera.hardware import GpuSpec, LinkSpec, gpu
@@ -48,13 +49,6 @@ from tessera.runtime.placements import MILP, PLACEMENTS
 
 NAMES = (*PLACEMENTS, MILP)
 LENIENT_SLO = Slo(ttft_s=600.0, tpot_s=60.0)  # CPU runs: every operating point has a knee to report
-
-
-@dataclass(frozen=True)
-class Placement:
-    assignment: tuple[int, ...]  # worker of each program node
-    label: str  # what was asked: a rule's name, "plan", or the plan file's path
-    plan: Plan | None = None  # the planner's (or the file's) plan, with its predictions
 
 
 class EngineShapes:

@@ -179,12 +179,18 @@ class ProfileCost:
 
 @dataclass(frozen=True, kw_only=True)
 class MeasuredLink:
+    """The start-up probe's one-way latency and bandwidth, and the process CPU seconds one message costs
+    each end (on a 2-core machine that time is taken from the workers' compute)."""
+
     latency_s: float
     bytes_per_s: float
+    cpu_s: float = 0.0
 
     def spec(self) -> LinkSpec:
-        return LinkSpec(name="gloo-measured", bytes_per_s=self.bytes_per_s, latency_s=self.latency_s,
-                        source="probed between two local engine workers at start-up")
+        """The planner's link: a message's latency is the wire's plus both ends' CPU time for it."""
+        return LinkSpec(name="gloo-measured", bytes_per_s=self.bytes_per_s, latency_s=self.latency_s + 2 * self.cpu_s,
+                        source="probed between two local engine workers at start-up (latency + CPU per message "
+                               "at both ends)")
 
 
 def link_path() -> Path:
@@ -202,8 +208,8 @@ def measure_link(source: ModelSource, dtype: torch.dtype, config: EngineConfig, 
     halves = tuple(int(i >= n // 2) for i in range(n))
     kinds = (WorkerKind(device="cpu"), WorkerKind(device="cpu"))
     with EngineCluster(source, dtype, config, kinds, halves, load_format="dummy", seed=0) as cluster:
-        lat, bw, *_ = cluster.link
-    got = MeasuredLink(latency_s=lat, bytes_per_s=bw)
+        lat, bw, cpu_s, _ = cluster.link
+    got = MeasuredLink(latency_s=lat, bytes_per_s=bw, cpu_s=cpu_s)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(got)))
     return got

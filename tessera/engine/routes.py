@@ -16,10 +16,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch.fx as fx
 
 from tessera.engine.program import Program
+
+if TYPE_CHECKING:  # the plan stage (and its solver) is needed only where placements are planned
+    from tessera.plan.types import Plan
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which worker runs each program node, what asked for it (a rule's name, "plan", a plan file), and
+    the Plan with its predictions when the planner made (or a file gave) one."""
+
+    assignment: tuple[int, ...]
+    label: str
+    plan: Plan | None = None
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from tessera.engine.config import EngineConfig, SamplingParams
 from tessera.engine.devices import WorkerKind
 from tessera.engine.engine import Batch, Engine
 from tessera.engine.loader import ModelSource
-from tessera.engine.placement import Placement
 from tessera.engine.request import Request
+from tessera.engine.routes import Placement
 from tessera.runtime.cluster import WorkerFailure
 from tessera.text import plural
 
@@ -81,6 +81,9 @@ class DriveLog:
     busy_s: list[dict[int, float]] = field(default_factory=list)
     idle_s: list[dict[int, float]] = field(default_factory=list)
     recoveries: list[str] = field(default_factory=list)
+    # per iteration: (group, submitted, logits taken) on the driver's perf_counter and each worker's
+    # (start, end) of its share on its own (one host: the same monotonic clock)
+    spans: list[tuple[int, float, float, dict[int, tuple[float, float]]]] = field(default_factory=list)
     start_s: float = 0.0
     end_s: float = 0.0
 
@@ -186,6 +189,8 @@ def drive(engine: Engine, pool: WorkerPool, arrivals: Sequence[Arrival], *, reco
             out.host_s.append(host + clock() - h0)
             out.wall_s.append(clock() - submitted)
             out.tokens.append(batch.inputs.tokens)
+            out.spans.append((batch.group, submitted, clock(), {pool.original[d]: (w["start_s"], w["end_s"])
+                                                                for d, w in enumerate(fin.workers)}))
             out.busy_s.append({pool.original[d]: w["busy_s"] for d, w in enumerate(fin.workers)})
             out.idle_s.append({pool.original[d]: w["idle_s"] for d, w in enumerate(fin.workers)})
     out.end_s = clock() - t0

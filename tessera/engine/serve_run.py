@@ -33,8 +33,9 @@ from tessera.engine.devices import WorkerKind
 from tessera.engine.engine import Engine, load_engine, resolve_dtype
 from tessera.engine.loader import ModelSource, open_model
 from tessera.engine.memory import available_bytes, check_memory, memory_need
-from tessera.engine.placement import Placement, choose, node_names, plan_engine
+from tessera.engine.placement import choose, node_names, plan_engine
 from tessera.engine.profile import ProfileCost, measure_link, profile_kind
+from tessera.engine.routes import Placement
 from tessera.engine.serve import Arrival, DriveLog, Fault, Timing, WorkerPool, drive
 from tessera.engine.shard import build_share
 from tessera.engine.tokenizer import tokenizer_for

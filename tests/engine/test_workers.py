@@ -20,7 +20,7 @@ from tessera.engine.devices import WorkerKind
 from tessera.engine.engine import Engine
 from tessera.engine.layers import Experts, MambaConv, PagedAttention
 from tessera.engine.loader import open_model
-from tessera.engine.placement import Placement
+from tessera.engine.routes import Placement
 from tessera.engine.serve import Arrival, Fault, WorkerPool, drive
 from tessera.engine.worker import worker_main
 from tessera.runtime.cluster import WorkerFailure
