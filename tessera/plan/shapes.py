@@ -111,9 +111,24 @@ def _with(obj, **changes):
     """``dataclasses.replace`` without re-running ``__init__``/``__post_init__``: a rescaled graph has
     ~10⁵ kernels and buffers, and every changed value here is a non-negative scaling of a validated one."""
     new = object.__new__(type(obj))
-    new.__dict__.update(obj.__dict__)
-    new.__dict__.update(changes)
+    d = new.__dict__  # frozen: __dict__ cannot be rebound, only filled
+    d.update(obj.__dict__)
+    d.update(changes)
     return new
+
+
+_facts: dict[int, tuple[KernelGraph, set[int], list[int]]] = {}
+
+
+def base_facts(base: KernelGraph) -> tuple[set[int], list[int]]:
+    """(per-sequence kernels, resident bytes each kernel reads) of a capture, worked out once per capture:
+    every iteration graph rescaled from it needs them."""
+    hit = _facts.get(id(base))
+    if hit is None or hit[0] is not base:
+        resident = {b.id for b in base.buffers if b.role == Role.WEIGHT}
+        reads = [sum(base.buffers[b].bytes for b in k.reads if b in resident) for k in base.kernels]
+        hit = _facts[id(base)] = (base, per_sequence_kernels(base), reads)
+    return hit[1], hit[2]
 
 
 def _scaled_moe(k: Kernel, s: float, kid: int) -> Kernel:
@@ -191,8 +206,7 @@ def iteration_graph(base: KernelGraph, shape: IterShape, encoder: KernelGraph | 
         if base.shape.get("seq", 1) != 1:
             raise ValueError(f"iteration_graph needs a decode capture (seq 1), got shape {base.shape}")
         s = shape.tokens / r
-    resident = {b.id for b in base.buffers if b.role == Role.WEIGHT}
-    per_seq = per_sequence_kernels(base)
+    per_seq, resident_read = base_facts(base)
     s_seq = shape.sequences / r
     kernels: list[Kernel] = []
     for k in base.kernels:
@@ -201,8 +215,7 @@ def iteration_graph(base: KernelGraph, shape: IterShape, encoder: KernelGraph | 
             kernels.extend([_with(p, id=n + i) for i, p in enumerate(attention_kernels(k, shape))])
         else:
             f = s_seq if k.id in per_seq and not shape.images else s
-            kernels.append(_scaled_kernel(k, f, sum(base.buffers[b].bytes for b in k.reads if b in resident),
-                                          len(kernels)))
+            kernels.append(_scaled_kernel(k, f, resident_read[k.id], len(kernels)))
     buffers = [_scaled_buffer(b, s, base, shape) for b in base.buffers]
     dims = {"batch": shape.images or shape.decode, "chunk": shape.chunk, "context": shape.context,
             "prefix": shape.prefix, "kv_tokens": shape.kv_tokens, "tokens": shape.images or shape.tokens}

@@ -284,7 +284,7 @@ def memory_by_device(graph: KernelGraph, assignment: tuple[int, ...] | list[int]
 
 def async_period_s(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: tuple[GpuSpec, ...],
                    link: LinkSpec, cost: CostModel, microbatches: int, policy: str = "cyclic",
-                   iterations: tuple[int, int] = (2, 5), other: KernelGraph | None = None,
+                   iterations: tuple[int, int] = (1, 3), other: KernelGraph | None = None,
                    others: int = 0) -> tuple[float, ...]:
     """Per group, the steady period of ``microbatches`` groups each iterating back to back through the placement (the
     asynchronous schedule): every group runs ``iterations`` successive iterations of the step, the next
