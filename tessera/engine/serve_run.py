@@ -69,16 +69,22 @@ def generated_stream(w: WorkloadSpec, seed: int, vocab: int) -> Stream:
 def file_stream(path: str | Path, vocab: int) -> Stream:
     """A workload file: {"generator": {kind, rate_per_s, requests, prompt, output, seed}, "requests":
     [{"arrival_s", "prompt_ids", "output_len"}, ...]}; one line naming what is wrong with it."""
+    text = read_text(path, "workload file")
     try:
-        doc = json.loads(read_text(path, "workload file"))
+        doc = json.loads(text)
         g = doc["generator"]
         w = WorkloadSpec(kind=g["kind"], requests=int(g["requests"]), rate_per_s=float(g.get("rate_per_s", 0.0)),
                          prompt=LengthSpec.parse(str(g["prompt"])), output=LengthSpec.parse(str(g["output"])))
         arrivals = tuple(Arrival(arrival_s=float(r["arrival_s"]), prompt_ids=tuple(int(x) for x in r["prompt_ids"]),
                                  params=SamplingParams(max_tokens=int(r["output_len"]), ignore_eos=True))
                          for r in doc["requests"])
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise UserError(f"workload file {path}: {type(e).__name__}: {e}") from None
+    except UserError as e:
+        raise UserError(f"workload file {path}: {e}") from None
+    except KeyError as e:
+        raise UserError(f"workload file {path}: missing field {e}; it needs generator.{{kind, requests, prompt, "
+                        f"output}} and requests[].{{arrival_s, prompt_ids, output_len}}") from None
+    except (json.JSONDecodeError, TypeError, ValueError) as e:
+        raise UserError(f"workload file {path}: {e}") from None
     bad = [i for a in arrivals for i in a.prompt_ids if not 0 <= i < vocab]
     if bad:
         raise UserError(f"workload file {path}: prompt id {bad[0]} outside the model's vocabulary 0..{vocab - 1}")
@@ -249,6 +255,9 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
         spec.config, max_model_len=max(len(a.prompt_ids) + a.params.max_tokens for a in stream.arrivals))
     spec = replace(spec, config=config)
     check_requests(stream.arrivals, source, spec.config)
+    if spec.fault is not None and not 0 <= spec.fault.at_request < len(stream.arrivals):
+        raise UserError(f"--kill-at {spec.fault.at_request}: valid 0..{len(stream.arrivals) - 1} (a request of "
+                        f"the stream)")
     traffic = Traffic(prompt=max(1, round(statistics.mean(len(a.prompt_ids) for a in stream.arrivals))),
                       output=max(1, round(statistics.mean(a.params.max_tokens for a in stream.arrivals))))
     costs = Costs(source, dtype, spec.config, context=traffic.prompt + traffic.output // 2)
