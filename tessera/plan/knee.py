@@ -14,8 +14,9 @@ budget K per micro-batch iteration). The model, per micro-batch (group) at rate 
   period         one iteration of a group lasts max(Σ_groups busy on the bottleneck, its own latency):
                  max_r(m·T0_r + X·Δ_r, L0 + Y·ΔL), r every device and link, X the groups carrying a
                  chunk (the own one, Y ~ Bernoulli(ρ), plus Binomial(m − 1, ρ) others), T0/L0 the busy
-                 and latency without a chunk, Δ what a chunk adds; τ̄ its mean (a fixed point, since n
-                 and c̄ grow with τ̄);
+                 and latency without a chunk, Δ what a chunk adds; the latency is a chunk's whenever any
+                 group carries one (the groups wait on each other's stages and cycle in lock step); τ̄
+                 its mean (a fixed point, since n and c̄ grow with τ̄);
   TPOT           a request's mean over its O − 1 iterations: normal, mean τ̄, its variance from the prompts
                  arriving while it decodes (compound Poisson: each adds P/Q chunk iterations) and the
                  decodes running beside it rising and falling with the same arrivals (tpot_sd);
@@ -208,16 +209,19 @@ Fit = tuple[tuple[float, float], ...]  # per k of m groups carrying a chunk: (f 
 
 def period(base: Load, chunk: Load, m: int, rho: float, fit: Fit | None = None) -> Period:
     """The period of one group's iteration: max over resources of the m groups' busy time, each group's
-    carrying ``chunk`` with probability ρ, and the own group's latency (module doc), exact over the
-    Binomial(m − 1, ρ) other groups and the own Bernoulli(ρ). ``fit[k][y]`` scales the period when k groups
-    carry a chunk, the own group among them (y = 1) or not (y = 0): how the placement's groups really
-    interleave, measured by an event model (tessera.plan.serving.interleaving); 1 for a chain."""
+    carrying ``chunk`` with probability ρ, and the latency of an iteration with a chunk when any group
+    carries one (module doc), exact over the Binomial(m − 1, ρ) other groups and the own Bernoulli(ρ).
+    The groups share their devices first come first served, so a group's iteration waits behind every
+    stage of another's chunk: each cycles at the pace of the slowest iteration in flight. ``fit[k][y]``
+    scales the period when k groups carry a chunk, the own group among them (y = 1) or not (y = 0): how
+    the placement's groups really interleave, measured by an event model (tessera.plan.serving.
+    interleaving); 1 for a chain."""
     # q[k]: the busiest resource when k of the m groups carry a chunk
     q = [max(m * t0 + k * d for t0, d in zip(base.busy_s, chunk.busy_s, strict=True)) for k in range(m + 1)]
     lat = (base.latency_s, base.latency_s + chunk.latency_s)
 
-    def v(k: int, y: int) -> float:
-        return (fit[k][y] if fit else 1.0) * max(q[k], lat[y])
+    def v(k: int, y: int) -> float:  # a chunk in any group holds up every group: they cycle in lock step
+        return (fit[k][y] if fit else 1.0) * max(q[k], lat[min(k, 1)])
 
     mean = sq = busy = 0.0
     for x in range(m):

@@ -220,9 +220,9 @@ def interleaving(dec: KernelGraph, chk: KernelGraph, a: tuple[int, ...], m: int,
     d, c = as_load(evaluate_cached(dec, a, units, link, cost)), as_load(evaluate_cached(chk, a, units, link, cost))
     delta = c.minus(d)
 
-    def closed(k: int, y: int) -> float:
+    def closed(k: int, y: int) -> float:  # knee.period's form: any group's chunk sets the latency
         q = max(m * t0 + k * x for t0, x in zip(d.busy_s, delta.busy_s, strict=True))
-        return max(q, d.latency_s + y * delta.latency_s)
+        return max(q, d.latency_s + min(k, 1) * delta.latency_s)
 
     p0 = async_period_cached(dec, a, units, link, cost, m)
     p1 = async_period_cached(dec, a, units, link, cost, m, other=chk, others=1)

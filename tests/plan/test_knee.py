@@ -64,14 +64,16 @@ def test_sum_of_two_waits_by_hand() -> None:
 
 def test_period_of_two_groups_by_hand() -> None:
     # two resources busy 1 s each per group iteration, latency 2.5 s; a chunk adds 1 s on the first resource
-    # and 1 s of latency. Period = max(2·1 + (x + y)·1, 2.5 + y): (x, y) = (0,0) 2.5, (0,1) 3.5, (1,0) 3,
-    # (1,1) 4; at ρ = ½ each has probability ¼: mean 3.25, E[p²] = (6.25 + 12.25 + 9 + 16)/4 = 10.875
+    # and 1 s of latency. Groups cycle in lock step, so the latency is a chunk's (3.5) as soon as either
+    # carries one: period = max(2·1 + k·1, 2.5 or 3.5) for k groups with a chunk: k = 0 → 2.5, 1 → 3.5,
+    # 2 → 4. At ρ = ½, (others, own) = (0,0) 2.5, (0,1) 3.5, (1,0) 3.5, (1,1) 4, each ¼: mean 3.375,
+    # E[p²] = (6.25 + 12.25 + 12.25 + 16)/4 = 11.6875
     base = Load(busy_s=(1.0, 1.0), latency_s=2.5)
     chunk = Load(busy_s=(1.0, 0.0), latency_s=1.0)
     p = period(base, chunk, 2, 0.5)
-    assert p.mean_s == pytest.approx(3.25)
-    assert p.var_s2 == pytest.approx(10.875 - 3.25 ** 2)
-    assert p.busy_s == pytest.approx((3.5 + 4) / 2)  # own group carries a chunk: (x = 0 or 1) with y = 1
+    assert p.mean_s == pytest.approx(3.375)
+    assert p.var_s2 == pytest.approx(11.6875 - 3.375 ** 2)
+    assert p.busy_s == pytest.approx((3.5 + 4) / 2)  # own group carries a chunk: the other does or not
     assert p.full_s == pytest.approx(4.0)
     assert period(base, chunk, 2, 0.0).mean_s == pytest.approx(2.5)
 
