@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tessera.cost.aic import AicCosts
-from tessera.cost.model import DEFAULT_EFFICIENCY, TILE_N, CostModel, Efficiency, gemm_waves
+from tessera.cost.model import DEFAULT_EFFICIENCY, CostModel, Efficiency, gemm_terms
 from tessera.cost.profiles import OPS, SHIPPED, GemmTable, Sample, load_profiles
 from tessera.errors import UserError
 from tessera.graph import KernelKind
@@ -29,15 +29,16 @@ _LAUNCH_S = (0.0, 40e-6)
 
 
 def _unit_terms(s: Sample, spec: GpuSpec) -> tuple[float, float]:
-    """(compute_s, memory_s) of a sample at efficiency 1 and no launch overhead."""
+    """(compute_s, memory_s) of a sample at efficiency 1 and no launch overhead, as
+    ``CostModel.roofline_time_s`` counts them."""
     k, peak = s.kernel, spec.peak(s.kernel.dtype)
     d = k.dims
+    extra_bytes = 0
     if k.kind is KernelKind.GEMM and spec.vendor != "host" and {"m", "n", "k"} <= d.keys():
-        tile_m, _, waves = gemm_waves(d["m"], d["n"], d.get("batch", 1), spec.sms)
-        compute_s = waves * 2 * tile_m * TILE_N * d["k"] / (peak / spec.sms)
+        compute_s, extra_bytes = gemm_terms(d, spec.sms, peak)
     else:
         compute_s = k.flops / peak
-    return compute_s, (k.bytes_read + k.bytes_written) / spec.mem_bw_bytes_per_s
+    return compute_s, (k.bytes_read + k.bytes_written + extra_bytes) / spec.mem_bw_bytes_per_s
 
 
 def fit_kind(samples: list[Sample]) -> Efficiency:

@@ -13,6 +13,11 @@ time = launch_s + max(compute_s, memory_s), where
               tile_n = 128 and tile_m = next power of two >= m in [16, 128] (small-m kernels pick
               thin tiles). So a 1-token GEMM pays for 16 rows and a GEMM with 109 tiles on a
               108-SM GPU pays for two waves: small and ragged GEMMs do not reach peak.
+              Split-K: where the tiles fill under one wave, k is cut into s slices run side by side
+              (as cuBLAS does for skinny GEMMs), s = min(sms // tiles, k // SPLIT_K_MIN_K): the wave
+              then costs one tile over ceil(k / s), and memory gains the fp32 partial sums, written
+              and read back once (2 * s * m * n * 4 bytes). A router GEMM (n = 256 experts, k = 7168)
+              would otherwise pay a whole k loop on 2 of 132 SMs.
 Measured kernel tables override the roofline, in this order: AIConfigurator's tables (``aic``: GEMM,
 context and generation attention, MoE; interpolated on a GPU with tables, transferred to one without,
 see aic.py), then Vidur's GEMM tables for the GPU where they have the kernel's (n, k).
@@ -31,6 +36,8 @@ from tessera.hardware import GpuSpec, LinkSpec
 TILE_N = 128
 TILE_M_MAX = 128
 TILE_M_MIN = 16
+SPLIT_K_MIN_K = 256  # fewest k per split-K slice: four 64-deep k steps, so a slice still pipelines its loads
+PARTIAL_BYTES = 4  # split-K partial sums are fp32
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +77,26 @@ def gemm_waves(m: int, n: int, batch: int, sms: int) -> tuple[int, int, int]:
     return tile_m, tiles, math.ceil(tiles / sms)
 
 
+def split_k(tiles: int, k: int, sms: int) -> int:
+    """Slices of k that ``tiles`` output tiles run in: as many as fill the SMs, each at least SPLIT_K_MIN_K
+    deep, where the tiles alone fill under one wave; else 1."""
+    if tiles >= sms:
+        return 1
+    return max(1, min(sms // tiles, k // SPLIT_K_MIN_K))
+
+
+def gemm_terms(dims: dict[str, int], sms: int, peak: float) -> tuple[float, int]:
+    """(compute seconds at efficiency 1, extra bytes moved) of a GEMM with ``dims`` m, n, k[, batch] on ``sms``
+    SMs of total ``peak`` FLOP/s: tile waves with split-K (module doc); the extra bytes are split-K's fp32
+    partial sums, written and read once."""
+    m, n, k, batch = dims["m"], dims["n"], dims["k"], max(1, dims.get("batch", 1))
+    tile_m, tiles, _ = gemm_waves(m, n, batch, sms)
+    s = split_k(tiles, k, sms)
+    waves = math.ceil(tiles * s / sms)
+    partial_bytes = 2 * s * m * n * batch * PARTIAL_BYTES if s > 1 else 0
+    return waves * 2 * tile_m * TILE_N * math.ceil(k / s) / (peak / sms), partial_bytes
+
+
 @dataclass(frozen=True, kw_only=True)
 class CostModel:
     efficiency: dict[KernelKind, Efficiency] = field(default_factory=lambda: dict(DEFAULT_EFFICIENCY), hash=False)
@@ -88,13 +115,15 @@ class CostModel:
         eff = eff or self.efficiency_for(kernel.kind, gpu)
         peak = gpu.peak(kernel.dtype)
         d = kernel.dims
+        extra_bytes = 0
         if kernel.kind is KernelKind.GEMM and gpu.vendor != "host" and {"m", "n", "k"} <= d.keys():
             # host BLAS does not run fixed tile waves: CPUs use the plain FLOP count below
-            tile_m, _, waves = gemm_waves(d["m"], d["n"], d.get("batch", 1), gpu.sms)
-            compute_s = waves * 2 * tile_m * TILE_N * d["k"] / (peak / gpu.sms * eff.compute)
+            unit_s, extra_bytes = gemm_terms(d, gpu.sms, peak)
+            compute_s = unit_s / eff.compute
         else:
             compute_s = kernel.flops / (peak * eff.compute)
-        memory_s = (kernel.bytes_read + kernel.bytes_written) / (gpu.mem_bw_bytes_per_s * eff.memory)
+        nbytes = kernel.bytes_read + kernel.bytes_written + extra_bytes
+        memory_s = nbytes / (gpu.mem_bw_bytes_per_s * eff.memory)
         launch_s = self.launch_s if eff.launch_s is None else eff.launch_s
         return launch_s + max(compute_s, memory_s)
 

@@ -1,7 +1,9 @@
+from dataclasses import replace
+
 import pytest
 
 from tessera.cost import CostModel, Efficiency, default_cost_model
-from tessera.cost.model import gemm_waves
+from tessera.cost.model import gemm_waves, split_k
 from tessera.cost.profiles import GemmTable, ModelShape, Sample, op_kernel
 from tessera.graph import Kernel, KernelKind
 from tessera.hardware import gpu, link
@@ -26,9 +28,28 @@ def test_gemm_roofline_by_hand() -> None:
     m = CostModel(efficiency={KernelKind.GEMM: FLAT})
     # 10 waves x (2*128*128*4096 FLOP per tile) at 312e12/108 FLOP/s per SM x 0.5
     assert m.roofline_time_s(gemm(4096, 4096, 4096), A100) == pytest.approx(10 * 134217728 / (312e12 / 108 * 0.5))
-    # one token: memory bound on the 32 MiB weight: (4096 + 4096*4096 + 4096) * 2 B at 2.039e12 * 0.5
+    # one token: 32 tiles on 108 SMs split k in 3 (108 // 32); memory bound on the 32 MiB weight:
+    # (4096 + 4096*4096 + 4096) * 2 B plus 3 fp32 partial rows written and read (2 * 3 * 4096 * 4 B)
     assert m.roofline_time_s(gemm(1, 4096, 4096), A100) == pytest.approx(
-        (4096 + 4096 * 4096 + 4096) * 2 / (2.039e12 * 0.5))
+        ((4096 + 4096 * 4096 + 4096) * 2 + 2 * 3 * 4096 * 4) / (2.039e12 * 0.5))
+
+
+def test_split_k_prices_the_router_gemm_by_hand() -> None:
+    # DeepSeek-V3's router: fp32, n = 256 experts, k = 7168, on H200 (132 SMs, fp32 66.9e12 FLOP/s, 4.8e12 B/s)
+    h200, m = gpu("H200"), CostModel(efficiency={KernelKind.GEMM: FLAT})
+    assert split_k(2, 7168, 132) == 28  # 2 tiles: 66 slices would fill the SMs, k // 256 = 28 allows
+    assert split_k(132, 7168, 132) == 1 and split_k(64, 200, 132) == 1  # a full wave; k too short to cut
+    per_sm = 66.9e12 / 132 * 0.5
+    for rows, tile_m in ((16, 16), (56, 64), (128, 128)):
+        k = gemm(rows, 256, 7168, "float32")
+        k = replace(k, bytes_read=(rows * 7168 + 7168 * 256) * 4, bytes_written=rows * 256 * 4)
+        # 2 tiles x 28 slices = 56 blocks, one wave, each a tile_m x 128 tile over 7168 / 28 = 256 of k;
+        # memory: the operands and 28 fp32 partial outputs written and read back
+        compute_s = 2 * tile_m * 128 * 256 / per_sm
+        memory_s = ((rows * 7168 + 7168 * 256 + rows * 256) * 4 + 2 * 28 * rows * 256 * 4) / (4.8e12 * 0.5)
+        assert m.roofline_time_s(k, h200) == pytest.approx(max(compute_s, memory_s))
+        # without split-K the one wave runs all of k on 2 SMs: 28x the compute term
+        assert m.roofline_time_s(k, h200) < 2 * tile_m * 128 * 7168 / per_sm / 10
 
 
 def test_memory_bound_kernel_and_launch() -> None:
