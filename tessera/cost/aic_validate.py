@@ -17,8 +17,10 @@ from tessera.cost.calibrate import ErrorStats
 from tessera.cost.moe import TokenCurve, balanced_from_power_law
 from tessera.cost.tables import (
     DEFAULT_CACHE,
+    GEMM_TABLES,
     KERNEL_TABLES,
     MOE_TABLES,
+    TABLE_CACHE,
     CacheModel,
     MeasuredTable,
     ideal_s,
@@ -30,7 +32,8 @@ from tessera.errors import UserError
 from tessera.hardware import gpu, resolve_gpu
 
 # the axis of each table a serving step varies (tokens / sequence): the one interpolation is checked along
-TOKEN_AXIS = {"gemm": 0, "context_attention": 1, "generation_attention": 1, "moe": 0, "moe_power_law": 0}
+TOKEN_AXIS = {"gemm": 0, "context_attention": 1, "generation_attention": 1, "moe": 0, "moe_power_law": 0,
+              "gemm_fp8": 0, "moe_fp8_block": 0}
 
 
 def _sample(n: int, rows: int) -> np.ndarray:
@@ -64,12 +67,12 @@ class Setting:
 
 def default_setting(table: str) -> Setting:
     """The shipped constants for ``table``."""
-    return Setting(cache=DEFAULT_CACHE, constants=TABLE_CONSTANTS[table])
+    return Setting(cache=TABLE_CACHE.get(table, DEFAULT_CACHE), constants=TABLE_CONSTANTS[table])
 
 
 def settings(table: str) -> list[Setting]:
     """Candidate settings for ``table`` (the cache model matters to GEMMs only)."""
-    caches = CACHES if table == "gemm" else (DEFAULT_CACHE,)
+    caches = CACHES if table in GEMM_TABLES else (DEFAULT_CACHE,)
     return [Setting(cache=c, constants=k) for c in caches for k in CONSTANTS]
 
 
@@ -215,7 +218,8 @@ def validate_interpolation(costs: AicCosts, *, rows: int = 300) -> dict[str, Any
                 continue
             axis = np.unique(t.points[:, TOKEN_AXIS[table]])
             dropped = np.isin(t.points[:, TOKEN_AXIS[table]], axis[1:-1:2])
-            kept = MeasuredTable(name=table, gpu=t.gpu, points=t.points[~dropped], time_s=t.time_s[~dropped])
+            kept = MeasuredTable(name=table, gpu=t.gpu, points=t.points[~dropped], time_s=t.time_s[~dropped],
+                                 cache=t.cache)
             idx = np.flatnonzero(dropped)
             for i in idx[_sample(len(idx), rows)] if len(idx) else []:
                 errs[table].append(abs(_predict(kept, tuple(int(v) for v in t.points[i])) / t.time_s[i] - 1))

@@ -26,11 +26,18 @@ from tessera.graph import Kernel, KernelKind
 from tessera.hardware import GpuSpec, resolve_gpu
 
 SHIPPED_AIC = Path(__file__).parent / "data" / "aic"
-ELEM_BYTES = 2  # bf16
+ELEM_BYTES = 2  # bf16: activations of every table, weights of the bf16 ones
 
-KEYS: dict[str, tuple[str, ...]] = {name: tuple(spec[3]) for name, spec in SPECS.items()}
-KERNEL_TABLES = ("gemm", "context_attention", "generation_attention", "moe")  # what kernels are priced from
-MOE_TABLES = ("moe", "moe_power_law")  # token axis first; times repaired to be monotone in it (read_table)
+KEYS: dict[str, tuple[str, ...]] = {name: tuple(spec.keep) for name, spec in SPECS.items()}
+KERNEL_TABLES = ("gemm", "context_attention", "generation_attention", "moe",  # what kernels are priced from
+                 "gemm_fp8", "moe_fp8_block")
+GEMM_TABLES = ("gemm", "gemm_fp8")  # keys m, n, k
+MOE_TABLES = ("moe", "moe_power_law", "moe_fp8_block")  # token axis first; times repaired to be monotone in it
+# the fp8 tables: 1-byte weights at the fp8 peak; activations come and go in bf16 (2 bytes), as vLLM's fp8
+# linear and fused MoE take and return them
+FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")  # the kernel dtypes capture records for fp8 checkpoints
+TABLE_DTYPE = {"gemm_fp8": "float8_e4m3fn", "moe_fp8_block": "float8_e4m3fn"}  # others bfloat16
+WEIGHT_BYTES = {"gemm_fp8": 1, "moe_fp8_block": 1}  # others ELEM_BYTES
 FIT_ROWS = 3000  # rows (evenly spaced) a table's roofline is fitted on: plenty for three parameters
 _COMPUTE = (0.02, 1.5)  # search ranges: efficiencies as fractions of peak, launch in seconds
 _MEMORY = (0.02, 1.5)
@@ -64,24 +71,28 @@ class CacheModel:
 
 
 # chosen by leave-one-GPU-out over the ten measured GPUs (bench/bench_cost_aic.py, which also reports the
-# accuracy with this choice nested inside each fold)
+# accuracy with this choice nested inside each fold); per GEMM table, over the GPUs that have it
 DEFAULT_CACHE = CacheModel(resident_fraction=0.15, l2_bytes_per_fp32_flop=0.03)
+TABLE_CACHE = {"gemm": DEFAULT_CACHE,  # others: DEFAULT_CACHE (unused)
+               "gemm_fp8": CacheModel(resident_fraction=0.1, l2_bytes_per_fp32_flop=0.02)}
 
 
 def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | None = None,
                cache: CacheModel = DEFAULT_CACHE) -> tuple[np.ndarray, np.ndarray]:
     """(compute_s, memory_s) of shapes ``p`` [N, len(KEYS[name])] of table ``name`` on ``gpu`` at
-    efficiency 1: FLOPs at dense bf16 peak, bytes at datasheet bandwidth (GEMM: from L2 where ``cache``
-    says its operands stay there).
+    efficiency 1: FLOPs at the dense peak of the table's dtype (bf16; fp8 for the fp8 tables, bf16 on a GPU
+    without fp8 units), bytes at datasheet bandwidth (GEMM: from L2 where ``cache`` says its operands stay
+    there); weights at the table's bytes per element, activations bf16.
     Attention FLOPs count the full (non-causal) score matrix, 4·b·h·q·kv·d, as capture does; ``kv_len``
     overrides a context row's key length, which is otherwise its query length (a chunk against a prefix)."""
     p = p.astype(float)
-    peak, bw, e = gpu.peak("bfloat16"), gpu.mem_bw_bytes_per_s, ELEM_BYTES
-    if name == "gemm":
+    peak, bw, e = gpu.peak(TABLE_DTYPE.get(name, "bfloat16")), gpu.mem_bw_bytes_per_s, ELEM_BYTES
+    w = WEIGHT_BYTES.get(name, ELEM_BYTES)
+    if name in GEMM_TABLES:
         m, n, k = p.T
         # plain FLOPs, no tile waves: the measured kernels pick their own tiles, and the table's ratio to
         # this fit carries the quantisation (waves made both interpolation and transfer worse here)
-        return 2 * m * n * k / peak, cache.memory_s(e * (m * k + k * n + m * n), gpu)
+        return 2 * m * n * k / peak, cache.memory_s(e * (m * k + m * n) + w * k * n, gpu)
     if name in ("context_attention", "generation_attention"):
         b, length, h, kh, d = p.T
         if name == "context_attention":
@@ -92,7 +103,7 @@ def unit_terms(name: str, p: np.ndarray, gpu: GpuSpec, *, kv_len: np.ndarray | N
     if name in MOE_TABLES:  # gated experts: up (2·inter) + down (inter) per routed token; experts hit
         t, hid, inter, topk, experts = p.T
         active = experts * (1 - (1 - 1 / experts) ** (t * topk))
-        return 6 * t * topk * hid * inter / peak, e * (3 * active * hid * inter + 2 * t * hid) / bw
+        return 6 * t * topk * hid * inter / peak, (w * 3 * active * hid * inter + e * 2 * t * hid) / bw
     raise ValueError(f"unknown table {name!r}; valid: {', '.join(TABLES)}")
 
 
@@ -138,14 +149,20 @@ def query_of(kernel: Kernel) -> tuple[str, tuple[int, ...], int | None] | None:
     """(table, key, kv_len override) a captured kernel looks up, or None where no table applies.
 
     GEMM dims m, n, k (batch 1); a MoE kernel: dims tokens, hidden, inter, topk, experts; attention
-    dims batch, heads, kv_heads, q_len, kv_len, head_dim (decode: q_len 1)."""
+    dims batch, heads, kv_heads, q_len, kv_len, head_dim (decode: q_len 1). bf16 kernels use the bf16
+    tables, fp8 ones (capture's dtype for any fp8 checkpoint) the fp8 tables: MoE block-scaled, as the
+    fp8 checkpoints served (DeepSeek-V3/R1, Qwen3 FP8) store their weights; GEMMs per-tensor, the GPU time
+    of a block-scaled GEMM within the measured spread (aic_import's module doc)."""
     d = kernel.dims
-    if kernel.dtype != "bfloat16":  # the tables' dtype; fp16 kernels fall through to Vidur's fp16 profiles
+    fp8 = kernel.dtype in FP8_DTYPES
+    if kernel.dtype != "bfloat16" and not fp8:  # fp16 kernels fall through to Vidur's fp16 profiles
         return None
     if set(KEYS["moe"]) <= d.keys():
-        return "moe", tuple(d[c] for c in KEYS["moe"]), None
+        return "moe_fp8_block" if fp8 else "moe", tuple(d[c] for c in KEYS["moe"]), None
     if kernel.kind is KernelKind.GEMM and {"m", "n", "k"} <= d.keys() and d.get("batch", 1) == 1:
-        return "gemm", (d["m"], d["n"], d["k"]), None
+        return "gemm_fp8" if fp8 else "gemm", (d["m"], d["n"], d["k"]), None
+    if fp8:  # no fp8 attention tables
+        return None
     attn = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim")
     if kernel.kind in (KernelKind.ATTENTION, KernelKind.ATTENTION_DECODE) and set(attn) <= d.keys():
         b, h, kh, q, kv, hd = (d[c] for c in attn)
@@ -266,7 +283,8 @@ def read_table(path: Path, name: str, gpu: GpuSpec) -> MeasuredTable:
     points, time_s = read_rows(path, name)
     if name in MOE_TABLES:
         time_s = monotone_in_tokens(points, time_s)
-    return MeasuredTable(name=name, gpu=gpu, points=points, time_s=time_s)
+    return MeasuredTable(name=name, gpu=gpu, points=points, time_s=time_s,
+                         cache=TABLE_CACHE.get(name, DEFAULT_CACHE))
 
 
 def read_rows(path: Path, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -41,13 +41,15 @@ class TransferConstants:
             raise ValueError(f"transfer scale={self.scale} must be > 0 and ridge={self.ridge} >= 0")
 
 
-# per table, chosen by leave-one-GPU-out over the ten measured GPUs (bench/bench_cost_aic.py, "chosen on
-# all ten"; the accuracy it reports chooses them again inside each fold)
+# per table, chosen by leave-one-GPU-out over the measured GPUs with that table (bench/bench_cost_aic.py; the
+# accuracy it reports chooses them again inside each fold)
 TABLE_CONSTANTS = {"gemm": TransferConstants(scale=0.5, ridge=0.3),
                    "context_attention": TransferConstants(scale=0.25, ridge=0.03),
                    "generation_attention": TransferConstants(scale=0.35, ridge=0.03),
                    "moe": TransferConstants(scale=0.25, ridge=0.3)}
 TABLE_CONSTANTS["moe_power_law"] = TABLE_CONSTANTS["moe"]  # the same kernels, other routing (validation only)
+TABLE_CONSTANTS["gemm_fp8"] = TransferConstants(scale=0.7, ridge=0.3)  # over the nine GPUs with fp8 GEMMs
+TABLE_CONSTANTS["moe_fp8_block"] = TransferConstants(scale=0.35, ridge=0.3)  # the seven with fp8 MoE
 DEFAULT_CONSTANTS = TransferConstants(scale=0.35, ridge=0.1)  # a table without its own
 
 

@@ -105,6 +105,6 @@ def test_a100_moe_comes_from_its_power_law_rows_and_is_nobodys_source() -> None:
     costs = AicCosts()
     a100 = gpu("A100-80GB-SXM")
     assert costs.derived(a100.name, "moe") and not costs.is_source(a100.name, "moe")
-    assert costs.source(a100) == "measured tables (moe from power-law routing rows)"
+    assert costs.source(a100) == "measured tables (gemm_fp8, moe_fp8_block transferred; moe from power-law routing rows)"
     sources = {s.table.gpu.name for s in costs.transfer(gpu("H20"), "moe").sources}
     assert sources == {"H100-SXM", "H200", "L40S", "RTX-PRO-6000", "B200", "B300", "GB200", "GB300"}
