@@ -24,7 +24,8 @@ Custom ops are priced from the iteration shape, which fake tensors cannot see:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import torch
@@ -63,14 +64,7 @@ def kernel_graph(arch: ModelArch, shape: IterationShape, *, model: str = "model"
                  dtype: torch.dtype = torch.bfloat16, page_size: int = 16) -> KernelGraph:
     """The program's kernels at ``shape`` (decodes first, then prompt pieces, as ``shape_pieces`` lays
     them out), in ``dtype``; KV buffers hold the shape's sequences' pages, state buffers one slot each."""
-    pieces = shape_pieces(shape, page_size)
-    real = build_inputs(pieces, page_size).as_dict()
-    with FakeTensorMode() as mode, torch.no_grad():
-        inputs = {k: mode.from_tensor(t) for k, t in real.items()}
-        net = construct(arch, dtype)
-        allocate_caches(net, pages=sum(len(p.pages) for p in pieces), page_size=page_size,
-                        slots=shape.sequences, dtype=dtype, device="cpu")
-        program = Program(net)
+    with fake_iteration(arch, shape, dtype, page_size) as (program, inputs, pieces):
         rec = Recorder(phase=shape.phase, module_info={})
         _register(rec, program, inputs)
         kernels = _record(rec, program, inputs, arch, pieces, shape.phase)
@@ -78,6 +72,21 @@ def kernel_graph(arch: ModelArch, shape: IterationShape, *, model: str = "model"
             "nodes": list(program.node_names), "page_size": page_size}
     return build_graph(model=model, phase=shape.phase, shape=shape.as_dict(), kernels=kernels,
                        buffers=rec.graph_buffers(), meta=meta)
+
+
+@contextmanager
+def fake_iteration(arch: ModelArch, shape: IterationShape, dtype: torch.dtype, page_size: int
+                   ) -> Iterator[tuple[Program, dict[str, torch.Tensor], list[SeqPiece]]]:
+    """The program and an iteration's inputs at ``shape`` under fake tensors (nothing allocated; any model
+    size), with caches for the shape's pages and sequences: run it inside the ``with``."""
+    pieces = shape_pieces(shape, page_size)
+    real = build_inputs(pieces, page_size).as_dict()
+    with FakeTensorMode() as mode, torch.no_grad():
+        inputs = {k: mode.from_tensor(t) for k, t in real.items()}
+        net = construct(arch, dtype)
+        allocate_caches(net, pages=sum(len(p.pages) for p in pieces), page_size=page_size,
+                        slots=shape.sequences, dtype=dtype, device="cpu")
+        yield Program(net), inputs, pieces
 
 
 def _register(rec: Recorder, program: Program, inputs: dict[str, torch.Tensor]) -> None:

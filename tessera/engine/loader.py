@@ -104,27 +104,13 @@ def check_names(model: nn.Module, directory: Path) -> dict[str, Path]:
 def load_weights(model: nn.Module, directory: Path, names: set[str] | None = None) -> int:
     """Copy the checkpoint's tensors ``names`` (all parameters when None) into the model, one shard at a
     time, each cast to its parameter's dtype; returns the bytes read from disk."""
-    shards = check_names(model, directory)
+    check_names(model, directory)
     params = dict(model.named_parameters())
     wanted = set(params) if names is None else names
     unknown = wanted - set(params)
     if unknown:
         raise ValueError(f"load_weights: {sorted(unknown)[:3]} are not parameters of the model")
-    by_file: dict[Path, list[str]] = {}
-    for n in sorted(wanted):
-        by_file.setdefault(shards[n], []).append(n)
-    read = 0
-    for file, tensor_names in by_file.items():
-        with safe_open(str(file), "pt") as f, torch.no_grad():
-            for n in tensor_names:
-                t = f.get_tensor(n)
-                p = params[n]
-                if tuple(t.shape) != tuple(p.shape):
-                    raise UserError(f"{file.name}: tensor {n!r} has shape {tuple(t.shape)}, the config "
-                                    f"makes it {tuple(p.shape)}")
-                p.copy_(t)
-                read += t.numel() * t.element_size()
-    return read
+    return load_named(directory, {n: [params[n]] for n in wanted})
 
 
 def load_named(directory: Path, targets: dict[str, list[torch.Tensor]]) -> int:

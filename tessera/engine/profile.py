@@ -11,8 +11,8 @@ same module in every layer, ``node_class``) are fitted together as
 
 so any shape the planner asks for is priced from what this kind measured (``ProfileCost``). Profiles are
 kept as JSON under ``profile_dir()`` (``TESSERA_PROFILE_DIR``, default ~/.cache/tessera/profiles), one
-file per model, dtype, page size and kind, and the gloo link between two local workers beside them
-(``measure_link``: the start-up probe's latency and bandwidth).
+file per model, dtype, page size and kind, and the link between two local workers beside them
+(``measure_link``: per crossing, what an iteration gains when its values cross between two workers).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import itertools
 import json
 import os
 import re
+import statistics
+import time
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,11 +33,12 @@ import torch
 from tessera.engine.cluster import EngineCluster
 from tessera.engine.config import EngineConfig
 from tessera.engine.devices import WorkerKind
-from tessera.engine.inputs import IterationShape, build_inputs, shape_pieces
+from tessera.engine.inputs import IterationInputs, IterationShape, build_inputs, shape_pieces
 from tessera.engine.kernels import kernel_graph
 from tessera.engine.loader import ModelSource
 from tessera.graph import Kernel
 from tessera.hardware import GpuSpec, LinkSpec
+from tessera.runtime.placements import interleave
 
 PROFILE_VERSION = 1
 _LAYER = re.compile(r"(^|\.)layers\.\d+(\.|$)")
@@ -179,37 +182,65 @@ class ProfileCost:
 
 @dataclass(frozen=True, kw_only=True)
 class MeasuredLink:
-    """The start-up probe's one-way latency and bandwidth, and the process CPU seconds one message costs
-    each end (on a 2-core machine that time is taken from the workers' compute)."""
+    """The link as the engine's workers meet it: the start-up probe's bandwidth, and per value crossing
+    between workers the seconds an iteration gains (its receive path: the waiting thread's wake-up, the
+    worker's turn, both ends' CPU), from the same iterations run on one worker and on two that cross at
+    every layer; never below the probe's one-way latency."""
 
-    latency_s: float
+    latency_s: float  # per crossing, as the engine meets it
     bytes_per_s: float
-    cpu_s: float = 0.0
+    probe_latency_s: float = 0.0  # the start-up ping-pong's one-way latency, for reference
+    crossings: int = 0
+    one_worker_s: float = 0.0  # median iteration, submit to logits
+    two_workers_s: float = 0.0
 
     def spec(self) -> LinkSpec:
-        """The planner's link: a message's latency is the wire's plus both ends' CPU time for it."""
-        return LinkSpec(name="gloo-measured", bytes_per_s=self.bytes_per_s, latency_s=self.latency_s + 2 * self.cpu_s,
-                        source="probed between two local engine workers at start-up (latency + CPU per message "
-                               "at both ends)")
+        return LinkSpec(name="gloo-engine", bytes_per_s=self.bytes_per_s, latency_s=self.latency_s,
+                        source="two local engine workers: per crossing as an iteration meets it; bandwidth probed")
 
 
-def link_path() -> Path:
-    return profile_dir() / "gloo-link.json"
+def link_path(source: ModelSource) -> Path:
+    return profile_dir() / f"gloo-link-{source.name}.json"
 
 
-def measure_link(source: ModelSource, dtype: torch.dtype, config: EngineConfig, *, cached: bool = True
-                 ) -> MeasuredLink:
-    """The gloo link between two local CPU workers, as their start-up probe measures it (medians of 31
-    ping-pongs of 4 KiB and 4 MiB)."""
-    path = link_path()
+def measure_link(source: ModelSource, dtype: torch.dtype, config: EngineConfig, *, cached: bool = True,
+                 iterations: int = 30) -> MeasuredLink:
+    """MeasuredLink for ``source``: a one-token decode iteration (the least compute, so the least noise in
+    the difference) run ``iterations`` times (after 3 untimed) on one ``cpu`` worker and on two under the
+    interleaved placement (layer l on worker l mod 2); lower quartiles (the runs least disturbed by other
+    work on the machine)."""
+    path = link_path(source)
     if cached and path.is_file():
         return MeasuredLink(**json.loads(path.read_text()))
-    n = _node_count(source, dtype, config)
-    halves = tuple(int(i >= n // 2) for i in range(n))
-    kinds = (WorkerKind(device="cpu"), WorkerKind(device="cpu"))
-    with EngineCluster(source, dtype, config, kinds, halves, load_format="dummy", seed=0) as cluster:
-        lat, bw, cpu_s, _ = cluster.link
-    got = MeasuredLink(latency_s=lat, bytes_per_s=bw, cpu_s=cpu_s)
+    shape = IterationShape(decode=1, context=1)
+    graph = kernel_graph(source.arch, shape, dtype=dtype, page_size=config.page_size)
+    inputs = build_inputs(shape_pieces(shape, config.page_size), config.page_size)
+    cfg = EngineConfig(max_num_seqs=max(config.max_num_seqs, shape.sequences), page_size=config.page_size,
+                       max_num_batched_tokens=config.max_num_batched_tokens, max_model_len=config.max_model_len,
+                       num_pages=sum(len(p.pages) for p in shape_pieces(shape, config.page_size)))
+    cpu = WorkerKind(device="cpu")
+    split = tuple(interleave(graph, 2))
+    one, _ = _iteration_s(source, dtype, cfg, (cpu,), (0,) * len(split), inputs, iterations)
+    two, probe = _iteration_s(source, dtype, cfg, (cpu, cpu), split, inputs, iterations)
+    crossings = sum(1 for a, b in zip(split, split[1:], strict=False) if a != b)
+    got = MeasuredLink(latency_s=max(probe[0], (two - one) / max(1, crossings)), bytes_per_s=probe[1],
+                       probe_latency_s=probe[0], crossings=crossings, one_worker_s=one, two_workers_s=two)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(got)))
     return got
+
+
+def _iteration_s(source: ModelSource, dtype: torch.dtype, config: EngineConfig, kinds: tuple[WorkerKind, ...],
+                 assignment: tuple[int, ...], inputs: IterationInputs, iterations: int) -> tuple[float, object]:
+    """Lower-quartile seconds from submitting an iteration to its logits on these workers, and their link
+    probe."""
+    times = []
+    with EngineCluster(source, dtype, config, kinds, assignment, load_format="dummy", seed=0) as cluster:
+        for i in range(iterations + 3):
+            t0 = time.perf_counter()
+            sid = cluster.submit(inputs)
+            while sid not in cluster.poll(1.0):
+                pass
+            if i >= 3:
+                times.append(time.perf_counter() - t0)
+        return statistics.quantiles(times, n=4)[0], cluster.link

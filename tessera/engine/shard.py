@@ -20,14 +20,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tessera.engine.arch import ModelArch
 from tessera.engine.config import EngineConfig
-from tessera.engine.inputs import IterationShape, build_inputs, shape_pieces
+from tessera.engine.inputs import IterationShape
+from tessera.engine.kernels import fake_iteration
 from tessera.engine.layers import MambaConv, PagedAttention
 from tessera.engine.loader import ModelSource, dummy_fill, load_named
-from tessera.engine.models import Mamba2Mixer, allocate_caches, construct
+from tessera.engine.models import Mamba2Mixer, construct
 from tessera.engine.program import Program
 
 CACHES = ("k_cache", "v_cache", "conv_state", "ssm_state")
@@ -136,14 +136,7 @@ def value_layouts(arch: ModelArch, dtype: torch.dtype, page_size: int) -> dict[s
     shapes = []
     for shape in (IterationShape(decode=1, context=3, chunks=1, chunk_len=4),
                   IterationShape(decode=2, context=3, chunks=1, chunk_len=5)):
-        pieces = shape_pieces(shape, page_size)
-        real = build_inputs(pieces, page_size).as_dict()
-        with FakeTensorMode() as mode, torch.no_grad():
-            inputs = {k: mode.from_tensor(t) for k, t in real.items()}
-            net = construct(arch, dtype)
-            allocate_caches(net, pages=sum(len(p.pages) for p in pieces), page_size=page_size,
-                            slots=shape.sequences, dtype=dtype, device="cpu")
-            program = Program(net)
+        with fake_iteration(arch, shape, dtype, page_size) as (program, inputs, _):
             shapes.append({n: (tuple(v.shape), v.dtype) for n, v in program.values(inputs).items()})
     out = {}
     for name, ((a, dt), (b, _)) in {n: (shapes[0][n], shapes[1][n]) for n in shapes[0]}.items():
