@@ -1,9 +1,10 @@
 """The planner-made split of the engine over two CPU workers of different speeds, against one worker.
 
 Workers: ``cpu`` (one thread) and ``cpu:speed=0.5`` (one thread, a 50% duty cycle: a device half as fast on
-a core of its own; docs/engine.md says why not thread counts on a 2-core machine). Each kind is profiled
-first (``tessera.engine.profile``: every node timed in a worker of that kind at the serving model's
-iteration shapes, fresh, not from the cache) and the gloo link probed; tessera.plan then places llama-wide's
+a core of its own; docs/engine.md says why not thread counts on a 2-core machine). The kinds are profiled
+first (``tessera.engine.profile``: every node timed in a worker of each kind at the serving model's
+iteration shapes, fresh, not from the cache; for the split both kinds at once, as they will compute) and
+the link measured as an iteration meets it; tessera.plan then places llama-wide's
 kernels (fp32, 183 MB) over the two workers and over the fast one alone, at the same engine settings
 (8 sequences, 2 micro-batch groups, 64 tokens per iteration), and writes both Plan files. Each plan is
 served, ``--repeats`` times in alternating order, by ``tessera serve-run``'s function on an offline
@@ -36,7 +37,7 @@ from tessera.engine.config import EngineConfig
 from tessera.engine.devices import WorkerKind
 from tessera.engine.loader import open_model
 from tessera.engine.placement import plan_engine
-from tessera.engine.profile import ProfileCost, measure_link, profile_kind
+from tessera.engine.profile import ProfileCost, measure_link, profile_kinds
 from tessera.engine.serve import Fault
 from tessera.engine.serve_run import ServeRunSpec, serve_run
 from tessera.plan.serving import Traffic
@@ -57,27 +58,26 @@ def setup(quick: bool) -> tuple[str, EngineConfig, WorkloadSpec]:
 
 
 def plans(model: str, config: EngineConfig, w: WorkloadSpec, folder: Path) -> dict[str, object]:
-    """Profiles of both kinds and the link (fresh), and the planner's Plan for each configuration."""
+    """Profiles (fresh: the fast kind alone for one worker; both kinds computing together for the split, as
+    they will) and the link, then the planner's Plan for each configuration."""
     source = open_model(model)
     traffic = Traffic(prompt=(w.prompt.lo + w.prompt.hi) // 2, output=(w.output.lo + w.output.hi) // 2)
     context = traffic.prompt + traffic.output // 2
     t0 = time.monotonic()
-    profiles = {k.name: profile_kind(source, torch.float32, config, k, context=context, cached=False)
-                for k in (FAST, SLOW)}
     link = measure_link(source, torch.float32, config, cached=False)
-    profile_s = time.monotonic() - t0
-    cost = ProfileCost(profiles)
-    out: dict[str, object] = {"profile_s": profile_s, "link": asdict(link), "profiles": {
-        k: {"iteration_s": p.iteration_s, "shapes": p.shapes} for k, p in profiles.items()}}
+    out: dict[str, object] = {"link": asdict(link)}
     for name, kinds in (("single", (FAST,)), ("split", (FAST, SLOW))):
         t0 = time.monotonic()
-        placed = plan_engine(source, torch.float32, config, kinds, traffic, cost, link.spec())
+        profiles = profile_kinds(source, torch.float32, config, kinds, context=context, cached=False)
+        profile_s = time.monotonic() - t0
+        placed = plan_engine(source, torch.float32, config, kinds, traffic, ProfileCost(profiles), link.spec())
         path = folder / f"engine_{name}_plan.json"
         placed.plan.save(path)
-        out[name] = {"path": str(path), "kinds": [k.name for k in kinds], "plan_s": time.monotonic() - t0,
-                     "predicted": placed.plan.throughput_tokens_per_s, "notes": placed.plan.notes,
-                     "nodes": [placed.assignment.count(d) for d in range(len(kinds))],
-                     "device_busy": placed.plan.device_busy}
+        out[name] = {"path": str(path), "kinds": [k.name for k in kinds], "profile_s": profile_s,
+                     "plan_s": time.monotonic() - t0 - profile_s, "predicted": placed.plan.throughput_tokens_per_s,
+                     "notes": placed.plan.notes, "nodes": [placed.assignment.count(d) for d in range(len(kinds))],
+                     "device_busy": placed.plan.device_busy,
+                     "profiles": {k: {"iteration_s": p.iteration_s, "shapes": p.shapes} for k, p in profiles.items()}}
     return out
 
 

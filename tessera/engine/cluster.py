@@ -111,12 +111,18 @@ class EngineCluster(Processes):
         self._send(IterCmd(step_id=sid, inputs={k: to_wire(v) for k, v in inputs.as_dict().items()}), sid)
         return sid
 
-    def profile(self, inputs: IterationInputs, repeats: int) -> dict[str, float]:
-        """Median seconds per node on ``inputs`` (a one-worker cluster holding the whole model)."""
+    def start_profile(self, inputs: IterationInputs, repeats: int) -> int:
+        """Ask a one-worker cluster holding the whole model to time every node on ``inputs`` (``profile``
+        waits for the answer; several clusters can be asked first and then waited on, so that they run at
+        the same time)."""
         sid = self.next_id
         self.next_id += 1
         wire = {k: to_wire(v) for k, v in inputs.as_dict().items()}
         self._send(ProfileCmd(step_id=sid, inputs=wire, repeats=repeats), sid)
+        return sid
+
+    def profile(self, sid: int) -> dict[str, float]:
+        """Median seconds per node of profile request ``sid``."""
         while True:
             done = self.poll(1.0)
             if sid in done:

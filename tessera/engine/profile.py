@@ -1,7 +1,9 @@
 """Per-worker-kind CPU profiles of the engine's kernels, and the cost model the planner prices them with.
 
-``profile_kind`` starts one worker of a kind (``devices.WorkerKind``: threads, duty-cycle speed) holding
-the whole model and times every node of the program at the iteration shapes the serving model samples
+``profile_kinds`` starts, for each CPU worker of a run, one profiling worker of its kind (``devices.
+WorkerKind``: threads, duty-cycle speed) holding the whole model, all at once (each kind timed while the
+others compute beside it, as in the run), and times every node of the program at the iteration shapes
+the serving model samples
 (``profile_shapes``: decodes of one and of a whole group at a short and a long context, a prompt chunk
 alone and after a prefix, a group's decodes beside a chunk), medians over repeats. Each node is one
 kernel of ``kernels.kernel_graph`` at that shape, with its FLOPs and bytes; the nodes of one class (the
@@ -67,6 +69,7 @@ class KindProfile:
     shapes: tuple[dict[str, int], ...]
     fits: dict[str, tuple[float, float, float]] = field(hash=False)
     iteration_s: tuple[float, ...] = ()  # measured whole-iteration seconds (sum of nodes) per shape
+    among: int = 1  # profiling workers computing at the same time (the run's CPU worker count)
 
     def time_s(self, k: Kernel) -> float:
         a, b, c = self.fits[node_class(k)]
@@ -96,41 +99,61 @@ def profile_shapes(config: EngineConfig, context: int) -> tuple[IterationShape, 
             IterationShape(decode=g, context=context, chunks=1, chunk_len=max(1, k - g)))
 
 
-def profile_path(source: ModelSource, dtype: torch.dtype, kind: WorkerKind, config: EngineConfig) -> Path:
+def profile_path(source: ModelSource, dtype: torch.dtype, kind: WorkerKind, config: EngineConfig,
+                 corun: int = 1) -> Path:
     tag = zlib.crc32(repr((source.arch, config.group_seqs, config.max_num_batched_tokens)).encode())
-    name = f"{source.name}-{str(dtype).removeprefix('torch.')}-p{config.page_size}-{tag:08x}-{kind.name}.json"
+    with_others = f"-among{corun}" if corun > 1 else ""
+    name = (f"{source.name}-{str(dtype).removeprefix('torch.')}-p{config.page_size}-{tag:08x}-{kind.name}"
+            f"{with_others}.json")
     return profile_dir() / name.replace(":", "_").replace("=", "")
 
 
-def profile_kind(source: ModelSource, dtype: torch.dtype, config: EngineConfig, kind: WorkerKind, *,
-                 context: int, repeats: int = 5, seed: int = 0, cached: bool = True) -> KindProfile:
-    """The kind's profile: from its file when there is one (``cached``), else measured and saved."""
-    path = profile_path(source, dtype, kind, config)
-    if cached and path.is_file():
-        return KindProfile.load(path)
+def profile_kinds(source: ModelSource, dtype: torch.dtype, config: EngineConfig, kinds: tuple[WorkerKind, ...],
+                  *, context: int, repeats: int = 5, seed: int = 0, cached: bool = True) -> dict[str, KindProfile]:
+    """Each CPU kind's profile, measured as the run's workers will compute: one profiling worker per entry of
+    ``kinds``, all at the same time, so that each kind is timed while the others compute beside it (two
+    workers on one host share its memory bandwidth and caches); a lone worker alone. From the files when
+    every one is there (``cached``), else measured and saved (a kind listed twice: its workers' samples
+    together)."""
+    cpu = tuple(k for k in kinds if not k.cuda)
+    paths = {k.name: profile_path(source, dtype, k, config, len(cpu)) for k in cpu}
+    if cached and paths and all(p.is_file() for p in paths.values()):
+        return {name: KindProfile.load(p) for name, p in paths.items()}
+    if not cpu:
+        return {}
     shapes = profile_shapes(config, context)
     need = max(sum(len(p.pages) for p in shape_pieces(s, config.page_size)) for s in shapes)
     cfg = EngineConfig(max_num_seqs=max(config.max_num_seqs, max(s.sequences for s in shapes)),
                        max_num_batched_tokens=config.max_num_batched_tokens, page_size=config.page_size,
                        num_pages=max(need, 1), max_model_len=config.max_model_len, microbatches=1)
-    samples: dict[str, list[tuple[float, float, float]]] = {}
-    totals = []
-    nodes = None
-    with EngineCluster(source, dtype, cfg, (kind,), (0,) * _node_count(source, dtype, config), load_format="dummy",
-                       seed=seed) as cluster:
+    whole = (0,) * _node_count(source, dtype, config)
+    clusters = [EngineCluster(source, dtype, cfg, (k,), whole, load_format="dummy", seed=seed) for k in cpu]
+    samples: dict[str, dict[str, list[tuple[float, float, float]]]] = {k.name: {} for k in cpu}
+    totals: dict[str, list[float]] = {k.name: [] for k in cpu}
+    try:
+        for c in clusters:
+            c.start()
         for shape in shapes:
             inputs = build_inputs(shape_pieces(shape, config.page_size), config.page_size)
-            node_s = cluster.profile(inputs, repeats)
+            sids = [c.start_profile(inputs, repeats) for c in clusters]
             graph = kernel_graph(source.arch, shape, dtype=dtype, page_size=config.page_size)
-            nodes = graph.meta["nodes"]
-            for name, k in zip(nodes, graph.kernels, strict=True):
-                samples.setdefault(node_class(k), []).append((k.flops, k.bytes_read + k.bytes_written, node_s[name]))
-            totals.append(sum(node_s.values()))
-    prof = KindProfile(kind=kind.name, model=source.name, dtype=str(dtype).removeprefix("torch."),
-                       page_size=config.page_size, shapes=tuple(s.as_dict() for s in shapes),
-                       fits={c: fit(v) for c, v in samples.items()}, iteration_s=tuple(totals))
-    prof.save(path)
-    return prof
+            for k, c, sid in zip(cpu, clusters, sids, strict=True):
+                node_s = c.profile(sid)
+                for name, kern in zip(graph.meta["nodes"], graph.kernels, strict=True):
+                    samples[k.name].setdefault(node_class(kern), []).append(
+                        (kern.flops, kern.bytes_read + kern.bytes_written, node_s[name]))
+                totals[k.name].append(sum(node_s.values()))
+    finally:
+        for c in clusters:
+            c.close()
+    out = {}
+    for k in cpu:
+        out[k.name] = KindProfile(kind=k.name, model=source.name, dtype=str(dtype).removeprefix("torch."),
+                                  page_size=config.page_size, shapes=tuple(s.as_dict() for s in shapes),
+                                  fits={c: fit(v) for c, v in samples[k.name].items()},
+                                  iteration_s=tuple(totals[k.name]), among=len(cpu))
+        out[k.name].save(paths[k.name])
+    return out
 
 
 def _node_count(source: ModelSource, dtype: torch.dtype, config: EngineConfig) -> int:

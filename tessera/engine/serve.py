@@ -54,7 +54,8 @@ class Arrival:
 
 @dataclass(frozen=True, kw_only=True)
 class Fault:
-    """Injected: SIGKILL worker ``rank`` when request ``at_request`` (arrival index) is first scheduled."""
+    """Injected: SIGKILL the worker of device ``rank`` (its --devices index) when request ``at_request``
+    (arrival index) is first scheduled."""
 
     at_request: int
     rank: int
@@ -89,7 +90,8 @@ class DriveLog:
 
 
 class WorkerPool:
-    """The engine's workers under a placement, and their replacement when one is lost."""
+    """The engine's workers under a placement, and their replacement when one is lost. A device the
+    placement gives no node is not started (it would only answer every iteration's command)."""
 
     def __init__(self, source: ModelSource, dtype: torch.dtype, config: EngineConfig, kinds: tuple[WorkerKind, ...],
                  placer: Placer, *, load_format: str, seed: int, settings: ClusterSettings = ClusterSettings(),
@@ -99,7 +101,8 @@ class WorkerPool:
         self.load_format, self.seed, self.settings = load_format, seed, settings
         self.placement: Placement | None = None
         self.cluster: EngineCluster | None = None
-        self.original = list(range(len(kinds)))  # the --devices index of each current worker
+        self.devices = list(range(len(kinds)))  # the --devices index of each of self.kinds
+        self.original: list[int] = []  # the --devices index of each started worker (cluster rank)
 
     def __enter__(self) -> WorkerPool:
         self.start(self.placer(self.kinds))
@@ -111,22 +114,30 @@ class WorkerPool:
 
     def start(self, placement: Placement) -> None:
         self.placement = placement
-        self.cluster = EngineCluster(self.source, self.dtype, self.config, self.kinds, placement.assignment,
-                                     load_format=self.load_format, seed=self.seed, settings=self.settings)
+        used = sorted(set(placement.assignment))
+        rank = {d: r for r, d in enumerate(used)}
+        self.original = [self.devices[d] for d in used]
+        self.cluster = EngineCluster(self.source, self.dtype, self.config, tuple(self.kinds[d] for d in used),
+                                     tuple(rank[d] for d in placement.assignment), load_format=self.load_format,
+                                     seed=self.seed, settings=self.settings)
         self.cluster.start()
 
     def recover(self, failure: WorkerFailure) -> str:
         """Re-place onto the survivors of ``failure`` and start them (fresh processes, each loading its new
         share); raises the failure again when none survive. Returns what happened, in one line."""
         t0 = time.monotonic()
-        survivors = [i for i in range(len(self.kinds)) if i != failure.rank]
-        if failure.rank < 0 or not survivors:
+        if failure.rank < 0:
+            raise failure
+        lost = self.original[failure.rank]
+        survivors = [i for i, d in enumerate(self.devices) if d != lost]
+        if not survivors:
             raise failure
         self.kinds = tuple(self.kinds[i] for i in survivors)
-        self.original = [self.original[i] for i in survivors]
+        self.devices = [self.devices[i] for i in survivors]
         self.start(self.replacer(self.kinds))
         msg = (f"{failure}; re-placed ({self.placement.label}) onto {plural(len(survivors), 'surviving worker')} "
-               f"(devices {self.original}) and started them in {time.monotonic() - t0:.1f} s")
+               f"(devices {self.devices}) and started {'it' if len(self.original) == 1 else 'them'} in "
+               f"{time.monotonic() - t0:.1f} s")
         log.warning("recovery: %s", msg)
         return msg
 
@@ -158,7 +169,8 @@ def drive(engine: Engine, pool: WorkerPool, arrivals: Sequence[Arrival], *, reco
             sid = pool.cluster.submit(batch.inputs)
             inflight[sid] = (batch, clock(), clock() - h0)
             if not killed and any(s.request.id == fault.at_request for s in batch.scheduled):
-                os.kill(pool.cluster.procs[fault.rank].pid, signal.SIGKILL)
+                if fault.rank in pool.original:  # a device the placement left empty runs no worker
+                    os.kill(pool.cluster.procs[pool.original.index(fault.rank)].pid, signal.SIGKILL)
                 killed = True
         if not inflight:
             if not pending:

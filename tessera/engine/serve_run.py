@@ -34,7 +34,7 @@ from tessera.engine.engine import Engine, load_engine, resolve_dtype
 from tessera.engine.loader import ModelSource, open_model
 from tessera.engine.memory import available_bytes, check_memory, memory_need
 from tessera.engine.placement import choose, node_names, plan_engine
-from tessera.engine.profile import ProfileCost, measure_link, profile_kind
+from tessera.engine.profile import ProfileCost, measure_link, profile_kinds
 from tessera.engine.routes import Placement
 from tessera.engine.serve import Arrival, DriveLog, Fault, Timing, WorkerPool, drive
 from tessera.engine.shard import build_share
@@ -215,20 +215,22 @@ def check_requests(arrivals: tuple[Arrival, ...], source: ModelSource, config: E
 
 
 class Costs:
-    """The worker kinds' profiles and the link, measured (or read from their files) on first use."""
+    """The worker kinds' profiles (measured as the workers of a run compute together) and the link,
+    measured (or read from their files) on first use, per set of workers."""
 
     def __init__(self, source: ModelSource, dtype: torch.dtype, config: EngineConfig, context: int) -> None:
         self.source, self.dtype, self.config, self.context = source, dtype, config, context
-        self.profiles: dict[str, Any] = {}
+        self.profiles: dict[tuple[str, ...], dict[str, Any]] = {}
         self.link: Any = None
 
     def of(self, kinds: tuple[WorkerKind, ...]) -> tuple[ProfileCost, Any]:
-        for k in kinds:
-            if not k.cuda and k.name not in self.profiles:
-                self.profiles[k.name] = profile_kind(self.source, self.dtype, self.config, k, context=self.context)
-        if self.link is None:
+        key = tuple(k.name for k in kinds)
+        if key not in self.profiles:
+            self.profiles[key] = profile_kinds(self.source, self.dtype, self.config, kinds, context=self.context)
+        if self.link is None and len(kinds) > 1:
             self.link = measure_link(self.source, self.dtype, self.config).spec()
-        return ProfileCost(self.profiles, fallback=default_cost_model() if kinds[0].cuda else None), self.link
+        return (ProfileCost(self.profiles[key], fallback=default_cost_model() if kinds[0].cuda else None),
+                self.link or GLOO_LOCAL)
 
 
 def placer_for(name: str, source: ModelSource, dtype: torch.dtype, config: EngineConfig, traffic: Traffic,
