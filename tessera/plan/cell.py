@@ -142,11 +142,11 @@ def step_points(p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSp
                 t: Traffic) -> tuple[StepPoint, ...]:
     """Token models: one micro-batch's iteration on a full grid of decode sequences {1, ½, all of a
     group's}, chunk tokens {0, ½, all of the budget K} and contexts {P, P + O} (the simulator interpolates
-    in all three). Image models: whole steps at ¼, ½ and all of the batch."""
+    in all three). Image models: whole steps of one image per micro-batch, ½ and all of the batch."""
     m = p.microbatches
     out = []
-    if shapes.images:
-        for b in sorted({max(m, p.batch // 4), max(m, p.batch // 2), p.batch}):
+    if shapes.images:  # one image per micro-batch, half and all of the batch: what the knee samples
+        for b in sorted({m, max(m, p.batch // 2), p.batch}):
             ev = evaluate_cached(shapes.graph(b, m), p.assignment, units, lk, cost)
             out.append(StepPoint(batch=b, tokens=b, context=0, microbatches=m, device_busy_s=ev.device_busy_s,
                                  link_busy_s=ev.link_tuple(), latency_s=ev.latency_s,

@@ -460,33 +460,42 @@ def knee_of(attain: Callable[[float], tuple[float, State, float, float, float]],
 
 def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
                target: float = SLO_TARGET) -> Knee:
-    """Images: a request holds one of B places for ``steps`` iterations; n = λ_g·steps·τ̄ images per
-    group iteration; latency = the wait for a place (M/M/c) + half a group's turn + steps·τ̄."""
+    """Images: a request holds one of B places for ``steps`` iterations of its group, whose period grows
+    with the images in it, τ(n) ≈ c0 + c1·n (a denoising step is compute-bound: c1 is most of it). The
+    group's images share its iterations like jobs sharing a processor (M/G/1 processor sharing, at load
+    ρ = λ_g·steps·c1): an image's latency averages steps·L(1) / (1 − ρ) (L(1): one image's iteration
+    alone), its part beyond the fixed
+    steps·c0 spread exponentially (so the 90th percentile is about 2.3 means of that part), plus the wait
+    for a place when all B are taken (M/M/c). The mean-field of the token form (τ̄ at the mean n) would
+    miss that an image spends its life when the group is busiest."""
     m, b = e.microbatches, e.group_seqs
     none = Load(busy_s=(0.0,) * len(costs.at(1).busy_s), latency_s=0.0)
 
+    def tau(n: float) -> Period:
+        return period(costs.at(n), none, m, 0.0, costs.fit)
+
+    # the marginal cost of an image from the period with every group holding 1 and b images; an image alone
+    # (the other groups idle) takes one iteration's latency per step
+    c1 = (tau(b).mean_s - tau(1).mean_s) / max(1, b - 1)
+    one = costs.at(1).latency_s
+    c0 = max(0.0, one - c1)
+
     def state(lam: float) -> State:
-        lg = lam / m
-
-        def at(tau: float) -> State:
-            n = lg * steps * tau
-            per = period(costs.at(min(n, b)), none, m, 0.0, costs.fit)
-            if n > b:
-                return State(n, 0.0, 0.0, per, False, "slots")
-            hold = steps * per.mean_s
-            return State(n, 0.0, 0.0, per, lam * hold < e.seqs, "" if lam * hold < e.seqs else "slots",
-                         per.mean_s / (2 * m), hold)
-
-        return fixed_point(at, b)
+        rho = lam / m * steps * c1
+        life = steps * one / (1 - rho) if rho < 1 else math.inf
+        n = lam / m * life  # Little's law per group
+        ok = rho < 1 and lam * life < e.seqs and n <= b
+        return State(n, rho, 0.0, tau(min(max(n, 1.0), b)), ok, "" if ok else "slots", 0.0, life)
 
     def attain(lam: float) -> tuple[float, State, float, float, float]:
         s = state(lam)
         if not s.feasible:
             return 0.0, s, math.inf, 0.0, 0.0
-        own = steps * s.per.mean_s + s.per.mean_s / (2 * m)
-        slot = mmc_wait(lam, e.seqs, steps * s.per.mean_s)
-        ok = 1 - slot.above(latency_slo_s - own)
-        return ok, s, own + _mean(slot), ok, 1.0
+        fixed = steps * c0
+        spread = Tail(1.0, 1 / (s.hold_s - fixed)) if s.hold_s > fixed else NO_WAIT
+        slot = mmc_wait(lam, e.seqs, s.hold_s)
+        ok = 1 - sum_above(spread, slot, latency_slo_s - fixed)
+        return ok, s, s.hold_s + _mean(slot), ok, 1.0
 
     cap = capacity(state, steps, costs, e)
     k = knee_of(attain, cap, target)
