@@ -91,11 +91,11 @@ def register_generate(app: typer.Typer) -> None:
         else:
             if load_format == "auto" and not source.has_weights:
                 raise UserError(f"{source.name} has no safetensors weights to load; use --load-format dummy")
-            engine, outs, start_s = generate_on_workers(
+            engine, outs, ready_s = generate_on_workers(
                 source, resolve_dtype(dtype, source), config, kinds, placement,
                 [(i, p.params) for i, p in zip(ids, prompts, strict=True)], load_format=load_format,
                 settings=ClusterSettings(transport=transport))
-            t1 = t0 + start_s
+            t1 = t0 + ready_s
         t2 = time.perf_counter()
         for c in outs:
             typer.echo(c.to_json() if as_json else c.text)

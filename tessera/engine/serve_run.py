@@ -350,13 +350,16 @@ def generate_on_workers(source: ModelSource, dtype: torch.dtype, config: EngineC
                         placement: str, prompts: list[tuple[list[int], SamplingParams]], *, load_format: str,
                         settings: ClusterSettings = ClusterSettings()) -> tuple[Engine, list[Any], float]:
     """``tessera generate --devices A,B``: the prompts served together on workers under ``placement``;
-    the driver engine, the completions in prompt order and the workers' start-up seconds."""
+    the driver engine, the completions in prompt order and the seconds before the first iteration (placing:
+    profiles and the planner for ``plan``; starting the workers)."""
     check_requests(tuple(Arrival(arrival_s=0.0, prompt_ids=tuple(i), params=p) for i, p in prompts), source, config)
     mean_prompt = max(1, round(statistics.mean(len(i) for i, _ in prompts)))
     traffic = Traffic(prompt=mean_prompt, output=max(1, round(statistics.mean(p.max_tokens for _, p in prompts))))
     costs = Costs(source, dtype, config, context=traffic.prompt + traffic.output // 2)
     check_host_memory(source, dtype, config, kinds)
+    t0 = time.monotonic()
     chosen = placer_for(placement, source, dtype, config, traffic, costs)(kinds)
+    place_s = time.monotonic() - t0
     check_worker_memory(source, dtype, config, kinds, chosen.assignment)
     engine = Engine(None, source, config, tokenizer_for(source), devices=tuple(k.name for k in kinds),
                     placement=chosen.label)
@@ -366,4 +369,4 @@ def generate_on_workers(source: ModelSource, dtype: torch.dtype, config: EngineC
                     settings=settings) as pool:
         start_s = time.monotonic() - t0
         reqs, _, _ = drive(engine, pool, arrivals)
-    return engine, [engine.completion(r) for r in reqs], start_s
+    return engine, [engine.completion(r) for r in reqs], place_s + start_s
