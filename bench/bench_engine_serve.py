@@ -62,31 +62,37 @@ def ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.0f}"
 
 
+def tessera_row(r: dict[str, object]) -> str:
+    h, w = r["host_ms_per_iteration"], r["iteration_wall_ms"]
+    return (f"| tessera ({r['placement']}, {r['microbatches']} group(s)) | {len(r['devices'])} x 1 | "
+            f"{r['throughput_tokens_per_s']:.1f} | {ms(r['ttft_s']['p50'])} / {ms(r['ttft_s']['p99'])} | "
+            f"{ms(r['tpot_s']['p50'])} / {ms(r['tpot_s']['p99'])} | {h['p50']:.2f} / {h['p99']:.2f} | "
+            f"{w['p50']:.0f} / {w['p99']:.0f} | {[round(x, 2) for x in r['busy_share']]} | "
+            f"{r['load_avg'][0]:.2f}, {r['load_avg'][1]:.2f} |")
+
+
+def peer_row(p: dict[str, object]) -> str:
+    return (f"| {p['system']} (bench_peers.py) | 1 x {p['threads']} | {p['output_tokens_per_s']:.1f} | "
+            f"{p['ttft_ms']['p50']:.0f} / {p['ttft_ms']['p99']:.0f} | {p['tpot_ms']['p50']:.0f} / "
+            f"{p['tpot_ms']['p99']:.0f} | - | - | - | {p['load']} |")
+
+
 def markdown(rows: list[dict[str, object]], peers: list[dict[str, object]], meta: dict[str, object]) -> str:
-    lines = ["# Qwen2.5-0.5B serving 64 requests on this machine (tessera serve-run, the engine on workers)", "",
-             f"Published config, dummy bf16 weights; bench/workloads/qwen05_64.json (Poisson 1/s, prompts 16-256, "
-             f"outputs 16-128, {meta['prompt_tokens']} prompt and {meta['output_tokens']} output tokens); at most 32 "
-             f"requests at once, 512 tokens per iteration; {meta['cpu']}, 2 cores shared with other engineers' jobs "
-             f"(load average per run below). Measured by `OMP_NUM_THREADS=1 .venv/bin/python "
-             f"bench/bench_engine_serve.py`.", "",
-             "| system | workers x threads | output tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | host ms / iteration "
-             "p50 / p99 | iteration wall ms p50 / p99 | busy share | load avg (start, end) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        h, w = r["host_ms_per_iteration"], r["iteration_wall_ms"]
-        lines.append(f"| tessera ({r['placement']}, {r['microbatches']} group(s)) | {len(r['devices'])} x 1 | "
-                     f"{r['throughput_tokens_per_s']:.1f} | {ms(r['ttft_s']['p50'])} / {ms(r['ttft_s']['p99'])} | "
-                     f"{ms(r['tpot_s']['p50'])} / {ms(r['tpot_s']['p99'])} | {h['p50']:.2f} / {h['p99']:.2f} | "
-                     f"{w['p50']:.0f} / {w['p99']:.0f} | {[round(x, 2) for x in r['busy_share']]} | "
-                     f"{r['load_avg'][0]:.2f}, {r['load_avg'][1]:.2f} |")
-    for p in peers:
-        lines.append(f"| {p['system']} (bench_peers.py) | 1 x {p['threads']} | {p['output_tokens_per_s']:.1f} | "
-                     f"{p['ttft_ms']['p50']:.0f} / {p['ttft_ms']['p99']:.0f} | {p['tpot_ms']['p50']:.0f} / "
-                     f"{p['tpot_ms']['p99']:.0f} | - | - | - | {p['load']} |")
-    lines += ["", "Host ms / iteration: the driver's own work per iteration (the workers compute meanwhile when "
-              "groups are in flight). Iteration wall: submit to logits back. Busy share: each worker's seconds in "
-              "its nodes over the stream's span."]
-    return "\n".join(lines) + "\n"
+    head = [
+        "# Qwen2.5-0.5B serving 64 requests on this machine (tessera serve-run, the engine on workers)", "",
+        f"Published config, dummy bf16 weights; bench/workloads/qwen05_64.json (Poisson 1/s, prompts 16-256, "
+        f"outputs 16-128, {meta['prompt_tokens']} prompt and {meta['output_tokens']} output tokens); at most "
+        f"32 requests at once, 512 tokens per iteration; {meta['cpu']}, 2 cores shared with other engineers' "
+        f"jobs (load average per run below). Measured by `OMP_NUM_THREADS=1 .venv/bin/python "
+        f"bench/bench_engine_serve.py`.", "",
+        "| system | workers x threads | output tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | host ms / "
+        "iteration p50 / p99 | iteration wall ms p50 / p99 | busy share | load avg (start, end) |",
+        "|---|---|---|---|---|---|---|---|---|"]
+    tail = ["", "Host ms / iteration: the driver's own work per iteration (the workers compute meanwhile "
+            "when groups are in flight). Iteration wall: submit to logits back. Busy share: each worker's seconds "
+            "in its nodes over the stream's span. The peers' rows: bench/results/peers.json, measured at "
+            "another moment."]
+    return "\n".join([*head, *map(tessera_row, rows), *map(peer_row, peers), *tail]) + "\n"
 
 
 def peer_rows() -> list[dict[str, object]]:
@@ -113,8 +119,9 @@ def main() -> None:
     ap.add_argument("--only", choices=sorted(CONFIGS), action="append")
     args = ap.parse_args()
     totals = json.loads(WORKLOAD.read_text())["totals"]
-    meta = {"cpu": "AMD EPYC, 2 vCPU", "omp": os.environ.get("OMP_NUM_THREADS"), "threads": torch.get_num_threads(),
-            "prompt_tokens": totals["prompt_tokens"], "output_tokens": totals["output_tokens"]}
+    meta = {"cpu": "AMD EPYC, 2 vCPU", "omp": os.environ.get("OMP_NUM_THREADS"),
+            "threads": torch.get_num_threads(), "prompt_tokens": totals["prompt_tokens"],
+            "output_tokens": totals["output_tokens"]}
     rows = []
     for name in args.only or list(CONFIGS):
         rows.append(run(name))
@@ -123,7 +130,8 @@ def main() -> None:
     text = markdown(rows, peers, meta)
     print(text)
     OUT.mkdir(exist_ok=True)
-    (OUT / "engine_serve.json").write_text(json.dumps({"meta": meta, "rows": rows, "peers": peers}, indent=1) + "\n")
+    doc = {"meta": meta, "rows": rows, "peers": peers}
+    (OUT / "engine_serve.json").write_text(json.dumps(doc, indent=1) + "\n")
     (OUT / "engine_serve.md").write_text(text)
 
 

@@ -45,16 +45,19 @@ from tessera.sim.workload import LengthSpec, WorkloadSpec
 
 OUT = Path(__file__).parent / "results"
 FAST, SLOW = WorkerKind(device="cpu"), WorkerKind(device="cpu", speed=0.5)
+KILL_AT = 20  # the request at whose first iteration worker 1 is SIGKILLed in the fault row
 
 
 def setup(quick: bool) -> tuple[str, EngineConfig, WorkloadSpec]:
     if quick:
-        return "llama-tiny", EngineConfig(max_num_seqs=8, max_num_batched_tokens=32, page_size=16,
-                                          max_model_len=64, microbatches=2), \
-            WorkloadSpec(kind="offline", requests=16, prompt=LengthSpec(lo=8, hi=16), output=LengthSpec(lo=8, hi=16))
-    return "llama-wide", EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, page_size=16, max_model_len=128,
-                                      microbatches=2), \
-        WorkloadSpec(kind="offline", requests=64, prompt=LengthSpec(lo=32, hi=64), output=LengthSpec(lo=32, hi=64))
+        config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=32, page_size=16, max_model_len=64,
+                              microbatches=2)
+        return "llama-tiny", config, WorkloadSpec(kind="offline", requests=16, prompt=LengthSpec(lo=8, hi=16),
+                                                  output=LengthSpec(lo=8, hi=16))
+    config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, page_size=16, max_model_len=128,
+                          microbatches=2)
+    return "llama-wide", config, WorkloadSpec(kind="offline", requests=64, prompt=LengthSpec(lo=32, hi=64),
+                                              output=LengthSpec(lo=32, hi=64))
 
 
 def plans(model: str, config: EngineConfig, w: WorkloadSpec, folder: Path) -> dict[str, object]:
@@ -63,35 +66,39 @@ def plans(model: str, config: EngineConfig, w: WorkloadSpec, folder: Path) -> di
     source = open_model(model)
     traffic = Traffic(prompt=(w.prompt.lo + w.prompt.hi) // 2, output=(w.output.lo + w.output.hi) // 2)
     context = traffic.prompt + traffic.output // 2
-    t0 = time.monotonic()
     link = measure_link(source, torch.float32, config, cached=False)
     out: dict[str, object] = {"link": asdict(link)}
     for name, kinds in (("single", (FAST,)), ("split", (FAST, SLOW))):
         t0 = time.monotonic()
         profiles = profile_kinds(source, torch.float32, config, kinds, context=context, cached=False)
         profile_s = time.monotonic() - t0
-        placed = plan_engine(source, torch.float32, config, kinds, traffic, ProfileCost(profiles), link.spec())
+        cost = ProfileCost(profiles)
+        placed = plan_engine(source, torch.float32, config, kinds, traffic, cost, link.spec())
         path = folder / f"engine_{name}_plan.json"
         placed.plan.save(path)
         out[name] = {"path": str(path), "kinds": [k.name for k in kinds], "profile_s": profile_s,
-                     "plan_s": time.monotonic() - t0 - profile_s, "predicted": placed.plan.throughput_tokens_per_s,
-                     "notes": placed.plan.notes, "nodes": [placed.assignment.count(d) for d in range(len(kinds))],
+                     "plan_s": time.monotonic() - t0 - profile_s,
+                     "predicted": placed.plan.throughput_tokens_per_s, "notes": placed.plan.notes,
+                     "nodes": [placed.assignment.count(d) for d in range(len(kinds))],
                      "device_busy": placed.plan.device_busy,
-                     "profiles": {k: {"iteration_s": p.iteration_s, "shapes": p.shapes} for k, p in profiles.items()}}
+                     "profiles": {k: {"iteration_s": p.iteration_s, "shapes": p.shapes}
+                                  for k, p in profiles.items()}}
     return out
 
 
 def serve(model: str, config: EngineConfig, w: WorkloadSpec, kinds: tuple[WorkerKind, ...], plan_path: str,
           verify: bool, fault: Fault | None = None) -> dict[str, object]:
-    spec = ServeRunSpec(model=model, kinds=kinds, placement=plan_path, workload=w, config=config, dtype="fp32",
-                        load_format="dummy", seed=0, verify=verify, recover=fault is not None, fault=fault)
+    spec = ServeRunSpec(model=model, kinds=kinds, placement=plan_path, workload=w, config=config,
+                        dtype="fp32", load_format="dummy", seed=0, verify=verify, recover=fault is not None,
+                        fault=fault)
     r = serve_run(spec)
     e = r.extra
     return {"throughput": r.throughput_tokens_per_s, "planner": r.predicted_throughput_tokens_per_s,
-            "simulator": r.simulated_throughput_tokens_per_s, "verified": r.verified, "completed": r.completed,
-            "lost": r.lost, "ttft_s": r.ttft_s, "tpot_s": r.tpot_s, "host_ms": r.host_ms_per_iteration,
-            "busy_share": e["worker_busy_share"], "load_avg": [e["load_avg_before"][0], e["load_avg_after"][0]],
-            "iterations": e["iterations"], "recoveries": e["recoveries"], "start_s": e["start_s"]}
+            "simulator": r.simulated_throughput_tokens_per_s, "verified": r.verified,
+            "completed": r.completed, "lost": r.lost, "ttft_s": r.ttft_s, "tpot_s": r.tpot_s,
+            "host_ms": r.host_ms_per_iteration, "busy_share": e["worker_busy_share"],
+            "load_avg": [e["load_avg_before"][0], e["load_avg_after"][0]], "iterations": e["iterations"],
+            "recoveries": e["recoveries"], "start_s": e["start_s"]}
 
 
 def summary(runs: list[dict[str, object]]) -> dict[str, object]:
@@ -101,35 +108,41 @@ def summary(runs: list[dict[str, object]]) -> dict[str, object]:
             "planner_error": planner / med - 1, "simulator_error": sim / med - 1}
 
 
+def row(name: str, doc: dict[str, object]) -> str:
+    s, p, runs = doc["summary"][name], doc["plans"][name], doc["runs"][name]
+    measured = ", ".join(f"{x:.1f}" for x in s["runs"])
+    loads = ", ".join(str(round(r["load_avg"][0], 2)) for r in runs)
+    return (f"| {name} ({', '.join(p['kinds'])}) | {p['nodes']} | {s['measured']:.1f} ({measured}) | "
+            f"{s['planner']:.1f} | {s['simulator']:.1f} | {s['planner_error']:+.1%} | "
+            f"{s['simulator_error']:+.1%} | {[round(x, 2) for x in runs[0]['busy_share']]} | {loads} |")
+
+
 def markdown(doc: dict[str, object]) -> str:
-    m = doc["meta"]
-    lines = [f"# The engine split over two CPU workers of different speeds ({m['model']}, {m['dtype']})", "",
-             f"Workers `cpu` and `cpu:speed=0.5`, one thread each (OMP_NUM_THREADS={m['omp']}), {m['cpu']}; engine "
-             f"{m['engine']}; offline stream of {m['workload']}; {m['repeats']} runs per configuration in "
-             f"alternating order, medians; load average {m['load_start']} at the start and {m['load_end']} at the "
-             f"end (2 cores, shared). Measured by `OMP_NUM_THREADS=1 .venv/bin/python bench/bench_engine_split.py`.",
-             "", "| configuration | nodes per worker | measured tokens/s (runs) | planner | simulator | planner "
-             "error | simulator error | busy share | load avg per run |", "|---|---|---|---|---|---|---|---|---|"]
-    for name in ("single", "split"):
-        s, p = doc["summary"][name], doc["plans"][name]
-        runs = doc["runs"][name]
-        lines.append(f"| {name} ({', '.join(p['kinds'])}) | {p['nodes']} | {s['measured']:.1f} "
-                     f"({', '.join(f'{x:.1f}' for x in s['runs'])}) | {s['planner']:.1f} | {s['simulator']:.1f} | "
-                     f"{s['planner_error']:+.1%} | {s['simulator_error']:+.1%} | "
-                     f"{[round(x, 2) for x in runs[0]['busy_share']]} | "
-                     f"{', '.join(str(round(r['load_avg'][0], 2)) for r in runs)} |")
-    f = doc["fault"]
-    lines += ["", f"Split over single, measured: **{doc['speedup']:.2f}x** (planner {doc['planner_speedup']:.2f}x, "
-              f"simulator {doc['simulator_speedup']:.2f}x). Every first run verified against the single-process "
-              f"engine: {doc['verified']}.", "",
-              f"Fault: worker 1 SIGKILLed when request 20 was first scheduled: {f['completed']} of "
-              f"{doc['meta']['requests']} completed, lost {f['lost']}, tokens equal to the single-process engine's: "
-              f"{f['verified']}; {f['recoveries'][0] if f['recoveries'] else 'no recovery'}.", "",
-              "Reading: the planner's figure is the Plan's throughput (the serving model's capacity from the "
-              "profiled kernel costs); the simulator serves the same 64 requests on that Plan file. Both price "
-              "each kind by its own profile, taken just before the runs; on a shared 2-core machine a run "
-              "meeting more load than its profile did runs slower than predicted (the load column)."]
-    return "\n".join(lines) + "\n"
+    m, f, link = doc["meta"], doc["fault"], doc["plans"]["link"]
+    recovery = f["recoveries"][0] if f["recoveries"] else "no recovery"
+    return "\n".join([
+        f"# The engine split over two CPU workers of different speeds ({m['model']}, {m['dtype']})", "",
+        f"Workers `cpu` and `cpu:speed=0.5`, one thread each (OMP_NUM_THREADS={m['omp']}), {m['cpu']}; "
+        f"engine {m['engine']}; offline stream of {m['workload']}; {m['repeats']} runs per configuration in "
+        f"alternating order, medians; load average {m['load_start']} at the start and {m['load_end']} at "
+        f"the end (2 cores, shared with other engineers' jobs). The link as an iteration met it: "
+        f"{link['latency_s'] * 1e3:.2f} ms per crossing (start-up probe "
+        f"{link['probe_latency_s'] * 1e3:.2f} ms). "
+        f"Measured by `OMP_NUM_THREADS=1 .venv/bin/python bench/bench_engine_split.py`.", "",
+        "| configuration | nodes per worker | measured tokens/s (runs) | planner | simulator | planner "
+        "error | simulator error | busy share | load avg per run |", "|---|---|---|---|---|---|---|---|---|",
+        row("single", doc), row("split", doc), "",
+        f"Split over single, measured: **{doc['speedup']:.2f}x** (planner {doc['planner_speedup']:.2f}x, "
+        f"simulator {doc['simulator_speedup']:.2f}x); the planner's choice: "
+        f"{'; '.join(doc['plans']['split']['notes'])}. Every first run verified against the single-process "
+        f"engine: {doc['verified']}.", "",
+        f"Fault: worker 1 SIGKILLed when request {KILL_AT} was first scheduled: {f['completed']} of "
+        f"{m['requests']} completed, lost {f['lost']}, tokens equal to the single-process engine's: "
+        f"{f['verified']}; {recovery}.", "",
+        "Reading: the planner's figure is the Plan's throughput (the serving model's capacity from the "
+        "profiled kernel costs); the simulator serves the same requests on that Plan file. Both price each "
+        "kind by its own profile, taken just before the runs; on a shared 2-core machine a run meeting more "
+        "load than its profile did runs slower than predicted (the load column)."]) + "\n"
 
 
 def main() -> None:
@@ -150,13 +163,13 @@ def main() -> None:
                 runs[name].append(serve(model, config, w, kinds, made[name]["path"], verify=rep == 0))
                 print(name, rep, round(runs[name][-1]["throughput"], 1), flush=True)
         fault = serve(model, config, w, (FAST, SLOW), made["split"]["path"], verify=True,
-                      fault=Fault(at_request=20 if not args.quick else 4, rank=1))
+                      fault=Fault(at_request=KILL_AT if not args.quick else 4, rank=1))
     sums = {name: summary(rs) for name, rs in runs.items()}
-    doc = {"meta": {"model": model, "dtype": "float32", "engine": asdict(config), "omp": os.environ.get("OMP_NUM_THREADS"),
+    doc = {"meta": {"model": model, "dtype": "float32", "engine": asdict(config),
+                    "omp": os.environ.get("OMP_NUM_THREADS"), "requests": w.requests, "repeats": args.repeats,
                     "workload": f"{w.requests} requests, prompts {w.prompt}, outputs {w.output}",
-                    "requests": w.requests, "repeats": args.repeats, "load_start": load_start,
-                    "load_end": round(os.getloadavg()[0], 2), "cpu": "AMD EPYC, 2 vCPU",
-                    "threads": torch.get_num_threads()},
+                    "load_start": load_start, "load_end": round(os.getloadavg()[0], 2),
+                    "cpu": "AMD EPYC, 2 vCPU", "threads": torch.get_num_threads()},
            "plans": made, "runs": runs, "summary": sums, "fault": fault,
            "speedup": sums["split"]["measured"] / sums["single"]["measured"],
            "planner_speedup": sums["split"]["planner"] / sums["single"]["planner"],
@@ -166,14 +179,10 @@ def main() -> None:
     print(text)
     if not args.quick:
         OUT.mkdir(exist_ok=True)
-        for name in ("single", "split"):  # the Plan files stay beside the results, named for tessera simulate
+        for name in ("single", "split"):  # the Plan files stay beside the results, for tessera simulate
             made[name]["path"] = str(Path(made[name]["path"]).relative_to(OUT.parent.parent))
-        (OUT / "engine_split.json").write_text(json.dumps(replace_paths(doc), indent=1) + "\n")
+        (OUT / "engine_split.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
         (OUT / "engine_split.md").write_text(text)
-
-
-def replace_paths(doc: dict[str, object]) -> dict[str, object]:
-    return json.loads(json.dumps(doc, default=str))
 
 
 if __name__ == "__main__":

@@ -62,8 +62,8 @@ def tiny_arch() -> Any:
 
     inv = tuple(1.0 / 10000.0 ** (i / 16) for i in range(0, 16, 2))
     arch = ModelArch(model_type="llama", family="decoder", vocab_size=256, hidden_size=64, num_layers=2,
-                     norm_eps=1e-6, tie_word_embeddings=False, context_window=4096, num_heads=4, num_kv_heads=2,
-                     head_dim=16, intermediate_size=128, windows=(0, 0), inv_freq=inv)
+                     norm_eps=1e-6, tie_word_embeddings=False, context_window=4096, num_heads=4,
+                     num_kv_heads=2, head_dim=16, intermediate_size=128, windows=(0, 0), inv_freq=inv)
     return ModelSource(name="llama-tiny-dims", arch=arch)
 
 
@@ -84,12 +84,13 @@ def serve_once(source: Any, kinds: tuple, assignment: tuple[int, ...], *, m: int
     params = SamplingParams(max_tokens=8, ignore_eos=True)
     placed = Placement(assignment=assignment, label="check")
     t0 = time.monotonic()
-    with WorkerPool(source, dtype or torch.float32, config, kinds, lambda _k: placed, load_format="dummy", seed=0,
-                    settings=settings) as pool:
+    with WorkerPool(source, dtype or torch.float32, config, kinds, lambda _k: placed, load_format="dummy",
+                    seed=0, settings=settings) as pool:
         reqs, _, log = drive(engine, pool, [Arrival(arrival_s=0.0, prompt_ids=tuple(p), params=params)
                                             for p in PROMPTS])
-    return {"tokens": [r.output_ids for r in reqs], "history": [(h.group, h.tokens, h.logits) for h in engine.history],
-            "iterations": len(log.host_s), "wall_s": time.monotonic() - t0}
+    return {"tokens": [r.output_ids for r in reqs], "iterations": len(log.host_s),
+            "history": [(h.group, h.tokens, h.logits) for h in engine.history],
+            "wall_s": time.monotonic() - t0}
 
 
 def same_logits(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -178,8 +179,8 @@ def qwen05(dev: str, dry: bool) -> dict[str, Any]:
     engine = Engine(None, source, config, ByteTokenizer(eos_token_ids=()))
     t0 = time.monotonic()
     with WorkerPool(source, torch.bfloat16, config, (WorkerKind(device=dev),),
-                    lambda _k: Placement(assignment=(0,) * nodes, label="one worker"), load_format="dummy", seed=0,
-                    settings=ClusterSettings()) as pool:
+                    lambda _k: Placement(assignment=(0,) * nodes, label="one worker"), load_format="dummy",
+                    seed=0, settings=ClusterSettings()) as pool:
         start_s = time.monotonic() - t0
         reqs, timing, log = drive(engine, pool, arrivals)
     done = [r for r in reqs if r.finished]
@@ -193,7 +194,8 @@ def qwen05(dev: str, dry: bool) -> dict[str, Any]:
     def pct(xs: list[float], q: float) -> float | None:
         return xs[max(0, math.ceil(q * len(xs)) - 1)] if xs else None
 
-    return {"ok": len(done) == len(arrivals), "requests": len(arrivals), "throughput_tokens_per_s": tokens / span,
+    return {"ok": len(done) == len(arrivals), "requests": len(arrivals),
+            "throughput_tokens_per_s": tokens / span,
             "ttft_s": {"p50": pct(ttft, 0.5), "p99": pct(ttft, 0.99)},
             "tpot_s": {"p50": pct(tpot, 0.5), "p99": pct(tpot, 0.99)},
             "host_ms_per_iteration": {"p50": pct([h * 1e3 for h in host], 0.5),
@@ -270,10 +272,11 @@ def main() -> None:
         results.append(got)
         with lines.open("a") as f:
             f.write(json.dumps(got, default=str) + "\n")
-        print(f"[{'ok' if got['ok'] else 'FAIL'}] {name}: "
-              + json.dumps({k: v for k, v in got.items() if k not in ("traceback", "history")}, default=str)[:600])
-    summary = {"check": "engine CUDA path", "dry_run_cpu": args.dry_run_cpu, "environment": environment(args.dry_run_cpu),
-               "ok": all(r["ok"] for r in results), "cases": results}
+        shown = {k: v for k, v in got.items() if k not in ("traceback", "history")}
+        print(f"[{'ok' if got['ok'] else 'FAIL'}] {name}: " + json.dumps(shown, default=str)[:600])
+    summary = {"check": "engine CUDA path", "dry_run_cpu": args.dry_run_cpu,
+               "environment": environment(args.dry_run_cpu), "ok": all(r["ok"] for r in results),
+               "cases": results}
     (folder / f"{stem}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     print(f"engine_cuda_check: {'PASSED' if summary['ok'] else 'FAILED'}; wrote {lines} and {stem}.json")
     sys.exit(0 if summary["ok"] else 1)

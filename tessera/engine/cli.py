@@ -10,10 +10,10 @@ from pathlib import Path
 
 import typer
 
-PLACEMENT_HELP = "over several devices: plan (tessera.plan, profiled workers), layer_split, attention_gemm, " \
-                 "interleave, or a PLAN.json"
-DEVICES_HELP = "one worker per entry: cpu, cpu:threads=N, cpu:speed=S (0 < S <= 1), cuda:N; a lone cpu runs " \
-               "in this process"
+PLACEMENT_HELP = ("over several devices: plan (tessera.plan, profiled workers), layer_split, attention_gemm, "
+                  "interleave, or a PLAN.json")
+DEVICES_HELP = ("one worker per entry: cpu, cpu:threads=N, cpu:speed=S (0 < S <= 1), cuda:N; a lone cpu "
+                "runs in this process")
 
 
 def register(app: typer.Typer) -> None:
@@ -116,7 +116,8 @@ def register_serve(app: typer.Typer) -> None:
         requests: int = typer.Option(8, help="requests in the stream"),
         prompt: str = typer.Option("4-8", help="prompt tokens: N, LO-HI or a length trace name"),
         output: str = typer.Option("2-6", help="generated tokens per request: N, LO-HI or a trace name"),
-        workload_file: Path | None = typer.Option(None, help="explicit requests instead (bench/workloads/*.json)"),
+        workload_file: Path | None = typer.Option(None, help="explicit requests instead "
+                                                  "(bench/workloads/*.json)"),
         max_num_seqs: int = typer.Option(8, help="requests running at once"),
         max_num_batched_tokens: int = typer.Option(64, help="tokens per iteration of a group"),
         microbatches: int = typer.Option(2, help="groups advancing independently (iterations in flight)"),
@@ -124,7 +125,8 @@ def register_serve(app: typer.Typer) -> None:
         max_model_len: int | None = typer.Option(None, help="longest prompt + output (default: the longest "
                                                  "request of the stream)"),
         dtype: str = typer.Option("auto", help="auto (the checkpoint's), bf16, fp16 or fp32"),
-        load_format: str = typer.Option("dummy", help="dummy: random weights; auto: the directory's safetensors"),
+        load_format: str = typer.Option("dummy", help="dummy: random weights; auto: the directory's "
+                                        "safetensors"),
         seed: int = typer.Option(0, help="workload, prompt and dummy-weight seed"),
         verify: bool = typer.Option(False, help="exit 1 unless every request's greedy tokens equal the "
                                     "single-process engine's"),
@@ -156,9 +158,11 @@ def register_serve(app: typer.Typer) -> None:
             raise UserError(f"--kill-at {kill_at}: a request index >= 0")
         longest = None if wl is None or wl.prompt.trace or wl.output.trace else wl.prompt.hi + wl.output.hi
         config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                              page_size=page_size, microbatches=microbatches, max_model_len=max_model_len or longest)
+                              page_size=page_size, microbatches=microbatches,
+                              max_model_len=max_model_len or longest)
         spec = ServeRunSpec(model=model, kinds=kinds, placement=placement, workload=wl,
-                            workload_file=str(workload_file) if workload_file else None, config=config, dtype=dtype,
+                            workload_file=str(workload_file) if workload_file else None, config=config,
+                            dtype=dtype,
                             load_format=load_format, seed=seed, verify=verify, recover=recover, replan=replan,
                             fault=Fault(at_request=kill_at, rank=kill_rank) if kill_at is not None else None,
                             predict=predict, settings=ClusterSettings(transport=transport))

@@ -59,12 +59,13 @@ class Finished:
 class EngineCluster(Processes):
     """One worker per ``kinds`` entry, worker d running the nodes ``assignment`` gives it."""
 
-    def __init__(self, source: ModelSource, dtype: torch.dtype, config: EngineConfig, kinds: tuple[WorkerKind, ...],
-                 assignment: tuple[int, ...], *, load_format: str, seed: int,
+    def __init__(self, source: ModelSource, dtype: torch.dtype, config: EngineConfig,
+                 kinds: tuple[WorkerKind, ...], assignment: tuple[int, ...], *, load_format: str, seed: int,
                  settings: ClusterSettings = ClusterSettings()) -> None:
         self.devices = tuple(k.device for k in kinds)
         super().__init__(Watch(devices=self.devices, heartbeat_timeout_s=settings.heartbeat_timeout_s,
-                               step_timeout_s=settings.step_timeout_s, start_timeout_s=settings.start_timeout_s))
+                               step_timeout_s=settings.step_timeout_s,
+                               start_timeout_s=settings.start_timeout_s))
         backend, ordered = choose_backend(self.devices, settings.transport)
         self.backend, self.ordered = backend, ordered if settings.ordered is None else settings.ordered
         if backend == "nccl" and not self.ordered:
@@ -81,8 +82,9 @@ class EngineCluster(Processes):
     def specs(self) -> list[WorkerSpec]:
         layouts = value_layouts(self.source.arch, self.dtype, self.engine_config.page_size)
         return [WorkerSpec(rank=r, world=len(self.kinds), device=k.device, threads=k.threads, speed=k.speed,
-                           backend=self.backend, ordered=self.ordered, recv_timeout_s=self.settings.recv_timeout_s,
-                           source=self.source, dtype=self.dtype, config=self.engine_config, load_format=self.load_format,
+                           backend=self.backend, ordered=self.ordered,
+                           recv_timeout_s=self.settings.recv_timeout_s, source=self.source, dtype=self.dtype,
+                           config=self.engine_config, load_format=self.load_format,
                            seed=self.seed, assignment=self.assignment, layouts=layouts,
                            cuda_graphs=self.settings.cuda_graphs) for r, k in enumerate(self.kinds)]
 

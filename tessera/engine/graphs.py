@@ -27,7 +27,8 @@ Fetch = Callable[[fx.Node], Tensor]
 
 def capturable(program: Program, node: fx.Node) -> bool:
     callee = program.callee(node)
-    return not isinstance(callee, Experts | MambaConv) and callee is not torch.ops.tessera_engine.mamba_scan.default
+    scan = torch.ops.tessera_engine.mamba_scan.default
+    return not isinstance(callee, Experts | MambaConv) and callee is not scan
 
 
 @dataclass

@@ -58,8 +58,10 @@ class EngineShapes:
     images = False
 
     def __init__(self, source: ModelSource, dtype: torch.dtype, page_size: int, traffic: Traffic) -> None:
-        self.model, self.arch, self.dtype, self.page_size, self.traffic = source.name, source.arch, dtype, page_size, traffic
-        # one decode whose pages hold exactly page_size tokens: the KV bytes per token (cell.kv_bytes_per_token)
+        self.model, self.arch, self.dtype = source.name, source.arch, dtype
+        self.page_size, self.traffic = page_size, traffic
+        # one decode whose pages hold exactly page_size tokens: the KV bytes per token
+        # (cell.kv_bytes_per_token)
         self.base = self.engine(IterationShape(decode=1, context=page_size - 1))
         self._cache: dict[IterShape, KernelGraph] = {}
 
@@ -123,7 +125,8 @@ def plan_engine(source: ModelSource, dtype: torch.dtype, config: EngineConfig, k
                         f"{config.group_seqs} decodes; raise it above {config.group_seqs}")
     g = shapes.graph(b, m)
     link_units = dict(units=units, link=link, cost=cost)
-    candidates = {"given": assignment} if assignment is not None else candidate_placements(g, b, m, **link_units)
+    candidates = ({"given": assignment} if assignment is not None
+                  else candidate_placements(g, b, m, **link_units))
     if not candidates:
         raise UserError(f"the planner found no placement of {source.name} on {len(units)} workers that fits")
     points = {name: score_point(g, a, batch=b, m=m, traffic=traffic, slo=slo, at=shapes.at, budgets=(budget,),
@@ -186,7 +189,8 @@ def by_module(planned: KernelGraph, assignment: tuple[int, ...], engine: KernelG
     return tuple(out)
 
 
-def choose(spec: str, source: ModelSource, dtype: torch.dtype, config: EngineConfig, kinds: tuple[WorkerKind, ...],
+def choose(spec: str, source: ModelSource, dtype: torch.dtype, config: EngineConfig,
+           kinds: tuple[WorkerKind, ...],
            traffic: Traffic, cost: ProfileCost | None = None, link: LinkSpec | None = None) -> Placement:
     """``--placement``: a PLAN.json path, ``plan`` (needs ``cost`` and ``link``), or a named rule."""
     if spec.endswith(".json") or Path(spec).is_file():
@@ -194,6 +198,6 @@ def choose(spec: str, source: ModelSource, dtype: torch.dtype, config: EngineCon
     if spec == MILP:
         if len(kinds) == 1:
             return Placement(assignment=(0,) * len(node_names(source.arch, config.page_size)), label=MILP)
-        assert cost is not None and link is not None, "placement plan needs the kinds' cost model and the link"
+        assert cost is not None and link is not None, "placement plan needs the kinds' costs and the link"
         return plan_engine(source, dtype, config, kinds, traffic, cost, link)
     return named(spec, source, len(kinds), config.page_size)

@@ -108,8 +108,9 @@ def profile_path(source: ModelSource, dtype: torch.dtype, kind: WorkerKind, conf
     return profile_dir() / name.replace(":", "_").replace("=", "")
 
 
-def profile_kinds(source: ModelSource, dtype: torch.dtype, config: EngineConfig, kinds: tuple[WorkerKind, ...],
-                  *, context: int, repeats: int = 5, seed: int = 0, cached: bool = True) -> dict[str, KindProfile]:
+def profile_kinds(source: ModelSource, dtype: torch.dtype, config: EngineConfig,
+                  kinds: tuple[WorkerKind, ...], *, context: int, repeats: int = 5, seed: int = 0,
+                  cached: bool = True) -> dict[str, KindProfile]:
     """Each CPU kind's profile, measured as the run's workers will compute: one profiling worker per entry of
     ``kinds``, all at the same time, so that each kind is timed while the others compute beside it (two
     workers on one host share its memory bandwidth and caches); a lone worker alone. From the files when
@@ -157,7 +158,8 @@ def profile_kinds(source: ModelSource, dtype: torch.dtype, config: EngineConfig,
 
 
 def _node_count(source: ModelSource, dtype: torch.dtype, config: EngineConfig) -> int:
-    graph = kernel_graph(source.arch, IterationShape(decode=1, context=1), dtype=dtype, page_size=config.page_size)
+    graph = kernel_graph(source.arch, IterationShape(decode=1, context=1), dtype=dtype,
+                         page_size=config.page_size)
     return len(graph.kernels)
 
 
@@ -219,7 +221,8 @@ class MeasuredLink:
 
     def spec(self) -> LinkSpec:
         return LinkSpec(name="gloo-engine", bytes_per_s=self.bytes_per_s, latency_s=self.latency_s,
-                        source="two local engine workers: per crossing as an iteration meets it; bandwidth probed")
+                        source="two local engine workers: per crossing as an iteration meets it; "
+                               "bandwidth probed")
 
 
 def link_path(source: ModelSource) -> Path:
@@ -239,7 +242,8 @@ def measure_link(source: ModelSource, dtype: torch.dtype, config: EngineConfig, 
     graph = kernel_graph(source.arch, shape, dtype=dtype, page_size=config.page_size)
     inputs = build_inputs(shape_pieces(shape, config.page_size), config.page_size)
     cfg = EngineConfig(max_num_seqs=max(config.max_num_seqs, shape.sequences), page_size=config.page_size,
-                       max_num_batched_tokens=config.max_num_batched_tokens, max_model_len=config.max_model_len,
+                       max_num_batched_tokens=config.max_num_batched_tokens,
+                       max_model_len=config.max_model_len,
                        num_pages=sum(len(p.pages) for p in shape_pieces(shape, config.page_size)))
     cpu = WorkerKind(device="cpu")
     split = tuple(interleave(graph, 2))
@@ -253,8 +257,9 @@ def measure_link(source: ModelSource, dtype: torch.dtype, config: EngineConfig, 
     return got
 
 
-def _iteration_s(source: ModelSource, dtype: torch.dtype, config: EngineConfig, kinds: tuple[WorkerKind, ...],
-                 assignment: tuple[int, ...], inputs: IterationInputs, iterations: int) -> tuple[float, object]:
+def _iteration_s(source: ModelSource, dtype: torch.dtype, config: EngineConfig,
+                 kinds: tuple[WorkerKind, ...], assignment: tuple[int, ...], inputs: IterationInputs,
+                 iterations: int) -> tuple[float, object]:
     """Lower-quartile seconds from submitting an iteration to its logits on these workers, and their link
     probe."""
     times = []

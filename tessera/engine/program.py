@@ -161,7 +161,8 @@ class Program:
             return self.attr(a) if a.op == "get_attr" else env[a]
 
         for node in self.kernels:
-            env[node] = self.call(node, fx.node.map_arg(node.args, fetch), fx.node.map_arg(node.kwargs, fetch))
+            args, kwargs = fx.node.map_arg(node.args, fetch), fx.node.map_arg(node.kwargs, fetch)
+            env[node] = self.call(node, args, kwargs)
         return {n.name: v for n, v in env.items()}
 
     def attr(self, node: fx.Node) -> Tensor:

@@ -91,7 +91,8 @@ def route(program: Program, assignment: Sequence[int], rank: int) -> Route:
         if t.src == rank:
             sends[pos[index[by_name[t.value]]]].append(t)
         if t.dst == rank:
-            first = min(index[u] for u in by_name[t.value].users if u in index and assignment[index[u]] == rank)
+            users = by_name[t.value].users
+            first = min(index[u] for u in users if u in index and assignment[index[u]] == rank)
             recvs[pos[first]].append(t)
     out_node = _output(program)
     return Route(rank=rank, nodes=tuple(mine), recvs=tuple(map(tuple, recvs)), sends=tuple(map(tuple, sends)),

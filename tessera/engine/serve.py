@@ -93,9 +93,9 @@ class WorkerPool:
     """The engine's workers under a placement, and their replacement when one is lost. A device the
     placement gives no node is not started (it would only answer every iteration's command)."""
 
-    def __init__(self, source: ModelSource, dtype: torch.dtype, config: EngineConfig, kinds: tuple[WorkerKind, ...],
-                 placer: Placer, *, load_format: str, seed: int, settings: ClusterSettings = ClusterSettings(),
-                 replacer: Placer | None = None) -> None:
+    def __init__(self, source: ModelSource, dtype: torch.dtype, config: EngineConfig,
+                 kinds: tuple[WorkerKind, ...], placer: Placer, *, load_format: str, seed: int,
+                 settings: ClusterSettings = ClusterSettings(), replacer: Placer | None = None) -> None:
         self.source, self.dtype, self.config, self.kinds = source, dtype, config, kinds
         self.placer, self.replacer = placer, replacer or placer
         self.load_format, self.seed, self.settings = load_format, seed, settings
@@ -118,8 +118,8 @@ class WorkerPool:
         rank = {d: r for r, d in enumerate(used)}
         self.original = [self.devices[d] for d in used]
         self.cluster = EngineCluster(self.source, self.dtype, self.config, tuple(self.kinds[d] for d in used),
-                                     tuple(rank[d] for d in placement.assignment), load_format=self.load_format,
-                                     seed=self.seed, settings=self.settings)
+                                     tuple(rank[d] for d in placement.assignment),
+                                     load_format=self.load_format, seed=self.seed, settings=self.settings)
         self.cluster.start()
 
     def recover(self, failure: WorkerFailure) -> str:
@@ -135,7 +135,8 @@ class WorkerPool:
         self.kinds = tuple(self.kinds[i] for i in survivors)
         self.devices = [self.devices[i] for i in survivors]
         self.start(self.replacer(self.kinds))
-        msg = (f"{failure}; re-placed ({self.placement.label}) onto {plural(len(survivors), 'surviving worker')} "
+        onto = plural(len(survivors), "surviving worker")
+        msg = (f"{failure}; re-placed ({self.placement.label}) onto {onto} "
                f"(devices {self.devices}) and started {'it' if len(self.original) == 1 else 'them'} in "
                f"{time.monotonic() - t0:.1f} s")
         log.warning("recovery: %s", msg)

@@ -60,9 +60,10 @@ class Stream:
 def generated_stream(w: WorkloadSpec, seed: int, vocab: int) -> Stream:
     reqs = generate(w, seed)
     rng = np.random.default_rng(seed + 1)
-    arrivals = tuple(Arrival(arrival_s=float(t), prompt_ids=tuple(int(x) for x in rng.integers(0, vocab, int(p))),
-                             params=SamplingParams(max_tokens=int(o), ignore_eos=True))
-                     for t, p, o in zip(reqs.arrival_s, reqs.prompt, reqs.output, strict=True))
+    arrivals = tuple(
+        Arrival(arrival_s=float(t), prompt_ids=tuple(int(x) for x in rng.integers(0, vocab, int(p))),
+                params=SamplingParams(max_tokens=int(o), ignore_eos=True))
+        for t, p, o in zip(reqs.arrival_s, reqs.prompt, reqs.output, strict=True))
     return Stream(arrivals=arrivals, workload=w, seed=seed)
 
 
@@ -73,21 +74,24 @@ def file_stream(path: str | Path, vocab: int) -> Stream:
     try:
         doc = json.loads(text)
         g = doc["generator"]
-        w = WorkloadSpec(kind=g["kind"], requests=int(g["requests"]), rate_per_s=float(g.get("rate_per_s", 0.0)),
+        rate = float(g.get("rate_per_s", 0))
+        w = WorkloadSpec(kind=g["kind"], requests=int(g["requests"]), rate_per_s=rate,
                          prompt=LengthSpec.parse(str(g["prompt"])), output=LengthSpec.parse(str(g["output"])))
-        arrivals = tuple(Arrival(arrival_s=float(r["arrival_s"]), prompt_ids=tuple(int(x) for x in r["prompt_ids"]),
-                                 params=SamplingParams(max_tokens=int(r["output_len"]), ignore_eos=True))
-                         for r in doc["requests"])
+        arrivals = tuple(
+            Arrival(arrival_s=float(r["arrival_s"]), prompt_ids=tuple(int(x) for x in r["prompt_ids"]),
+                    params=SamplingParams(max_tokens=int(r["output_len"]), ignore_eos=True))
+            for r in doc["requests"])
     except UserError as e:
         raise UserError(f"workload file {path}: {e}") from None
     except KeyError as e:
-        raise UserError(f"workload file {path}: missing field {e}; it needs generator.{{kind, requests, prompt, "
-                        f"output}} and requests[].{{arrival_s, prompt_ids, output_len}}") from None
+        raise UserError(f"workload file {path}: missing field {e}; it needs generator.{{kind, requests, "
+                        f"prompt, output}} and requests[].{{arrival_s, prompt_ids, output_len}}") from None
     except (json.JSONDecodeError, TypeError, ValueError) as e:
         raise UserError(f"workload file {path}: {e}") from None
     bad = [i for a in arrivals for i in a.prompt_ids if not 0 <= i < vocab]
     if bad:
-        raise UserError(f"workload file {path}: prompt id {bad[0]} outside the model's vocabulary 0..{vocab - 1}")
+        raise UserError(f"workload file {path}: prompt id {bad[0]} outside the model's vocabulary "
+                        f"0..{vocab - 1}")
     return Stream(arrivals=arrivals, workload=w, seed=int(g.get("seed", 0)))
 
 
@@ -115,7 +119,8 @@ class ServeRunSpec:
         if self.fault is not None and not (0 <= self.fault.rank < len(self.kinds)):
             raise UserError(f"--kill-rank {self.fault.rank}: valid 0..{len(self.kinds) - 1}")
         if self.fault is not None and self.fault.rank == 0 and len(self.kinds) == 1 and self.recover:
-            raise UserError("--kill-rank 0 of one worker leaves no survivor to recover onto; give two devices")
+            raise UserError("--kill-rank 0 of one worker leaves no survivor to recover onto; give two "
+                            "devices")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,16 +148,18 @@ class ServeRunResult:
         return json.dumps(asdict(self))
 
     def summary(self) -> str:
-        pred = "; ".join(f"{w} {v:.1f}" for w, v in (("planner", self.predicted_throughput_tokens_per_s),
-                                                      ("simulator", self.simulated_throughput_tokens_per_s)) if v)
+        figures = (("planner", self.predicted_throughput_tokens_per_s),
+                   ("simulator", self.simulated_throughput_tokens_per_s))
+        pred = "; ".join(f"{w} {v:.1f}" for w, v in figures if v)
         h = self.host_ms_per_iteration
         return "\n".join([
             f"{self.model} on {','.join(self.devices)} ({self.placement}): {self.completed}/{self.requests} "
             f"requests, lost {self.lost}, verified={self.verified}",
             f"throughput {self.throughput_tokens_per_s:.1f} output tokens/s measured"
             + (f" ({pred})" if pred else ""),
-            f"TTFT p50 {_ms(self.ttft_s['p50'])} p99 {_ms(self.ttft_s['p99'])}; TPOT p50 {_ms(self.tpot_s['p50'])} "
-            f"p99 {_ms(self.tpot_s['p99'])}; host per iteration mean {_num(h['mean'])} ms, p99 {_num(h['p99'])} ms"])
+            f"TTFT p50 {_ms(self.ttft_s['p50'])} p99 {_ms(self.ttft_s['p99'])}; TPOT p50 "
+            f"{_ms(self.tpot_s['p50'])} p99 {_ms(self.tpot_s['p99'])}; host per iteration mean "
+            f"{_num(h['mean'])} ms, p99 {_num(h['p99'])} ms"])
 
 
 def _ms(x: float | None) -> str:
@@ -196,8 +203,9 @@ def check_worker_memory(source: ModelSource, dtype: torch.dtype, config: EngineC
         share = build_share(source, dtype, config, nodes, "meta", load_format="dummy", seed=0).resident_bytes
         free = torch.cuda.mem_get_info(torch.device(k.device))[0]
         if share + need.activation_bytes > free:
-            raise UserError(f"{source.name}'s share on {k.device} needs {(share + need.activation_bytes) / 1e9:.2f} "
-                            f"GB but {free / 1e9:.2f} GB is free: weights and caches {share / 1e9:.2f} GB, "
+            total = share + need.activation_bytes
+            raise UserError(f"{source.name}'s share on {k.device} needs {total / 1e9:.2f} GB but "
+                            f"{free / 1e9:.2f} GB is free: weights and caches {share / 1e9:.2f} GB, "
                             f"activations {need.activation_bytes / 1e9:.2f} GB")
 
 
@@ -226,7 +234,8 @@ class Costs:
     def of(self, kinds: tuple[WorkerKind, ...]) -> tuple[ProfileCost, Any]:
         key = tuple(k.name for k in kinds)
         if key not in self.profiles:
-            self.profiles[key] = profile_kinds(self.source, self.dtype, self.config, kinds, context=self.context)
+            self.profiles[key] = profile_kinds(self.source, self.dtype, self.config, kinds,
+                                               context=self.context)
         if self.link is None and len(kinds) > 1:
             self.link = measure_link(self.source, self.dtype, self.config).spec()
         return (ProfileCost(self.profiles[key], fallback=default_cost_model() if kinds[0].cuda else None),
@@ -245,11 +254,18 @@ def placer_for(name: str, source: ModelSource, dtype: torch.dtype, config: Engin
     return place
 
 
-def serve_run(spec: ServeRunSpec) -> ServeRunResult:
+def traffic_of(arrivals: tuple[Arrival, ...]) -> Traffic:
+    """The planner's traffic: the stream's mean prompt and output lengths."""
+    return Traffic(prompt=max(1, round(statistics.mean(len(a.prompt_ids) for a in arrivals))),
+                   output=max(1, round(statistics.mean(a.params.max_tokens for a in arrivals))))
+
+
+def prepared(spec: ServeRunSpec) -> tuple[ServeRunSpec, ModelSource, torch.dtype, Stream]:
+    """The spec with its model length settled (the stream's longest request unless given), the model, its
+    dtype and the stream, every request checked against the context before anything starts."""
     source = open_model(spec.model)
     if spec.load_format == "auto" and not source.has_weights:
         raise UserError(f"{source.name} has no safetensors weights to load; use --load-format dummy")
-    dtype = resolve_dtype(spec.dtype, source)
     vocab = source.arch.vocab_size
     stream = file_stream(spec.workload_file, vocab) if spec.workload_file else generated_stream(
         spec.workload, spec.seed, vocab)
@@ -258,18 +274,22 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
     spec = replace(spec, config=config)
     check_requests(stream.arrivals, source, spec.config)
     if spec.fault is not None and not 0 <= spec.fault.at_request < len(stream.arrivals):
-        raise UserError(f"--kill-at {spec.fault.at_request}: valid 0..{len(stream.arrivals) - 1} (a request of "
-                        f"the stream)")
-    traffic = Traffic(prompt=max(1, round(statistics.mean(len(a.prompt_ids) for a in stream.arrivals))),
-                      output=max(1, round(statistics.mean(a.params.max_tokens for a in stream.arrivals))))
+        raise UserError(f"--kill-at {spec.fault.at_request}: valid 0..{len(stream.arrivals) - 1} (a request "
+                        f"of the stream)")
+    return spec, source, resolve_dtype(spec.dtype, source), stream
+
+
+def serve_run(spec: ServeRunSpec) -> ServeRunResult:
+    spec, source, dtype, stream = prepared(spec)
+    traffic = traffic_of(stream.arrivals)
     costs = Costs(source, dtype, spec.config, context=traffic.prompt + traffic.output // 2)
     check_host_memory(source, dtype, spec.config, spec.kinds)
     placement = placer_for(spec.placement, source, dtype, spec.config, traffic, costs)(spec.kinds)
     check_worker_memory(source, dtype, spec.config, spec.kinds, placement.assignment)
     engine = Engine(None, source, spec.config, tokenizer_for(source),
                     devices=tuple(k.name for k in spec.kinds), placement=placement.label)
-    pool = WorkerPool(source, dtype, spec.config, spec.kinds, lambda _k: placement, load_format=spec.load_format,
-                      seed=spec.seed, settings=spec.settings,
+    pool = WorkerPool(source, dtype, spec.config, spec.kinds, lambda _k: placement,
+                      load_format=spec.load_format, seed=spec.seed, settings=spec.settings,
                       replacer=placer_for(spec.replan, source, dtype, spec.config, traffic, costs))
     load_avg = os.getloadavg()
     t0 = time.monotonic()
@@ -284,16 +304,17 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
              "iterations": len(log.host_s), "recoveries": log.recoveries, "resident_bytes": resident,
              "preemptions": engine.scheduler.preempted, "kinds": [k.name for k in spec.kinds],
              "assignment_counts": [placement.assignment.count(d) for d in range(len(spec.kinds))],
-             "worker_busy_share": busy_share(log, len(spec.kinds)), "iteration_wall_ms": percentiles([x * 1e3 for x in log.wall_s]),
-             "engine": asdict(spec.config), "dtype": str(dtype).removeprefix("torch."), "simulated": sim,
+             "worker_busy_share": busy_share(log, len(spec.kinds)),
+             "iteration_wall_ms": percentiles([x * 1e3 for x in log.wall_s]), "engine": asdict(spec.config),
+             "dtype": str(dtype).removeprefix("torch."), "simulated": sim,
              "plan": plan.to_dict() if plan is not None else None,
              "tokens": {r.id: r.output_ids for r in reqs}, "threads": torch.get_num_threads()}
     return result(spec, source, placement, reqs, timing, log, verified, plan, sim, extra)
 
 
-def result(spec: ServeRunSpec, source: ModelSource, placement: Placement, reqs: list, timing: dict[int, Timing],
-           log: DriveLog, verified: bool | None, plan: Plan | None, sim: dict[str, Any] | None,
-           extra: dict[str, Any]) -> ServeRunResult:
+def result(spec: ServeRunSpec, source: ModelSource, placement: Placement, reqs: list,
+           timing: dict[int, Timing], log: DriveLog, verified: bool | None, plan: Plan | None,
+           sim: dict[str, Any] | None, extra: dict[str, Any]) -> ServeRunResult:
     done = [r for r in reqs if r.finished]
     tokens = sum(len(r.output_ids) for r in done)
     first = min((t.arrival_s for t in timing.values()), default=0.0)
@@ -305,7 +326,8 @@ def result(spec: ServeRunSpec, source: ModelSource, placement: Placement, reqs: 
     return ServeRunResult(
         model=source.name, devices=tuple(k.name for k in spec.kinds), placement=placement.label,
         requests=len(reqs), completed=len(done), lost=len(reqs) - len(done), verified=verified,
-        throughput_tokens_per_s=tokens / max(last - first, 1e-9), ttft_s=percentiles(ttft), tpot_s=percentiles(tpot),
+        throughput_tokens_per_s=tokens / max(last - first, 1e-9), ttft_s=percentiles(ttft),
+        tpot_s=percentiles(tpot),
         host_ms_per_iteration={"mean": statistics.mean(host) if host else None, **percentiles(host)},
         predicted_throughput_tokens_per_s=plan.throughput_tokens_per_s if plan is not None else None,
         simulated_throughput_tokens_per_s=sim["throughput_tokens_per_s"] if sim else None, extra=extra)
@@ -327,8 +349,8 @@ def verify(spec: ServeRunSpec, source: ModelSource, stream: Stream, got: list[li
     return [list(c.token_ids) for c in want] == got
 
 
-def predicted_plan(spec: ServeRunSpec, source: ModelSource, dtype: torch.dtype, traffic: Traffic, costs: Costs,
-                   placement: Placement) -> Plan:
+def predicted_plan(spec: ServeRunSpec, source: ModelSource, dtype: torch.dtype, traffic: Traffic,
+                   costs: Costs, placement: Placement) -> Plan:
     """The run's own placement priced by the kinds' profiles and scored by tessera.plan."""
     cost, link = costs.of(spec.kinds)
     return plan_engine(source, dtype, spec.config, spec.kinds, traffic, cost, link,
@@ -342,19 +364,20 @@ def simulated(plan: Plan, stream: Stream, config: EngineConfig) -> dict[str, Any
                   config=SchedulerConfig(max_num_seqs=config.max_num_seqs,
                                          max_num_batched_tokens=config.max_num_batched_tokens,
                                          microbatches=config.microbatches)).result
-    return {"throughput_tokens_per_s": got.throughput_tokens_per_s, "ttft_s": got.ttft_s, "tpot_s": got.tpot_s,
-            "completed": got.completed}
+    return {"throughput_tokens_per_s": got.throughput_tokens_per_s, "ttft_s": got.ttft_s,
+            "tpot_s": got.tpot_s, "completed": got.completed}
 
 
-def generate_on_workers(source: ModelSource, dtype: torch.dtype, config: EngineConfig, kinds: tuple[WorkerKind, ...],
-                        placement: str, prompts: list[tuple[list[int], SamplingParams]], *, load_format: str,
+def generate_on_workers(source: ModelSource, dtype: torch.dtype, config: EngineConfig,
+                        kinds: tuple[WorkerKind, ...], placement: str,
+                        prompts: list[tuple[list[int], SamplingParams]], *, load_format: str,
                         settings: ClusterSettings = ClusterSettings()) -> tuple[Engine, list[Any], float]:
     """``tessera generate --devices A,B``: the prompts served together on workers under ``placement``;
     the driver engine, the completions in prompt order and the seconds before the first iteration (placing:
     profiles and the planner for ``plan``; starting the workers)."""
-    check_requests(tuple(Arrival(arrival_s=0.0, prompt_ids=tuple(i), params=p) for i, p in prompts), source, config)
-    mean_prompt = max(1, round(statistics.mean(len(i) for i, _ in prompts)))
-    traffic = Traffic(prompt=mean_prompt, output=max(1, round(statistics.mean(p.max_tokens for _, p in prompts))))
+    arrivals = tuple(Arrival(arrival_s=0.0, prompt_ids=tuple(i), params=p) for i, p in prompts)
+    check_requests(arrivals, source, config)
+    traffic = traffic_of(arrivals)
     costs = Costs(source, dtype, config, context=traffic.prompt + traffic.output // 2)
     check_host_memory(source, dtype, config, kinds)
     t0 = time.monotonic()
@@ -363,7 +386,6 @@ def generate_on_workers(source: ModelSource, dtype: torch.dtype, config: EngineC
     check_worker_memory(source, dtype, config, kinds, chosen.assignment)
     engine = Engine(None, source, config, tokenizer_for(source), devices=tuple(k.name for k in kinds),
                     placement=chosen.label)
-    arrivals = [Arrival(arrival_s=0.0, prompt_ids=tuple(i), params=p) for i, p in prompts]
     t0 = time.monotonic()
     with WorkerPool(source, dtype, config, kinds, lambda _k: chosen, load_format=load_format, seed=0,
                     settings=settings) as pool:

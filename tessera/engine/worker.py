@@ -121,7 +121,8 @@ class Worker:
 
     def landed(self, t: Transfer, buf: Tensor, inputs: dict[str, Tensor]) -> Tensor:
         lay = self.spec.layouts[t.value]
-        value = buf.view(lay.dtype).view(lay.shape(inputs["input_ids"].shape[0], inputs["logits_indices"].shape[0]))
+        shape = lay.shape(inputs["input_ids"].shape[0], inputs["logits_indices"].shape[0])
+        value = buf.view(lay.dtype).view(shape)
         return value.to(self.device, non_blocking=True) if value.device != self.device else value
 
     def outgoing(self, value: Tensor) -> Tensor:
@@ -189,7 +190,8 @@ class Iteration:
     """One iteration on a gloo worker that holds several at once: ``advance`` runs every node whose
     data is there; receives are waited on by a Waiters thread (lane ``lane``) that wakes the worker."""
 
-    def __init__(self, w: Worker, cmd: IterCmd, posted: dict[int, tuple[Tensor, Any]] | None, lane: int) -> None:
+    def __init__(self, w: Worker, cmd: IterCmd, posted: dict[int, tuple[Tensor, Any]] | None,
+                 lane: int) -> None:
         self.w, self.step_id, self.lane = w, cmd.step_id, lane
         self.start_s = time.perf_counter()
         self.inputs = w.inputs_of(cmd)
@@ -295,7 +297,8 @@ def serve_iterations(w: Worker, ahead: queue.SimpleQueue, results: Any) -> None:
                 results.put(("done", w.rank, profile_nodes(w, cmd)))
             else:
                 lanes = {a.lane for a in active}
-                active.append(Iteration(w, cmd, posted, next(i for i in range(len(active) + 1) if i not in lanes)))
+                lane = next(i for i in range(len(active) + 1) if i not in lanes)
+                active.append(Iteration(w, cmd, posted, lane))
         if stopping and not active:
             w.flush_sends()
             return

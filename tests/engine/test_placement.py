@@ -21,13 +21,15 @@ from tessera.hardware import LinkSpec
 from tessera.plan.serving import Traffic
 
 FAST, SLOW = WorkerKind(device="cpu"), WorkerKind(device="cpu", speed=0.5)
-CONFIG = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, page_size=16, max_model_len=256, microbatches=2)
+CONFIG = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, page_size=16, max_model_len=256,
+                      microbatches=2)
 LINK = LinkSpec(name="test-link", bytes_per_s=2e9, latency_s=1e-4)
 
 
 def test_fit_recovers_a_linear_cost():
     """seconds = 2e-4 + 3e-12·flops + 5e-11·bytes, sampled exactly: the fit returns those three."""
-    samples = [(f, b, 2e-4 + 3e-12 * f + 5e-11 * b) for f, b in [(0, 1e6), (1e9, 1e6), (4e9, 3e6), (2e9, 8e6)]]
+    points = [(0, 1e6), (1e9, 1e6), (4e9, 3e6), (2e9, 8e6)]
+    samples = [(f, b, 2e-4 + 3e-12 * f + 5e-11 * b) for f, b in points]
     a, b, c = fit(samples)
     assert a == pytest.approx(2e-4, rel=1e-6) and b == pytest.approx(3e-12, rel=1e-6)
     assert c == pytest.approx(5e-11, rel=1e-6)
@@ -43,7 +45,8 @@ def test_fit_keeps_coefficients_non_negative():
 def test_node_class_joins_layers():
     k = SimpleNamespace(kind=KernelKind.GEMM, module="model.layers.13.self_attn.q_proj", name="q")
     assert node_class(k) == "model.layers.N.self_attn.q_proj"
-    assert node_class(SimpleNamespace(kind=KernelKind.EMBEDDING, module="", name="index_select")) == "@index_select"
+    gather = SimpleNamespace(kind=KernelKind.EMBEDDING, module="", name="index_select")
+    assert node_class(gather) == "@index_select"
 
 
 def by_hand(kind: WorkerKind, seconds_per_flop: float, classes: list[str]) -> KindProfile:

@@ -49,10 +49,10 @@ def test_serve_run_workload_file(run_cli, tmp_path):
     reqs = [{"id": i, "arrival_s": 0.01 * i, "prompt_len": n, "output_len": 4,
              "prompt_ids": rng.integers(0, 256, n).tolist()} for i, n in enumerate([3, 9, 5])]
     f = tmp_path / "w.json"
-    f.write_text(json.dumps({"generator": {"kind": "poisson", "rate_per_s": 100, "requests": 3, "prompt": "3-9",
-                                           "output": "4", "seed": 0}, "requests": reqs}))
-    code, out, err = run_cli(["serve-run", "llama-tiny", "--devices", "cpu", "--workload-file", str(f), "--json",
-                              "--verify"])
+    generator = {"kind": "poisson", "rate_per_s": 100, "requests": 3, "prompt": "3-9", "output": "4", "seed": 0}
+    f.write_text(json.dumps({"generator": generator, "requests": reqs}))
+    code, out, err = run_cli(["serve-run", "llama-tiny", "--devices", "cpu", "--workload-file", str(f),
+                              "--json", "--verify"])
     assert code == 0, err
     got = json.loads(out)
     assert got["completed"] == 3 and got["verified"] is True

@@ -90,7 +90,8 @@ def test_groups_in_flight_and_the_ordered_schedule(saved):
     config = replace(CONFIG, microbatches=2)
     for settings in (ClusterSettings(), ClusterSettings(ordered=True)):
         ref, driver, _, log = served(directory, config, settings=settings)
-        assert [r.output_ids for r in driver.requests.values()] == [r.output_ids for r in ref.requests.values()]
+        want = [r.output_ids for r in ref.requests.values()]
+        assert [r.output_ids for r in driver.requests.values()] == want
         assert {it.group for it in driver.history} == {0, 1}
 
 
