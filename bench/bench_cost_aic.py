@@ -1,7 +1,10 @@
-"""Accuracy of the measured-table costs (AIConfigurator's database, vLLM, bf16).
+"""Accuracy of the measured-table costs (AIConfigurator's database, vLLM, bf16 and fp8).
 
-Run: OMP_NUM_THREADS=1 .venv/bin/python bench/bench_cost_aic.py [--rows 300]
-Writes bench/results/cost_aic.json and cost_aic.md.
+Run: OMP_NUM_THREADS=1 .venv/bin/python bench/bench_cost_aic.py [--rows 300] [--aic-site DIR]
+Writes bench/results/cost_aic.json and cost_aic.md. Where aiconfigurator-core is importable it also reads its
+parquet tables to check why fp8 GEMMs come from the per-tensor rows (5. below); --aic-site appends a
+site-packages directory holding it (and pyarrow) to the path, after Tessera's own (the shipped results:
+--aic-site /work/peers/aic/lib/python3.11/site-packages, a venv with `pip install aiconfigurator`).
 
 1. Leave-one-GPU-out transfer over every GPU with tables: each GPU's tables predicted from the others' and
    its datasheet (what a GPU without tables gets). Nested: each fold chooses the constants (GEMM cache model,
@@ -17,6 +20,9 @@ Writes bench/results/cost_aic.json and cost_aic.md.
    Pro B60 balanced tables from their power-law rows, left out GPU by GPU; the transfer left out GPU by GPU
    on the power-law rows every GPU has (A100 and B60 included); the H20, which no database measured, against
    its Hopper siblings H100 and H200. Target: MoE median <= 15 % on every held-out GPU.
+5. fp8 (issue 31): the fp8 GEMM and block-scaled fp8 MoE tables left out GPU by GPU like the others (target:
+   median <= 15 % on every held-out GPU); and, from aiconfigurator-core's parquet tables, each block-scaled
+   GEMM kernel's host floor and how its times compare with the per-tensor ones where they clear it.
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 from tessera.cost.aic import AicCosts
+from tessera.cost.aic_import import block_scaled_gemm_check
 from tessera.cost.aic_validate import (
     check_unmeasured_moe,
     moe_repairs,
@@ -36,15 +44,23 @@ from tessera.cost.aic_validate import (
     validate_routing,
     validate_transfer,
 )
+from tessera.errors import UserError
 
 OUT = Path(__file__).parent / "results"
-TARGETS = {"gemm": 0.08, "generation_attention": 0.10, "context_attention": 0.12, "moe": 0.15}
+TARGETS = {"gemm": 0.08, "generation_attention": 0.10, "context_attention": 0.12, "moe": 0.15, "gemm_fp8": 0.15,
+           "moe_fp8_block": 0.15}
+PER_GPU = ("moe", "gemm_fp8", "moe_fp8_block")  # tables whose target holds on every held-out GPU
+BALANCED = ("moe", "moe_fp8_block")  # MoE tables under balanced routing
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=300, help="rows scored per GPU and table")
-    rows = ap.parse_args().rows
+    ap.add_argument("--aic-site", help="site-packages with aiconfigurator-core and pyarrow (appended to the path)")
+    args = ap.parse_args()
+    rows = args.rows
+    if args.aic_site:
+        sys.path.append(args.aic_site)
     t0 = time.time()
     costs = AicCosts()
     loo = validate_transfer(costs, rows=rows, nested=True)
@@ -57,7 +73,12 @@ def main() -> None:
            "power_law_leave_one_gpu_out": validate_transfer(costs, rows=rows, nested=True,
                                                             tables=("moe_power_law",)),
            "h20": check_unmeasured_moe(costs)}
-    per_gpu_moe = {f["holdout"][0]: f["ops"]["moe"]["median_ape"] for f in loo["folds"] if "moe" in f["ops"]}
+    per_gpu = {(t, f["holdout"][0]): f["ops"][t]["median_ape"] for f in loo["folds"] for t in PER_GPU
+               if t in f["ops"]}
+    try:
+        block = block_scaled_gemm_check()
+    except UserError as e:  # aiconfigurator-core not importable: the check is skipped, and says why
+        block = {"skipped": str(e)}
     result = {"leave_one_gpu_out": loo, "leave_one_gpu_out_nvidia": loo_nv,
               "leave_one_gpu_out_shipped_constants": shipped, "chosen_on_all": chosen, "interpolation": interp,
               "moe": moe,
@@ -65,11 +86,12 @@ def main() -> None:
               | {"gemm_p90_le_0.25": loo["ops"]["gemm"]["p90_ape"] <= 0.25,
                  "gemm_p90_le_0.25_nvidia": loo_nv["ops"]["gemm"]["p90_ape"] <= 0.25,
                  "interpolation_median_le_0.03": interp["overall"]["median_ape"] <= 0.03}
-              | {f"moe_median_le_0.15_{g}": e <= TARGETS["moe"] for g, e in per_gpu_moe.items()}
+              | {f"{t}_median_le_{TARGETS[t]}_{g}": e <= TARGETS[t] for (t, g), e in per_gpu.items()}
               | {"moe_routing_median_le_0.15": moe["routing"]["overall"]["median_ape"] <= TARGETS["moe"],
                  "moe_h20_vs_siblings_median_le_0.15":
                      moe["h20"]["vs_sibling_efficiency"]["median_ape"] <= TARGETS["moe"]},
-              "rows_per_table": rows, "wall_s": round(time.time() - t0, 1), "loadavg": os.getloadavg()}
+              "fp8_block_gemm": block, "rows_per_table": rows, "wall_s": round(time.time() - t0, 1),
+              "loadavg": os.getloadavg()}
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "cost_aic.json").write_text(json.dumps(result, indent=1) + "\n")
     (OUT / "cost_aic.md").write_text(markdown(result))
@@ -84,7 +106,7 @@ def _table(title: str, ops: dict, overall: dict) -> list[str]:
 
 def markdown(r: dict) -> str:
     loo, nv, it = r["leave_one_gpu_out"], r["leave_one_gpu_out_nvidia"], r["interpolation"]
-    lines = ["# Measured-table cost accuracy (AIConfigurator database, vLLM, bf16)", "",
+    lines = ["# Measured-table cost accuracy (AIConfigurator database, vLLM, bf16 and fp8)", "",
              f"{r['rows_per_table']} evenly spaced rows per GPU and table; errors |predicted / measured - 1|. "
              "Transfer figures are nested: each fold chose its constants on its own fit GPUs.", ""]
     lines += _table(f"## Leave-one-GPU-out transfer, all {len(loo['holdout'])} GPUs", loo["ops"], loo["overall"])
@@ -105,12 +127,14 @@ def markdown(r: dict) -> str:
         if g:
             lines.append(f"- {f['holdout'][0]}: {g['resident_fraction']}, {g['l2_bytes_per_fp32_flop']}, "
                          f"{g['scale']}, {g['ridge']}")
-    lines += ["", "Chosen on all ten (the shipped defaults): " + "; ".join(
+    lines += ["", "Chosen leave-one-GPU-out over every GPU with the table (the shipped defaults): " + "; ".join(
         f"{t} scale {c['scale']} ridge {c['ridge']}" + (f" L2 {c['resident_fraction']} / {c['l2_bytes_per_fp32_flop']}"
-                                                         if t == "gemm" else "") for t, c in r["chosen_on_all"].items())]
+                                                         if t.startswith("gemm") else "")
+        for t, c in r["chosen_on_all"].items())]
     lines += [""] + _table("## Interpolation inside a GPU's own tables (every other token-axis value held out)",
                            it["ops"], it["overall"])
     lines += _moe_markdown(r["moe"])
+    lines += _block_markdown(r["fp8_block_gemm"])
     lines += ["Targets: " + ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in r["targets"].items()) + ".",
               "", f"Wall {r['wall_s']} s, load average {tuple(round(x, 2) for x in r['loadavg'])}."]
     return "\n".join(lines) + "\n"
@@ -118,15 +142,16 @@ def markdown(r: dict) -> str:
 
 def _moe_markdown(m: dict) -> list[str]:
     rt, pl, h = m["routing"], m["power_law_leave_one_gpu_out"], m["h20"]
-    big = [x for x in m["repairs"] if x["table"] == "moe" and x["repaired_ms"] < 0.95 * x["measured_ms"]]
-    balanced = sum(1 for x in m["repairs"] if x["table"] == "moe")
+    balanced = [x for x in m["repairs"] if x["table"] in BALANCED]
+    big = [x for x in balanced if x["repaired_ms"] < 0.95 * x["measured_ms"]]
+    per = ", ".join(f"{t} {sum(1 for x in balanced if x['table'] == t)}" for t in BALANCED)
     lines = ["## MoE", "",
              f"Monotone repair (running minimum from above along tokens): {len(m['repairs'])} grid "
-             f"points lowered ({balanced} in the balanced tables, the rest in the power-law rows); "
+             f"points lowered ({len(balanced)} in the balanced tables: {per}; the rest in the power-law rows); "
              f"{len(big)} balanced points by 5 % or more:", "",
-             "| GPU | tokens, hidden, inter, topk, experts | measured ms | repaired ms |",
-             "| --- | --- | ---: | ---: |"]
-    lines += [f"| {x['gpu']} | {', '.join(map(str, x['shape']))} | {x['measured_ms']:.4g} | "
+             "| GPU | table | tokens, hidden, inter, topk, experts | measured ms | repaired ms |",
+             "| --- | --- | --- | ---: | ---: |"]
+    lines += [f"| {x['gpu']} | {x['table']} | {', '.join(map(str, x['shape']))} | {x['measured_ms']:.4g} | "
               f"{x['repaired_ms']:.4g} |" for x in big]
     lines += ["", "Routing rule (balanced = own power-law rows x the other GPUs' mean balanced / power-law "
               "ratio), each GPU with both left out in turn (median / p90 APE against its measured balanced "
@@ -154,6 +179,23 @@ def _moe_markdown(m: dict) -> list[str]:
               f"{v['median_ape']:.1%} median, {v['p90_ape']:.0%} p90. Median fraction of the roofline "
               "reached: " + ", ".join(f"{g} {x:.2f}" for g, x in frac.items()) + ".", ""]
     return lines
+
+
+def _block_markdown(b: dict) -> list[str]:
+    lines = ["## fp8 GEMMs: block-scaled against per-tensor rows", ""]
+    if "skipped" in b:
+        return [*lines, f"Not run: {b['skipped']}", ""]
+    lines += ["From aiconfigurator-core's vLLM GEMM tables: each block-scaled (fp8_block) kernel's floor (5th "
+              "percentile of its times), the share of fp8_block rows under twice it, and fp8_block / fp8 "
+              "(per-tensor) at the shapes whose block-scaled time clears it:", "",
+              "| system | kernel floors ms | rows under 2 floors | fp8_block / fp8 where clear: median, p10, p90 "
+              "(points) |", "| --- | --- | ---: | --- |"]
+    for system, x in b.items():
+        q = x["ratio_where_clear"]
+        floors = ", ".join(f"{k.removesuffix('Fp8BlockScaledMMKernel')} {v:.3g}" for k, v in x["floor_ms"].items())
+        lines.append(f"| {system} | {floors} | {x['under_floor_share']:.0%} | {q['median']:.2f}, {q['p10']:.2f}, "
+                     f"{q['p90']:.2f} ({q['points']}) |")
+    return [*lines, ""]
 
 
 if __name__ == "__main__":
