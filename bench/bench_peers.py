@@ -40,8 +40,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
+import io
 import json
 import os
+import pstats
 import resource
 import shutil
 import signal
@@ -86,7 +89,8 @@ class WorkRequest:
 
     def __post_init__(self) -> None:
         if not self.prompt_ids or self.max_tokens < 1 or self.arrival_s < 0:
-            raise ValueError(f"bad request: {len(self.prompt_ids)} prompt tokens, max_tokens {self.max_tokens}, "
+            raise ValueError(f"bad request: {len(self.prompt_ids)} prompt tokens, max_tokens "
+                             f"{self.max_tokens}, "
                              f"arrival {self.arrival_s} s")
 
 
@@ -204,6 +208,11 @@ class SystemResult:
     window: Window
     extra: dict[str, object] = field(default_factory=dict)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> SystemResult:
+        """The inverse of dataclasses.asdict (peers.json's rows)."""
+        return cls(**{**d, "window": Window(**d["window"])})
+
 
 @dataclass(frozen=True, kw_only=True)
 class Run:
@@ -232,7 +241,8 @@ def summarise(system: str, threads: int, version: str, how: str, run: Run) -> Sy
 def check_lengths(system: str, workload: list[WorkRequest], served: list[Served]) -> None:
     """Every request got exactly its max_tokens tokens (EOS ignored): otherwise the systems did not serve
     the same work and the comparison is void."""
-    bad = [(i, w.max_tokens, len(s.token_times_s)) for i, (w, s) in enumerate(zip(workload, served, strict=True))
+    pairs = enumerate(zip(workload, served, strict=True))
+    bad = [(i, w.max_tokens, len(s.token_times_s)) for i, (w, s) in pairs
            if len(s.token_times_s) != w.max_tokens]
     if bad:
         raise RuntimeError(f"{system}: requests served with other lengths than asked (index, asked, got): "
@@ -331,7 +341,8 @@ def run_tessera(workload: list[WorkRequest], directory: Path, config: EngineConf
         for i, r in live:
             times[i] += [now] * (len(r.output_ids) - len(times[i]))
         live = [(i, r) for i, r in live if not r.finished]
-    served = [Served(arrival_s=w.arrival_s, token_times_s=tuple(t)) for w, t in zip(workload, times, strict=True)]
+    served = [Served(arrival_s=w.arrival_s, token_times_s=tuple(t))
+              for w, t in zip(workload, times, strict=True)]
     return Run(served=served, window=watch.stop(),
                extra={"iterations": steps, "mean_iteration_ms": round(step_s / max(1, steps) * 1e3, 1)})
 
@@ -433,7 +444,8 @@ async def sse_events(reader: asyncio.StreamReader):
 
 
 async def stream_request(port: int, w: WorkRequest, clock: Callable[[], float]) -> Served:
-    """Send at the arrival time; each streamed chunk's new tokens (by the running usage count) get its time."""
+    """Sent at its arrival time; each streamed chunk's new tokens (by the running usage count) get its
+    time."""
     await asyncio.sleep(max(0.0, w.arrival_s - clock()))
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     body = completion_body(w)
@@ -497,15 +509,19 @@ def measure(system: str, threads: int, workload: list[WorkRequest], directory: P
         how = "`generate()` in waves, left-padded, greedy"
     else:
         run = run_tessera(workload, directory, config)
-        version = f"tessera {tessera.__version__} ({git_commit()}), torch {torch.__version__}"
+        version = f"tessera {tessera.__version__} ({TESSERA_CODE}), torch {torch.__version__}"
         how = "`tessera.engine` in process, `Engine.step()` loop"
     check_lengths(system, workload, run.served)
     return summarise(system, threads, version, how, run)
 
 
-def git_commit() -> str:
-    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return out.stdout.strip() or "?"
+def git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(ROOT.parent), *args], capture_output=True, text=True).stdout.strip()
+
+
+# The engine's code as this process imported it: the commit then, and whether tessera/ differed from it.
+TESSERA_CODE = git("rev-parse", "--short", "HEAD") + (" + uncommitted changes in tessera/engine"
+                                                      if git("status", "--porcelain", "tessera/engine") else "")
 
 
 def skip_reason(system: str, args: argparse.Namespace) -> str | None:
@@ -523,33 +539,62 @@ def cpu_name() -> str:
                  if ln.startswith("model name")), "?")
 
 
-HEADER = ("system", "threads", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms", "run s",
-          "CPU s / output token", "load 1m (start → end)", "machine busy", "version")
+HEADER = ("system", "threads", "output tok/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms",
+          "run s", "CPU s / output token", "cores used", "load 1m (start → end)", "machine busy", "version")
 
 
 def row(r: SystemResult) -> str:
     w = r.window
-    cells = (r.system, r.threads, r.output_tokens_per_s, r.ttft_p50_ms, r.ttft_p99_ms, r.tpot_p50_ms, r.tpot_p99_ms,
-             r.duration_s, r.cpu_s_per_output_token, f"{w.loadavg_1m_start} → {w.loadavg_1m_end}",
-             f"{w.machine_busy_share:.0%}", r.version)
+    cells = (r.system, r.threads, r.output_tokens_per_s, r.ttft_p50_ms, r.ttft_p99_ms, r.tpot_p50_ms,
+             r.tpot_p99_ms, r.duration_s, r.cpu_s_per_output_token, f"{r.cpu_s / r.duration_s:.2f}",
+             f"{w.loadavg_1m_start} → {w.loadavg_1m_end}", f"{w.machine_busy_share:.0%}", r.version)
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
+def workload_line(about: dict[str, object], requests: int) -> str:
+    g, t = about.get("generator", {}), about.get("totals", {})
+    return (f"Workload {about.get('name')}: {requests} requests, {g.get('kind')} arrivals at "
+            f"{g.get('rate_per_s')}/s (last at {t.get('last_arrival_s')} s), prompts of {g.get('prompt')} "
+            f"tokens, outputs of {g.get('output')} (seed {g.get('seed')}): {t.get('prompt_tokens')} prompt "
+            f"and {t.get('output_tokens')} output tokens in all; token-id prompts, greedy, EOS ignored.")
+
+
+def ratios(results: list[SystemResult]) -> list[str]:
+    """Per thread count: the engine's throughput, median TPOT and TTFT, CPU per token against each peer's."""
+    lines = []
+    for threads in sorted({r.threads for r in results}):
+        by = {r.system: r for r in results if r.threads == threads}
+        ours = by.get("tessera")
+        peers = [by[s] for s in SYSTEMS if s in by and s != "tessera"] if ours else []
+        for p in peers:
+            lines.append(
+                f"- {threads} thread(s), Tessera ÷ {p.system}: output tok/s "
+                f"{ours.output_tokens_per_s / p.output_tokens_per_s:.2f}×, TPOT p50 "
+                f"{ours.tpot_p50_ms / p.tpot_p50_ms:.2f}×, TTFT p50 {ours.ttft_p50_ms / p.ttft_p50_ms:.2f}×, "
+                f"CPU s per output token {ours.cpu_s_per_output_token / p.cpu_s_per_output_token:.2f}×.")
+    return lines
+
+
 def markdown(results: list[SystemResult], skipped: dict[str, str], meta: dict[str, object]) -> str:
-    about = meta["workload"]
     lines = [f"# Serving peers: {meta['model']}, {meta['requests']} requests ({meta['workload_file']})", "",
-             f"Workload: {json.dumps(about, ensure_ascii=False)}.", "",
-             f"Machine: {meta['cpu']}, {meta['cores']} cores shared with other users; bf16; dummy weights; at most {meta['max_num_seqs']} requests at once, "
-             f"{meta['max_num_batched_tokens']} tokens per iteration (vLLM, Tessera), max model length "
-             f"{meta['max_model_len']}. Systems run one after another, each after a warm-up request.", "",
-             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER), *map(row, results), ""]
+             workload_line(meta["workload"], meta["requests"]), "",
+             f"Machine: {meta['cpu']}, {meta['cores']} cores shared with other users; bf16; dummy weights; "
+             f"at most {meta['max_num_seqs']} requests at once, {meta['max_num_batched_tokens']} tokens per "
+             f"iteration (vLLM, Tessera), max model length {meta['max_model_len']}. Systems run one after "
+             f"another, each after a warm-up request; started {meta['started']}.", "",
+             "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER), *map(row, results), "",
+             *ratios(results), ""]
     lines += [f"- {r.system}, {r.threads} thread(s): {r.how}; {json.dumps(r.extra)}." for r in results]
     lines += [f"- {name}: not run: {why}." for name, why in skipped.items()]
     lines += ["", "Output tok/s: output tokens / (last token − first arrival). TTFT: arrival → first token; "
               "TPOT: (last − first token) / (tokens − 1), per request; p50/p99 over the requests. CPU s / "
-              "output token: user + system CPU of the system's process(es) over its run (vLLM: the server and "
-              "its engine process). Machine busy: share of all cores busy over the run, every process "
-              "counted. Measured by `.venv/bin/python bench/bench_peers.py --vllm-venv VENV`."]
+              "output token: user + system CPU of the system's process(es) over its run (vLLM: the API "
+              "server, its engine core and worker processes); cores used: those CPU seconds over the run's "
+              "seconds. Machine busy: share of all cores busy over the run, every process counted. On a "
+              "shared machine the wall-clock columns follow the CPU share each system got (cores used; vLLM "
+              "runs three processes, the others one); CPU s / output token is the figure the load moves "
+              "least (OpenMP threads spinning while descheduled peers run count in it). Measured by "
+              "`.venv/bin/python bench/bench_peers.py --vllm-venv VENV`."]
     return "\n".join(lines) + "\n"
 
 
@@ -559,14 +604,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workload", type=Path, default=WORKLOAD)
     p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated, of {', '.join(SYSTEMS)}")
     p.add_argument("--vllm-venv", type=Path, default=os.environ.get("VLLM_VENV") or None)
-    p.add_argument("--install-vllm", type=Path, metavar="VENV", help="install vLLM's CPU build there and exit")
+    p.add_argument("--install-vllm", type=Path, metavar="VENV",
+                   help="install vLLM's CPU build there and exit")
     p.add_argument("--requests", type=int, default=None, help="serve only the first N (a smoke run)")
-    p.add_argument("--threads", default="1,2", help="torch / OpenMP threads per system; a comma list runs "
+    p.add_argument("--threads", default="1", help="torch / OpenMP threads per system; a comma list runs "
                    "every system at each")
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--out", type=Path, default=OUT / "peers.json", help="the .md is written beside it")
+    p.add_argument("--render", action="store_true", help="only rewrite the .md from the --out JSON")
+    p.add_argument("--profile-tessera", action="store_true",
+                   help="only profile the engine's run (first --threads) into <out>.tessera_profile.txt")
     args = p.parse_args(argv)
     unknown = set(args.systems.split(",")) - set(SYSTEMS)
     if unknown:
@@ -585,6 +634,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.install_vllm:
         install_vllm(args.install_vllm)
         return
+    if args.render:
+        data = json.loads(args.out.read_text())
+        write(args.out, data["meta"], [SystemResult.from_dict(r) for r in data["results"]], data["skipped"])
+        return
     about, workload = load_workload(args.workload)
     workload = workload[:args.requests]
     meta = {"model": f"{about['model']['source']} (dummy weights)", "requests": len(workload),
@@ -596,6 +649,9 @@ def main(argv: list[str] | None = None) -> None:
     results, skipped = [], {}
     with tempfile.TemporaryDirectory(prefix="bench_peers_") as tmp:
         directory = model_dir(about, Path(tmp))
+        if args.profile_tessera:
+            profile_tessera(workload, directory, args)
+            return
         for threads in args.threads:
             for system in args.systems.split(","):
                 reason = skip_reason(system, args)
@@ -614,6 +670,24 @@ def main(argv: list[str] | None = None) -> None:
                 write(args.out, meta, results, skipped)  # after each system: a late failure loses nothing
     write(args.out, meta, results, skipped)
     print(markdown(results, skipped, meta))
+
+
+def profile_tessera(workload: list[WorkRequest], directory: Path, args: argparse.Namespace) -> None:
+    """The engine's run under cProfile (its Python-level costs inflated by the profiler): the functions
+    by own time and by cumulative time, to <out>.tessera_profile.txt."""
+    torch.set_num_threads(args.threads[0])
+    config = EngineConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                          max_model_len=args.max_model_len)
+    profiler = cProfile.Profile()
+    run = profiler.runcall(run_tessera, workload, directory, config)
+    text = io.StringIO()
+    text.write(f"Tessera's engine under cProfile: {len(workload)} requests of {args.workload.name}, "
+               f"{args.threads[0]} thread(s), {run.extra}\n")
+    for order in ("tottime", "cumulative"):
+        pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(25)
+    path = args.out.with_suffix(".tessera_profile.txt")
+    path.write_text(text.getvalue())
+    print(f"wrote {path}", file=sys.stderr)
 
 
 def write(out: Path, meta: dict[str, object], results: list[SystemResult], skipped: dict[str, str]) -> None:
