@@ -516,12 +516,13 @@ def measure(system: str, threads: int, workload: list[WorkRequest], directory: P
 
 
 def git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(ROOT.parent), *args], capture_output=True, text=True).stdout.strip()
+    out = subprocess.run(["git", "-C", str(ROOT.parent), *args], capture_output=True, text=True)
+    return out.stdout.strip()
 
 
-# The engine's code as this process imported it: the commit then, and whether tessera/ differed from it.
-TESSERA_CODE = git("rev-parse", "--short", "HEAD") + (" + uncommitted changes in tessera/engine"
-                                                      if git("status", "--porcelain", "tessera/engine") else "")
+# The engine's code as this process imported it: the commit then, and whether tessera/engine differed.
+DIRTY = " + uncommitted changes in tessera/engine" if git("status", "--porcelain", "tessera/engine") else ""
+TESSERA_CODE = git("rev-parse", "--short", "HEAD") + DIRTY
 
 
 def skip_reason(system: str, args: argparse.Namespace) -> str | None:
