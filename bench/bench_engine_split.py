@@ -48,14 +48,14 @@ FAST, SLOW = WorkerKind(device="cpu"), WorkerKind(device="cpu", speed=0.5)
 KILL_AT = 20  # the request at whose first iteration worker 1 is SIGKILLed in the fault row
 
 
-def setup(quick: bool) -> tuple[str, EngineConfig, WorkloadSpec]:
+def setup(quick: bool, seqs: int, groups: int) -> tuple[str, EngineConfig, WorkloadSpec]:
     if quick:
         config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=32, page_size=16, max_model_len=64,
                               microbatches=2)
         return "llama-tiny", config, WorkloadSpec(kind="offline", requests=16, prompt=LengthSpec(lo=8, hi=16),
                                                   output=LengthSpec(lo=8, hi=16))
-    config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, page_size=16, max_model_len=128,
-                          microbatches=2)
+    config = EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=64, page_size=16, max_model_len=128,
+                          microbatches=groups)
     return "llama-wide", config, WorkloadSpec(kind="offline", requests=64, prompt=LengthSpec(lo=32, hi=64),
                                               output=LengthSpec(lo=32, hi=64))
 
@@ -149,8 +149,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seqs", type=int, default=12, help="max_num_seqs")
+    ap.add_argument("--groups", type=int, default=3, help="micro-batch groups (iterations in flight)")
     args = ap.parse_args()
-    model, config, w = setup(args.quick)
+    model, config, w = setup(args.quick, args.seqs, args.groups)
     load_start = round(os.getloadavg()[0], 2)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TESSERA_PROFILE_DIR"] = tmp

@@ -38,9 +38,11 @@ from tessera.engine.devices import WorkerKind
 from tessera.engine.inputs import IterationInputs, IterationShape, build_inputs, shape_pieces
 from tessera.engine.kernels import kernel_graph
 from tessera.engine.loader import ModelSource
+from tessera.engine.models import construct
+from tessera.engine.program import Program
+from tessera.engine.routes import transfers
 from tessera.graph import Kernel
 from tessera.hardware import GpuSpec, LinkSpec
-from tessera.runtime.placements import interleave
 
 PROFILE_VERSION = 1
 _LAYER = re.compile(r"(^|\.)layers\.\d+(\.|$)")
@@ -209,8 +211,8 @@ class ProfileCost:
 class MeasuredLink:
     """The link as the engine's workers meet it: the start-up probe's bandwidth, and per value crossing
     between workers the seconds an iteration gains (its receive path: the waiting thread's wake-up, the
-    worker's turn, both ends' CPU), from the same iterations run on one worker and on two that cross at
-    every layer; never below the probe's one-way latency."""
+    worker's turn, both ends' CPU), from the same iterations run on one worker and on two that hand the
+    iteration to each other after every node; never below the probe's one-way latency."""
 
     latency_s: float  # per crossing, as the engine meets it
     bytes_per_s: float
@@ -230,27 +232,28 @@ def link_path(source: ModelSource) -> Path:
 
 
 def measure_link(source: ModelSource, dtype: torch.dtype, config: EngineConfig, *, cached: bool = True,
-                 iterations: int = 30) -> MeasuredLink:
-    """MeasuredLink for ``source``: a one-token decode iteration (the least compute, so the least noise in
-    the difference) run ``iterations`` times (after 3 untimed) on one ``cpu`` worker and on two under the
-    interleaved placement (layer l on worker l mod 2); lower quartiles (the runs least disturbed by other
-    work on the machine)."""
+                 iterations: int = 20) -> MeasuredLink:
+    """MeasuredLink for ``source``: a one-token decode iteration run ``iterations`` times (after 3 untimed) on
+    one ``cpu`` worker and on two taking the program's nodes in turn (node i on worker i mod 2: a value
+    crosses after almost every node, so the crossings' cost stands well above the runs' noise); lower
+    quartiles (the runs least disturbed by other work on the machine)."""
     path = link_path(source)
     if cached and path.is_file():
         return MeasuredLink(**json.loads(path.read_text()))
     shape = IterationShape(decode=1, context=1)
-    graph = kernel_graph(source.arch, shape, dtype=dtype, page_size=config.page_size)
     inputs = build_inputs(shape_pieces(shape, config.page_size), config.page_size)
     cfg = EngineConfig(max_num_seqs=max(config.max_num_seqs, shape.sequences), page_size=config.page_size,
                        max_num_batched_tokens=config.max_num_batched_tokens,
                        max_model_len=config.max_model_len,
                        num_pages=sum(len(p.pages) for p in shape_pieces(shape, config.page_size)))
+    with torch.device("meta"):
+        program = Program(construct(source.arch, dtype))
+    alternate = tuple(i % 2 for i in range(len(program.kernels)))
+    crossings = len(transfers(program, alternate))
     cpu = WorkerKind(device="cpu")
-    split = tuple(interleave(graph, 2))
-    one, _ = _iteration_s(source, dtype, cfg, (cpu,), (0,) * len(split), inputs, iterations)
-    two, probe = _iteration_s(source, dtype, cfg, (cpu, cpu), split, inputs, iterations)
-    crossings = sum(1 for a, b in zip(split, split[1:], strict=False) if a != b)
-    got = MeasuredLink(latency_s=max(probe[0], (two - one) / max(1, crossings)), bytes_per_s=probe[1],
+    one, _ = _iteration_s(source, dtype, cfg, (cpu,), (0,) * len(alternate), inputs, iterations)
+    two, probe = _iteration_s(source, dtype, cfg, (cpu, cpu), alternate, inputs, iterations)
+    got = MeasuredLink(latency_s=max(probe[0], (two - one) / crossings), bytes_per_s=probe[1],
                        probe_latency_s=probe[0], crossings=crossings, one_worker_s=one, two_workers_s=two)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(got)))
