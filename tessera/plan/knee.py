@@ -63,28 +63,35 @@ class IterCosts:
     """What one micro-batch iteration costs on a placement, sampled where the knee needs it.
 
     ``decode``: (n, load) with no prompt chunk, n decode sequences, sorted by n (interpolated linearly,
-    held below the first); ``chunk_tokens`` Q_ref and ``chunk``: what Q_ref prompt tokens add to an
-    iteration (scaled linearly to other chunk sizes); ``fit``: see period()."""
+    held below the first and extrapolated above the last); ``chunk_tokens`` Q_ref and ``chunk``: (n, what
+    Q_ref prompt tokens add to an iteration of n decodes), sorted by n, interpolated the same way in n and
+    scaled linearly to other chunk sizes (a chunk costs more beside few decodes, whose GEMMs it turns from
+    memory- to compute-bound, than beside many); ``fit``: see period()."""
 
     decode: tuple[tuple[int, Load], ...]
     chunk_tokens: int = 0
-    chunk: Load | None = None
+    chunk: tuple[tuple[int, Load], ...] = ()
     fit: Fit | None = None  # period() scaling by the number of groups carrying a chunk (None: a chain)
 
     def at(self, n: float) -> Load:
-        pts = self.decode
-        if n <= pts[0][0] or len(pts) == 1:
-            return pts[0][1]
-        for (n0, l0), (n1, l1) in zip(pts, pts[1:], strict=False):
-            if n <= n1 or (n1, l1) == pts[-1]:
-                return l0.plus(l1.minus(l0), (n - n0) / (n1 - n0))
-        raise AssertionError("unreachable")
+        return interpolated(self.decode, n)
 
-    def chunk_of(self, q: float) -> Load:
-        if self.chunk is None or not self.chunk_tokens:
+    def chunk_of(self, q: float, n: float) -> Load:
+        if not self.chunk or not self.chunk_tokens:
             raise ValueError("these costs sample no prompt chunk")
-        z = Load(busy_s=(0.0,) * len(self.chunk.busy_s), latency_s=0.0)
-        return z.plus(self.chunk, q / self.chunk_tokens)
+        c = interpolated(self.chunk, n)
+        return Load(busy_s=tuple(b * q / self.chunk_tokens for b in c.busy_s),
+                    latency_s=c.latency_s * q / self.chunk_tokens)
+
+
+def interpolated(pts: tuple[tuple[int, Load], ...], n: float) -> Load:
+    """Piecewise linear in n through the samples, held below the first, extrapolated above the last."""
+    if n <= pts[0][0] or len(pts) == 1:
+        return pts[0][1]
+    for (n0, l0), (n1, l1) in zip(pts, pts[1:], strict=False):
+        if n <= n1 or (n1, l1) == pts[-1]:
+            return l0.plus(l1.minus(l0), (n - n0) / (n1 - n0))
+    raise AssertionError("unreachable")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,16 +268,16 @@ def steady(costs: IterCosts, e: Engine, prompt: int, output: int, lam: float,
         n = lg * max(0, output - 1) * tau
         q = k - n
         if n > b:
-            return State(n, 1.0, q, period(costs.at(b), costs.chunk_of(max(q, 0)), m, 1.0, costs.fit), False,
+            return State(n, 1.0, q, period(costs.at(b), costs.chunk_of(max(q, 0), b), m, 1.0, costs.fit), False,
                          "slots")
         if q <= 0:
-            return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(0), m, 1.0, costs.fit), False,
+            return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(0, n), m, 1.0, costs.fit), False,
                          "prefill budget")
         rho = lg * prompt * tau / q
         if rho >= 1:
-            return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(q), m, 1.0, costs.fit), False,
+            return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(q, n), m, 1.0, costs.fit), False,
                          "prefill budget")
-        per = period(costs.at(n), costs.chunk_of(q), m, rho, costs.fit)
+        per = period(costs.at(n), costs.chunk_of(q, n), m, rho, costs.fit)
         own_iters = (1 - rho) * math.ceil(prompt / q) + rho * (1 + prompt / q)
         own = own_iters * per.busy_s + per.mean_s / (2 * m)
         hold = own + max(0, output - 1) * per.mean_s
@@ -365,7 +372,7 @@ def tpot_sd(costs: IterCosts, e: Engine, s: State, prompt: int, output: int, lam
     if output <= 1 or lam <= 0:
         return 0.0
     m, q, n, tau = e.microbatches, max(s.q, 1.0), s.n, s.per.mean_s
-    base, chunk = costs.at(n), costs.chunk_of(q)
+    base, chunk = costs.at(n), costs.chunk_of(q, n)
     h = min(0.01, s.rho, 1 - s.rho) or 0.005
     lo, hi = max(0.0, s.rho - h), min(1.0, s.rho + h)
     fit = costs.fit
@@ -461,10 +468,10 @@ def knee_of(attain: Callable[[float], tuple[float, State, float, float, float]],
 def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
                target: float = SLO_TARGET) -> Knee:
     """Images: a request holds one of B places for ``steps`` iterations of its group, whose period grows
-    with the images in it, τ(n) ≈ c0 + c1·n (a denoising step is compute-bound: c1 is most of it). The
-    group's images share its iterations like jobs sharing a processor (M/G/1 processor sharing, at load
-    ρ = λ_g·steps·c1): an image's latency averages steps·L(1) / (1 − ρ) (L(1): one image's iteration
-    alone), its part beyond the fixed
+    with the images in it (a denoising step is compute-bound). The images share the iterations like jobs
+    sharing a processor (M/G/1 processor sharing, at load ρ = λ_g·steps·c1, c1 = τ(b)/b an image's share
+    of a full group's period, so that ρ = 1 where the engine saturates): an image's latency averages
+    steps·L(1) / (1 − ρ) (L(1): one image's iteration alone), its part beyond the fixed
     steps·c0 spread exponentially (so the 90th percentile is about 2.3 means of that part), plus the wait
     for a place when all B are taken (M/M/c). The mean-field of the token form (τ̄ at the mean n) would
     miss that an image spends its life when the group is busiest."""
@@ -474,9 +481,9 @@ def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
     def tau(n: float) -> Period:
         return period(costs.at(n), none, m, 0.0, costs.fit)
 
-    # the marginal cost of an image from the period with every group holding 1 and b images; an image alone
-    # (the other groups idle) takes one iteration's latency per step
-    c1 = (tau(b).mean_s - tau(1).mean_s) / max(1, b - 1)
+    # an image's share of a full group's iteration (every group holding b: the cycle saturated, its fixed
+    # cost shared), and the iteration of one image alone (the other groups idle) per step
+    c1 = tau(b).mean_s / b
     one = costs.at(1).latency_s
     c0 = max(0.0, one - c1)
 

@@ -252,7 +252,10 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
     ref = min(ks, key=lambda k: abs(k - FIT_BUDGET)) - b if ks else 0
     fit = interleaving(at(chunk_shape(b, 0, traffic, batch, m)), at(chunk_shape(b, ref, traffic, batch, m)), a, m,
                        units, link, cost) if ks else None
-    chunks: dict[int, Load] = {}
+    chunks: dict[int, tuple[tuple[int, Load], ...]] = {}  # budget -> (decodes, what its chunk adds)
+
+    def load(n: int, c: int) -> Load:
+        return load_at(at, chunk_shape(n, c, traffic, batch, m), a, units, link, cost)
 
     def knee(k: int) -> Knee:
         costs = IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k], fit=fit)
@@ -260,22 +263,30 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
                           output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
                           target=slo.target)
 
-    for k in ks:
-        chunks[k] = load_at(at, chunk_shape(b, k - b, traffic, batch, m), a, units, link, cost).minus(decode[-1][1])
+    for k in ks:  # a chunk costs more beside few decodes (it turns their GEMMs compute-bound): sampled at each n
+        chunks[k] = tuple((n, load(n, k - b).minus(d)) for n, d in decode)
         out.append((k, knee(k)))
         if len(out) >= 3 and out[-1][1].rate_per_s < out[-2][1].rate_per_s < out[-3][1].rate_per_s:
             break  # past the best budget: larger chunks only stall the decodes more
-    if out:  # the best budget's knee again with its decode cost sampled where the knee runs, if it is off
+    if out:  # the best budget's knee again with its costs sampled where the knee runs, if they are off
         k, kn = max(out, key=lambda x: x[1].rate_per_s)
         n = round(kn.decode_seqs)
         if n > 1 and all(abs(n - x) > 0.05 * b for x, _ in decode):
-            here = load_at(at, chunk_shape(n, 0, traffic, batch, m), a, units, link, cost)
-            interp = IterCosts(decode=decode).at(n)
-            if abs(interp.latency_s - here.latency_s) > INTERPOLATION_TOLERANCE * here.latency_s or any(
-                    abs(x - y) > INTERPOLATION_TOLERANCE * y for x, y in zip(interp.busy_s, here.busy_s, strict=True)):
+            here, with_chunk = load(n, 0), load(n, k - b)
+            drift = max(off(IterCosts(decode=decode).at(n), here),
+                        off(IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k]).chunk_of(k - b, n),
+                            with_chunk.minus(here)))
+            if drift > INTERPOLATION_TOLERANCE:
                 decode = tuple(sorted((*decode, (n, here)), key=lambda x: x[0]))
+                chunks[k] = tuple(sorted((*chunks[k], (n, with_chunk.minus(here))), key=lambda x: x[0]))
                 out = [(kk, knee(kk) if kk == k else v) for kk, v in out]
     return out
+
+
+def off(got: Load, want: Load) -> float:
+    """The largest relative difference of two loads' latency and busy seconds."""
+    pairs = [(got.latency_s, want.latency_s), *zip(got.busy_s, want.busy_s, strict=True)]
+    return max(abs(x - y) / y for x, y in pairs if y > 0)
 
 
 INTERPOLATION_TOLERANCE = 0.02  # an interpolated decode cost this far from the evaluated one is resampled

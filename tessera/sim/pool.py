@@ -48,6 +48,16 @@ class Run:
     requests: PerRequest | None = field(default=None, hash=False)
 
 
+def router_speed(pm: PlanModel) -> float:
+    """What the router weighs a replica by: the traffic its plan says one copy serves at the SLO (the
+    planner's goodput per replica, the share an operator following the plan gives each cell's load
+    balancer weight), else its steady-state rate (cell_speed)."""
+    p = pm.plan
+    if p.goodput_per_s:
+        return p.goodput_per_s / p.replicas
+    return cell_speed(pm)
+
+
 def cell_speed(pm: PlanModel) -> float:
     """A cell's steady-state rate for the router's weights: items (sequences or images) per second of
     the iterative phase at its max batch and the median sampled context (the step table's own figure,
@@ -116,7 +126,7 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
             kind = MixedReplica if built[id(plan)]["throughput"].mixed else Replica
             reps.append(kind(len(reps), st, built[id(plan)], start_mode, policy, switch_s))
             owner.append(g)
-    speed = [cell_speed(r.models["throughput"]) for r in reps]
+    speed = [router_speed(r.models["throughput"]) for r in reps]
     fastest = max(speed)
     router = Router(st, reps, [fastest / s for s in speed], [k < n_initial for k in range(len(reps))],
                     round_robin=cfg.router == "round_robin")

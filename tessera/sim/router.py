@@ -2,8 +2,10 @@
 a lost replica's requests and rebalances queued requests onto a replica that joins.
 
 Least loaded: the replica with the smallest ``outstanding requests × weight`` (ties to the lowest
-index), where ``weight = fastest cell's steady-state throughput / this cell's`` (1.0 for every replica
-of a homogeneous pool, so it is then exactly "fewest outstanding requests"). Round robin: request ``i``
+index), where ``weight = fastest cell's speed / this cell's`` (1.0 for every replica of a homogeneous pool,
+so it is then exactly "fewest outstanding requests"); a cell's speed is its plan's goodput per replica
+where the plan has one (the share of traffic the plan says it serves at the SLO), else its steady-state
+throughput. Round robin: request ``i``
 goes to the ``i mod k``-th of the ``k`` active replicas it fits (speed ignored: the simple case).
 Only replicas where the request fits (prompt + output within the KV capacity) are candidates. When no
 active replica fits but one that joins later does, the request waits at the router; when none ever

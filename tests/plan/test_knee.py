@@ -95,7 +95,7 @@ def test_knee_bound_by_tpot_by_hand() -> None:
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if tail(mid) <= 0.020 else (lo, mid)
-    costs = IterCosts(decode=((1, one(0.011)), (100, one(0.110))), chunk_tokens=1000, chunk=one(0.0))
+    costs = IterCosts(decode=((1, one(0.011)), (100, one(0.110))), chunk_tokens=1000, chunk=((1, one(0.0)),))
     k = token_knee(costs, Engine(seqs=100, budget=1100, microbatches=1), prompt=100, output=11, ttft_s=5.0,
                    tpot_s=0.020)
     assert lo == pytest.approx(39.88, abs=0.01)
@@ -109,7 +109,7 @@ def test_knee_bound_by_slots_by_hand() -> None:
     # A request holds the slot for its prefill iteration, half an iteration to join and O − 1 = 10 decodes:
     # H = 0.015 + 0.1 = 0.115 s; M/M/1 for the slot: P(W > t) = λH·e^{−(1/H − λ)t}. TTFT = W + 0.015 must
     # stay within 0.5 s for 90%: λ·0.115·e^{−(1/0.115 − λ)·0.485} = 0.1, solved here by bisection.
-    costs = IterCosts(decode=((1, one(0.010)),), chunk_tokens=1000, chunk=one(0.0))
+    costs = IterCosts(decode=((1, one(0.010)),), chunk_tokens=1000, chunk=((1, one(0.0)),))
     h, t = 0.115, 0.485
 
     def miss(lam: float) -> float:
@@ -129,7 +129,7 @@ def test_knee_bound_by_slots_by_hand() -> None:
 
 def test_knee_is_zero_when_unloaded_ttft_misses() -> None:
     # a 1000-token prompt in chunks of 90 tokens (budget 100, 10 decode slots): 12 iterations of 0.2 s = 2.4 s
-    costs = IterCosts(decode=((1, one(0.1)), (10, one(0.1))), chunk_tokens=90, chunk=one(0.1))
+    costs = IterCosts(decode=((1, one(0.1)), (10, one(0.1))), chunk_tokens=90, chunk=((1, one(0.1)),))
     k = token_knee(costs, Engine(seqs=10, budget=100, microbatches=1), prompt=1000, output=10, ttft_s=2.0,
                    tpot_s=1.0)
     assert k.rate_per_s == 0.0 and k.binding == "TTFT"
