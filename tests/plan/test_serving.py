@@ -190,3 +190,15 @@ def test_latency_variant_is_the_same_placement_and_switchable() -> None:
     lat_milp = latency_variant(r, "layer_pipeline", placement="milp")
     assert lat_milp is not None and (lat_milp.batch, lat_milp.microbatches) == (lat.batch, 1)
     assert lat_milp.tpot_s <= lat.tpot_s * (1 + 1e-9)
+
+
+def test_an_engine_fills_ninety_percent_of_a_gpu_less_its_runtime() -> None:
+    from tessera.hardware import gpu
+    from tessera.plan.pool import engine_gpu
+
+    # an H100's 80 GiB (85,899,345,920 B), 90% of it (vLLM's gpu_memory_utilization), less 2 GiB of runtime:
+    # 77,309,411,328 − 2,147,483,648 = 75,161,927,680 B = 70 GiB
+    h100 = gpu("H100-SXM")
+    assert h100.mem_bytes == 80 * 2**30
+    assert engine_gpu(h100, 0.9).mem_bytes == 70 * 2**30
+    assert engine_gpu(h100, 1.0).mem_bytes == 78 * 2**30
