@@ -37,13 +37,15 @@ class ClusterSettings:
     transport: str = "auto"  # auto | gloo | nccl (tessera.runtime.device.choose_backend)
     ordered: bool | None = None
     recv_timeout_s: float = 30.0
-    heartbeat_timeout_s: float = 2.0
+    heartbeat_timeout_s: float = 2.0  # silent this long and stopped by a signal (state T): named
+    wedged_timeout_s: float = 10.0  # silent this long whatever its state: named
     step_timeout_s: float = 120.0
     start_timeout_s: float = 120.0
     cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
-        for k in ("recv_timeout_s", "heartbeat_timeout_s", "step_timeout_s", "start_timeout_s"):
+        for k in ("recv_timeout_s", "heartbeat_timeout_s", "wedged_timeout_s", "step_timeout_s",
+                  "start_timeout_s"):
             if not getattr(self, k) > 0:
                 raise UserError(f"{k}={getattr(self, k)!r} must be > 0")
 
@@ -64,7 +66,7 @@ class EngineCluster(Processes):
                  settings: ClusterSettings = ClusterSettings()) -> None:
         self.devices = tuple(k.device for k in kinds)
         super().__init__(Watch(devices=self.devices, heartbeat_timeout_s=settings.heartbeat_timeout_s,
-                               step_timeout_s=settings.step_timeout_s,
+                               wedged_timeout_s=settings.wedged_timeout_s, step_timeout_s=settings.step_timeout_s,
                                start_timeout_s=settings.start_timeout_s))
         backend, ordered = choose_backend(self.devices, settings.transport)
         self.backend, self.ordered = backend, ordered if settings.ordered is None else settings.ordered

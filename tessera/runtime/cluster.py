@@ -39,7 +39,8 @@ class ClusterConfig:
     devices: tuple[str, ...]  # "cpu" or "cuda:N", one worker each
     threads: int = 1  # intra-op threads per worker (exact verification needs the reference's count)
     recv_timeout_s: float = 5.0
-    heartbeat_timeout_s: float = 2.0
+    heartbeat_timeout_s: float = 2.0  # silent this long and stopped by a signal: named at once
+    wedged_timeout_s: float = 10.0  # silent this long whatever its state: named as wedged
     step_timeout_s: float = 60.0
     start_timeout_s: float = 120.0
     weights_dir: str | None = None
@@ -142,6 +143,7 @@ class Watch:
 
     devices: tuple[str, ...]
     heartbeat_timeout_s: float = 2.0
+    wedged_timeout_s: float = 10.0
     step_timeout_s: float = 60.0
     start_timeout_s: float = 120.0
 
@@ -159,6 +161,7 @@ class Processes:
         self.config = config
         self.procs: list[Any] = []
         self._inflight: dict[int, tuple[float, dict[int, Any]]] = {}  # submitted step -> (when, rank -> result)
+        self._closed = False
 
     def spawn(self, target: Any, specs: list[Any], name: str = "tessera-worker") -> None:
         ctx = mp.get_context("spawn")
@@ -232,13 +235,26 @@ class Processes:
         for q in self.commands:
             q.put(cmd)
 
+    def _silent(self, r: int, now: float) -> str | None:
+        """Why worker ``r``'s heartbeat counts as lost: silent past the heartbeat timeout and stopped by a
+        signal (its process state T), or silent past the wedge timeout whatever its state (a loaded machine
+        stalls a live worker for seconds now and then: memory reclaim, a long uninterruptible wait); None
+        while it beats."""
+        silent = now - self.heartbeat[r]
+        if silent > self.config.heartbeat_timeout_s and process_stopped(self.procs[r].pid):
+            return f"stopped answering: no heartbeat for {silent:.1f} s (process state T: stopped by a signal)"
+        if silent > max(self.config.heartbeat_timeout_s, self.config.wedged_timeout_s):
+            return f"stopped answering: no heartbeat for {silent:.1f} s"
+        return None
+
     def _check_alive(self) -> None:
         now = time.monotonic()
         for r, p in enumerate(self.procs):
             if p.exitcode is not None:
                 self._fail(r, _exit_reason(p.exitcode))
-            if self._inflight and now - self.heartbeat[r] > self.config.heartbeat_timeout_s:
-                self._fail(r, f"stopped answering: no heartbeat for {now - self.heartbeat[r]:.1f} s", hung=True)
+            silent = self._silent(r, now) if self._inflight else None
+            if silent is not None:
+                self._fail(r, silent, hung=True)
         for when, got in self._inflight.values():
             late = [r for r in range(len(self.procs)) if r not in got]
             if late and now - when > self.config.step_timeout_s:
@@ -262,8 +278,9 @@ class Processes:
                     continue
                 if p.exitcode is not None:
                     self._fail(r, _exit_reason(p.exitcode))
-                if beats and now - self.heartbeat[r] > self.config.heartbeat_timeout_s:
-                    self._fail(r, f"stopped answering: no heartbeat for {now - self.heartbeat[r]:.1f} s", hung=True)
+                silent = self._silent(r, now) if beats else None
+                if silent is not None:
+                    self._fail(r, silent, hung=True)
                 starting = None if beats else self._starting_fault(r, now)
                 if starting is not None:
                     self._fail(r, starting, hung=True)
@@ -317,6 +334,8 @@ class Processes:
         self._close_queues()
 
     def close(self) -> None:
+        if self._closed:  # a failure already stopped every worker and closed the queues
+            return
         if not any(p.is_alive() for p in self.procs):
             self._close_queues()
             return
@@ -327,6 +346,7 @@ class Processes:
         self.abort()
 
     def _close_queues(self) -> None:
+        self._closed = True
         for q in [*getattr(self, "commands", []), *([self.results] if hasattr(self, "results") else [])]:
             q.close()
             q.cancel_join_thread()
