@@ -595,7 +595,8 @@ def markdown(results: list[SystemResult], skipped: dict[str, str], meta: dict[st
               "shared machine the wall-clock columns follow the CPU share each system got (cores used; vLLM "
               "runs three processes, the others one); CPU s / output token is the figure the load moves "
               "least (OpenMP threads spinning while descheduled peers run count in it). Measured by "
-              "`.venv/bin/python bench/bench_peers.py --vllm-venv VENV`."]
+              "`.venv/bin/python bench/bench_peers.py --vllm-venv VENV`; `--profile-tessera` writes the "
+              "engine's run under cProfile to `peers.tessera_profile.txt`."]
     return "\n".join(lines) + "\n"
 
 
@@ -674,8 +675,9 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def profile_tessera(workload: list[WorkRequest], directory: Path, args: argparse.Namespace) -> None:
-    """The engine's run under cProfile (its Python-level costs inflated by the profiler): the functions
-    by own time and by cumulative time, to <out>.tessera_profile.txt."""
+    """The engine's run under cProfile (its Python-level costs inflated by the profiler; loading the model
+    and the warm-up included): the functions by own time and by cumulative time, to
+    <out>.tessera_profile.txt."""
     torch.set_num_threads(args.threads[0])
     config = EngineConfig(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                           max_model_len=args.max_model_len)
