@@ -63,10 +63,12 @@ class IterCosts:
     """What one micro-batch iteration costs on a placement, sampled where the knee needs it.
 
     ``decode``: (n, load) with no prompt chunk, n decode sequences, sorted by n (interpolated linearly,
-    held below the first and extrapolated above the last); ``chunk_tokens`` Q_ref and ``chunk``: (n, what
-    Q_ref prompt tokens add to an iteration of n decodes), sorted by n, interpolated the same way in n and
-    scaled linearly to other chunk sizes (a chunk costs more beside few decodes, whose GEMMs it turns from
-    memory- to compute-bound, than beside many); ``fit``: see period()."""
+    held below the first and extrapolated above the last); ``chunk``: (n, what one prompt token adds to
+    an iteration of n decodes), sorted by n, interpolated the same way in n and scaled by the chunk's
+    tokens (a chunk costs more beside few decodes, whose GEMMs it turns from memory- to compute-bound,
+    than beside many; each sample is measured at the full chunk its n leaves, K − n, where the knee's
+    busy iterations run); ``chunk_tokens``: the budget's chunk room at the group's full batch, K − ⌈B/m⌉
+    (0: no chunk sampled); ``fit``: see period()."""
 
     decode: tuple[tuple[int, Load], ...]
     chunk_tokens: int = 0
@@ -80,8 +82,7 @@ class IterCosts:
         if not self.chunk or not self.chunk_tokens:
             raise ValueError("these costs sample no prompt chunk")
         c = interpolated(self.chunk, n)
-        return Load(busy_s=tuple(b * q / self.chunk_tokens for b in c.busy_s),
-                    latency_s=c.latency_s * q / self.chunk_tokens)
+        return Load(busy_s=tuple(b * q for b in c.busy_s), latency_s=c.latency_s * q)
 
 
 def interpolated(pts: tuple[tuple[int, Load], ...], n: float) -> Load:
@@ -469,8 +470,8 @@ def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
                target: float = SLO_TARGET) -> Knee:
     """Images: a request holds one of B places for ``steps`` iterations of its group, whose period grows
     with the images in it (a denoising step is compute-bound). The images share the iterations like jobs
-    sharing a processor (M/G/1 processor sharing, at load ρ = λ_g·steps·c1, c1 = τ(b)/b an image's share
-    of a full group's period, so that ρ = 1 where the engine saturates): an image's latency averages
+    sharing a processor (M/G/1 processor sharing, at load ρ = λ_g·steps·c1, c1 an image's marginal share
+    of its group's period): an image's latency averages
     steps·L(1) / (1 − ρ) (L(1): one image's iteration alone), its part beyond the fixed
     steps·c0 spread exponentially (so the 90th percentile is about 2.3 means of that part), plus the wait
     for a place when all B are taken (M/M/c). The mean-field of the token form (τ̄ at the mean n) would
@@ -481,9 +482,9 @@ def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
     def tau(n: float) -> Period:
         return period(costs.at(n), none, m, 0.0, costs.fit)
 
-    # an image's share of a full group's iteration (every group holding b: the cycle saturated, its fixed
-    # cost shared), and the iteration of one image alone (the other groups idle) per step
-    c1 = tau(b).mean_s / b
+    # an image's marginal share of a group's iteration (from every group holding 1 and b; a group of one
+    # image: all of its period), and the iteration of one image alone (the other groups idle) per step
+    c1 = (tau(b).mean_s - tau(1).mean_s) / (b - 1) if b > 1 else tau(1).mean_s
     one = costs.at(1).latency_s
     c0 = max(0.0, one - c1)
 

@@ -263,8 +263,13 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
                           output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
                           target=slo.target)
 
+    def per_token(n: int, d: Load, k: int) -> Load:  # what a full chunk beside n decodes adds, per token
+        q = k - n
+        c = load(n, q).minus(d)
+        return Load(busy_s=tuple(x / q for x in c.busy_s), latency_s=c.latency_s / q)
+
     for k in ks:  # a chunk costs more beside few decodes (it turns their GEMMs compute-bound): sampled at each n
-        chunks[k] = tuple((n, load(n, k - b).minus(d)) for n, d in decode)
+        chunks[k] = tuple((n, per_token(n, d, k)) for n, d in decode)
         out.append((k, knee(k)))
         if len(out) >= 3 and out[-1][1].rate_per_s < out[-2][1].rate_per_s < out[-3][1].rate_per_s:
             break  # past the best budget: larger chunks only stall the decodes more
@@ -272,13 +277,12 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
         k, kn = max(out, key=lambda x: x[1].rate_per_s)
         n = round(kn.decode_seqs)
         if n > 1 and all(abs(n - x) > 0.05 * b for x, _ in decode):
-            here, with_chunk = load(n, 0), load(n, k - b)
+            here, token = load(n, 0), per_token(n, load(n, 0), k)
             drift = max(off(IterCosts(decode=decode).at(n), here),
-                        off(IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k]).chunk_of(k - b, n),
-                            with_chunk.minus(here)))
+                        off(IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k]).chunk_of(1, n), token))
             if drift > INTERPOLATION_TOLERANCE:
                 decode = tuple(sorted((*decode, (n, here)), key=lambda x: x[0]))
-                chunks[k] = tuple(sorted((*chunks[k], (n, with_chunk.minus(here))), key=lambda x: x[0]))
+                chunks[k] = tuple(sorted((*chunks[k], (n, token)), key=lambda x: x[0]))
                 out = [(kk, knee(kk) if kk == k else v) for kk, v in out]
     return out
 

@@ -129,7 +129,7 @@ def test_knee_bound_by_slots_by_hand() -> None:
 
 def test_knee_is_zero_when_unloaded_ttft_misses() -> None:
     # a 1000-token prompt in chunks of 90 tokens (budget 100, 10 decode slots): 12 iterations of 0.2 s = 2.4 s
-    costs = IterCosts(decode=((1, one(0.1)), (10, one(0.1))), chunk_tokens=90, chunk=((1, one(0.1)),))
+    costs = IterCosts(decode=((1, one(0.1)), (10, one(0.1))), chunk_tokens=90, chunk=((1, one(0.1 / 90)),))
     k = token_knee(costs, Engine(seqs=10, budget=100, microbatches=1), prompt=1000, output=10, ttft_s=2.0,
                    tpot_s=1.0)
     assert k.rate_per_s == 0.0 and k.binding == "TTFT"
