@@ -472,9 +472,10 @@ def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
     with the images in it (a denoising step is compute-bound). The images share the iterations like jobs
     sharing a processor (M/G/1 processor sharing, at load ρ = λ_g·steps·c1, c1 an image's marginal share
     of its group's period): an image's latency averages
-    steps·L(1) / (1 − ρ) (L(1): one image's iteration alone), its part beyond the fixed
-    steps·c0 spread exponentially (so the 90th percentile is about 2.3 means of that part), plus the wait
-    for a place when all B are taken (M/M/c). The mean-field of the token form (τ̄ at the mean n) would
+    steps·L(1) / (1 − ρ) (L(1): one image's iteration alone), its part beyond the fixed steps·c0
+    gamma-distributed with squared coefficient of variation ρ (none unloaded, an exponential's near
+    saturation, where the 90th percentile is about 2.3 means), and the wait for a place when all B are
+    taken (M/M/c). The mean-field of the token form (τ̄ at the mean n) would
     miss that an image spends its life when the group is busiest."""
     m, b = e.microbatches, e.group_seqs
     none = Load(busy_s=(0.0,) * len(costs.at(1).busy_s), latency_s=0.0)
@@ -500,14 +501,29 @@ def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
         if not s.feasible:
             return 0.0, s, math.inf, 0.0, 0.0
         fixed = steps * c0
-        spread = Tail(1.0, 1 / (s.hold_s - fixed)) if s.hold_s > fixed else NO_WAIT
+        shared = gamma_below(latency_slo_s - fixed, s.hold_s - fixed, s.rho)
         slot = mmc_wait(lam, e.seqs, s.hold_s)
-        ok = 1 - sum_above(spread, slot, latency_slo_s - fixed)
+        ok = min(shared, 1 - slot.above(latency_slo_s - s.hold_s))
         return ok, s, s.hold_s + _mean(slot), ok, 1.0
 
     cap = capacity(state, steps, costs, e)
     k = knee_of(attain, cap, target)
     return k if k.binding != "TTFT" else Knee(**{**k.__dict__, "binding": "latency"})
+
+
+def gamma_below(t: float, mean: float, cv2: float) -> float:
+    """P(G ≤ t) for G gamma-distributed with ``mean`` and squared coefficient of variation ``cv2``
+    (Wilson–Hilferty: (G/mean)^(1/3) is near normal); a processor-sharing sojourn's spread grows from none
+    at no load towards an exponential's (cv2 = 1) as the load ρ = cv2 nears 1."""
+    if mean <= 0:
+        return 1.0 if t >= 0 else 0.0
+    if t <= 0:
+        return 0.0
+    if cv2 <= 1e-9:
+        return 1.0 if t >= mean else 0.0
+    k = 1 / cv2  # shape
+    z = ((t / mean) ** (1 / 3) - (1 - 1 / (9 * k))) / math.sqrt(1 / (9 * k))
+    return NormalDist().cdf(z)
 
 
 # ---- the knee of a prefill/decode pair --------------------------------------------------------------------
