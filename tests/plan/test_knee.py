@@ -150,3 +150,13 @@ def test_prefill_decode_knee_by_hand() -> None:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if mmc_wait(mid, 64, 1.0).above(0.999) <= 0.1 else (lo, mid)
     assert k.rate_per_s == pytest.approx(lo, rel=1e-3)
+
+
+def test_gamma_spread_against_the_exponential_and_erlang() -> None:
+    from tessera.plan.knee import gamma_below
+
+    # cv² = 1 is the exponential: P(G ≤ mean·ln 10) = 0.9 exactly (Wilson–Hilferty: 0.902)
+    assert gamma_below(math.log(10), 1.0, 1.0) == pytest.approx(0.9, abs=0.005)
+    # cv² = ¼ is Erlang-4 of mean 1 (rate 4): P(G ≤ 1.5) = 1 − e^−6·(1 + 6 + 18 + 36) = 0.8488
+    assert gamma_below(1.5, 1.0, 0.25) == pytest.approx(1 - math.exp(-6) * 61, abs=0.005)
+    assert gamma_below(0.99, 1.0, 0.0) == 0.0 and gamma_below(1.0, 1.0, 0.0) == 1.0  # no spread: a step
