@@ -588,10 +588,5 @@ def pd_knee(prefill_s: Callable[[float], float], max_prompts: int, decode: IterC
     return knee_of(attain, lo, target)
 
 
-def rate_tokens(k: Knee, per_request: int) -> float:
-    """Goodput in output units per second: requests/s × tokens (images) per request."""
-    return k.rate_per_s * per_request
-
-
 __all__: Sequence[str] = ("SLO_TARGET", "Engine", "Fit", "IterCosts", "Knee", "Load", "erlang_c", "image_knee",
-                          "md1_wait", "mmc_wait", "pd_knee", "period", "rate_tokens", "sum_above", "token_knee")
+                          "md1_wait", "mmc_wait", "pd_knee", "period", "sum_above", "token_knee")

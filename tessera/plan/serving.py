@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from statistics import NormalDist
 
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
@@ -163,24 +162,6 @@ def over_memory(mem: tuple[dict[str, int], ...], units: tuple[GpuSpec, ...]) -> 
     i = worst[1]
     return (f"needs {sum(mem[i].values()) / 1e9:.1f} GB on {units[i].name} (device {i}), capacity "
             f"{units[i].mem_bytes / 1e9:.1f} GB")
-
-
-def expected_period_s(queued_s: float, latency_s: float, queued_sd_s: float = 0.0, latency_sd_s: float = 0.0,
-                      covariance: float = 0.0) -> float:
-    """E[max(X, Y)], the asynchronous period when its two terms vary from iteration to iteration: X the
-    bottleneck's m queued micro-batches (mean m·T, standard deviation ``queued_sd_s``), Y one micro-batch's
-    path back to its own next iteration (mean L, ``latency_sd_s``), taken as jointly normal with
-    ``covariance`` (s²: the two share that micro-batch's own step on the bottleneck) (Clark, "The greatest
-    of a finite set of random variables", Operations Research 9(2), 1961):
-        θ = √(σ_X² + σ_Y² − 2·cov),  α = (m·T − L) / θ,  E = m·T·Φ(α) + L·Φ(−α) + θ·φ(α).
-    Where the terms meet (α = 0) a micro-batch finds the bottleneck busy with another about half the time
-    and the period exceeds both by θ/√(2π); far apart it is the larger; θ = 0 gives max(m·T, L)."""
-    theta = math.sqrt(max(0.0, queued_sd_s ** 2 + latency_sd_s ** 2 - 2 * covariance))
-    if theta == 0.0:
-        return max(queued_s, latency_s)
-    a = (queued_s - latency_s) / theta
-    n = NormalDist()
-    return queued_s * n.cdf(a) + latency_s * n.cdf(-a) + theta * n.pdf(a)
 
 
 def as_load(ev: Evaluation) -> Load:
