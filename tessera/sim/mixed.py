@@ -22,7 +22,7 @@ from collections import deque
 import numpy as np
 
 from tessera.sim.model import PlanModel
-from tessera.sim.replica import DONE, PREFILLING, RUNNING, WAITING, State
+from tessera.sim.replica import DONE, PREFILLING, RUNNING, WAITING, State, wants_switch
 from tessera.sim.stages import Pipeline
 
 GROUPS = 1 << 20  # a STAGE event's arg is generation·GROUPS + group: stages of a replaced pipeline are stale
@@ -118,16 +118,11 @@ class MixedReplica:
                 if st.status[r] == RUNNING and st.epoch[r] == ep:
                     st.gen[r] += grp.it - st.join_it[r]
                     out.append(r)
-        for r in out:
-            st.epoch[r] += 1
-            st.need[r] = st.prompt[r] + st.gen[r]
-            st.pf_done[r] = 0
-            st.status[r] = WAITING
         self.waiting.clear()
         self.groups = [Group() for _ in range(self.m)]
         self.kv = self.nseq = 0
         self.flush_trace()
-        return sorted(out)
+        return st.requeue(out)
 
     def kick_lanes(self, all_lanes: bool = False) -> list[int]:
         out = [g for g in range(self.m) if not self.busy[g] and not self.kick_pending[g]]
@@ -136,11 +131,7 @@ class MixedReplica:
         return out
 
     def wants_switch(self) -> bool:
-        if self.policy is None:
-            return False
-        target = self.policy.target(self.mode, self.load())
-        self.switch_to = target if target != self.mode else None
-        return self.switch_to is not None
+        return wants_switch(self)
 
     def complete_switch(self, t: float) -> None:
         self._set_mode(self.switch_to, t)

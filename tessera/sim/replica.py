@@ -57,6 +57,25 @@ class State:
         self.first_s, self.done_s = [math.nan] * n, [math.nan] * n
         self.status = [WAITING] * n
 
+    def requeue(self, out: list[int]) -> list[int]:
+        """Requests ``out`` lost with their replica restart from prefill: KV lost, tokens already generated
+        kept as part of the prompt (as a recompute preemption does). Returns them sorted."""
+        for r in out:
+            self.epoch[r] += 1
+            self.need[r] = self.prompt[r] + self.gen[r]
+            self.pf_done[r] = 0
+            self.status[r] = WAITING
+        return sorted(out)
+
+
+def wants_switch(rep) -> bool:
+    """Whether a replica's policy wants the other mode at its current load; sets ``rep.switch_to``."""
+    if rep.policy is None:
+        return False
+    target = rep.policy.target(rep.mode, rep.load())
+    rep.switch_to = target if target != rep.mode else None
+    return rep.switch_to is not None
+
 
 class Replica:
     def __init__(self, idx: int, st: State, models: dict[str, PlanModel], mode: str, policy=None,
@@ -118,15 +137,10 @@ class Replica:
             if st.status[r] == RUNNING and st.epoch[r] == ep:
                 st.gen[r] += self.it - st.join_it[r]
                 out.append(r)
-        for r in out:
-            st.epoch[r] += 1
-            st.need[r] = st.prompt[r] + st.gen[r]
-            st.pf_done[r] = 0
-            st.status[r] = WAITING
         self.waiting.clear()
         self.prefilling, self.pending, self.fin, self.joined = [], [], [], []
         self.S = self.n = self.kv_other = 0
-        return sorted(out)
+        return st.requeue(out)
 
     def kick_lanes(self, all_lanes: bool = False) -> list[int]:
         lanes = [0, 1] if (self.split and all_lanes) else [0]
@@ -136,11 +150,7 @@ class Replica:
         return out
 
     def wants_switch(self) -> bool:
-        if self.policy is None:
-            return False
-        target = self.policy.target(self.mode, self.load())
-        self.switch_to = target if target != self.mode else None
-        return self.switch_to is not None
+        return wants_switch(self)
 
     def complete_switch(self, t: float) -> None:
         self._set_mode(self.switch_to)
