@@ -436,8 +436,8 @@ def capacity(state: Callable[[float], State], output: int, costs: IterCosts, e: 
     return lo
 
 
-CAPACITY_STEPS = 30  # bisection steps: 2^-30 of the bound
-KNEE_STEPS = 24  # bisection steps for the knee: 6e-8 of capacity
+CAPACITY_STEPS = 20  # bisection steps: 1e-6 of the bound
+KNEE_STEPS = 17  # bisection steps for the knee: 1e-5 of capacity
 
 
 def knee_of(attain: Callable[[float], tuple[float, State, float, float, float]], cap: float,

@@ -99,8 +99,9 @@ def steady_shape(batch: int, m: int, t: Traffic) -> IterShape:
 
 def chunk_shape(decode: int, chunk: int, t: Traffic, batch: int, m: int) -> IterShape:
     """A group iteration of ``decode`` sequences and ``chunk`` prompt tokens (a chunk shorter than a prompt
-    attends to a mean prefix of (P − c)/2; a longer one holds ⌈c/P⌉ whole prompts); KV of the whole group."""
-    kv = math.ceil(math.ceil(batch / m) * kv_tokens_per_seq(t, batch))
+    attends to a mean prefix of (P − c)/2; a longer one holds ⌈c/P⌉ whole prompts); KV of the whole group
+    (``batch`` 0: none, for a shape costed but not fitted, which every batch then shares)."""
+    kv = math.ceil(math.ceil(batch / m) * kv_tokens_per_seq(t, batch)) if batch else 0
     prefix = max(0, (t.prompt - chunk) // 2) if 0 < chunk < t.prompt else 0
     return IterShape(decode=decode, context=t.prompt + t.output // 2, chunk=chunk,
                      chunk_len=min(chunk, t.prompt) if chunk else 0, prefix=prefix, kv_tokens=kv,
@@ -225,18 +226,19 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
                 slo: Slo, budgets: tuple[int, ...], extra_latency_s: float = 0.0) -> list[tuple[int, Knee]]:
     """(budget, knee) for every budget K > ⌈B/m⌉ (decodes alone must fit the iteration)."""
     b = math.ceil(batch / m)
-    decode = tuple((n, load_at(at, chunk_shape(n, 0, traffic, batch, m), a, units, link, cost))
+    # the costs of a shape do not depend on the KV held beside it: shapes without KV, shared by every batch
+    decode = tuple((n, load_at(at, chunk_shape(n, 0, traffic, 0, m), a, units, link, cost))
                    for n in group_sizes(b))
     out: list[tuple[int, Knee]] = []
     ks = sorted({x for x in budgets if x > b})
     # how the groups interleave is the placement's: measured once, with the chunk of a mid-sized budget
     ref = min(ks, key=lambda k: abs(k - FIT_BUDGET)) - b if ks else 0
-    fit = interleaving(at(chunk_shape(b, 0, traffic, batch, m)), at(chunk_shape(b, ref, traffic, batch, m)), a, m,
+    fit = interleaving(at(chunk_shape(b, 0, traffic, 0, m)), at(chunk_shape(b, ref, traffic, 0, m)), a, m,
                        units, link, cost) if ks else None
     chunks: dict[int, tuple[tuple[int, Load], ...]] = {}  # budget -> (decodes, what its chunk adds)
 
     def load(n: int, c: int) -> Load:
-        return load_at(at, chunk_shape(n, c, traffic, batch, m), a, units, link, cost)
+        return load_at(at, chunk_shape(n, c, traffic, 0, m), a, units, link, cost)
 
     def knee(k: int) -> Knee:
         costs = IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k], fit=fit)
