@@ -1,7 +1,8 @@
 """The planner-made split of the engine over two CPU workers of different speeds, against one worker.
 
 Workers: ``cpu`` (one thread) and ``cpu:speed=0.5`` (one thread, a 50% duty cycle: a device half as fast on
-a core of its own; docs/engine.md says why not thread counts on a 2-core machine). The kinds are profiled
+a core of its own; docs/engine.md says why not thread counts on a 2-core machine). The split needs both
+cores: run it when no other job holds one (the load column says what it met). The kinds are profiled
 first (``tessera.engine.profile``: every node timed in a worker of each kind at the serving model's
 iteration shapes, fresh, not from the cache; for the split both kinds at once, as they will compute) and
 the link measured as an iteration meets it; tessera.plan then places llama-wide's
@@ -44,20 +45,24 @@ from tessera.plan.serving import Traffic
 from tessera.sim.workload import LengthSpec, WorkloadSpec
 
 OUT = Path(__file__).parent / "results"
+# A device and one half as fast, one thread each on this 2-core machine (docs/engine.md: a duty cycle
+# rather than thread counts): the split needs both cores, so it runs when other jobs leave them free
+# (the load column).
 FAST, SLOW = WorkerKind(device="cpu"), WorkerKind(device="cpu", speed=0.5)
 KILL_AT = 20  # the request at whose first iteration worker 1 is SIGKILLed in the fault row
 
 
-def setup(quick: bool, seqs: int, groups: int) -> tuple[str, EngineConfig, WorkloadSpec]:
+def setup(quick: bool, seqs: int, groups: int, budget: int, prompt: str, output: str
+          ) -> tuple[str, EngineConfig, WorkloadSpec]:
     if quick:
         config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=32, page_size=16, max_model_len=64,
                               microbatches=2)
         return "llama-tiny", config, WorkloadSpec(kind="offline", requests=16, prompt=LengthSpec(lo=8, hi=16),
                                                   output=LengthSpec(lo=8, hi=16))
-    config = EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=64, page_size=16, max_model_len=128,
-                          microbatches=groups)
-    return "llama-wide", config, WorkloadSpec(kind="offline", requests=64, prompt=LengthSpec(lo=32, hi=64),
-                                              output=LengthSpec(lo=32, hi=64))
+    w = WorkloadSpec(kind="offline", requests=64, prompt=LengthSpec.parse(prompt), output=LengthSpec.parse(output))
+    config = EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=budget, page_size=16,
+                          max_model_len=w.prompt.hi + w.output.hi, microbatches=groups)
+    return "llama-wide", config, w
 
 
 def plans(model: str, config: EngineConfig, w: WorkloadSpec, folder: Path) -> dict[str, object]:
@@ -122,7 +127,8 @@ def markdown(doc: dict[str, object]) -> str:
     recovery = f["recoveries"][0] if f["recoveries"] else "no recovery"
     return "\n".join([
         f"# The engine split over two CPU workers of different speeds ({m['model']}, {m['dtype']})", "",
-        f"Workers `cpu` and `cpu:speed=0.5`, one thread each (OMP_NUM_THREADS={m['omp']}), {m['cpu']}; "
+        f"Workers `{FAST.name}` and `{SLOW.name}` (one thread each, the second a 50% duty cycle: speeds 2:1; "
+        f"OMP_NUM_THREADS={m['omp']}), {m['cpu']}; "
         f"engine {m['engine']}; offline stream of {m['workload']}; {m['repeats']} runs per configuration in "
         f"alternating order, medians; load average {m['load_start']} at the start and {m['load_end']} at "
         f"the end (2 cores, shared with other engineers' jobs). The link as an iteration met it: "
@@ -141,8 +147,8 @@ def markdown(doc: dict[str, object]) -> str:
         f"{f['verified']}; {recovery}.", "",
         "Reading: the planner's figure is the Plan's throughput (the serving model's capacity from the "
         "profiled kernel costs); the simulator serves the same requests on that Plan file. Both price each "
-        "kind by its own profile, taken just before the runs; on a shared 2-core machine a run meeting more "
-        "load than its profile did runs slower than predicted (the load column)."]) + "\n"
+        "kind by its own profile, taken just before the runs; on a shared 2-core machine a run that meets "
+        "another load than its profile did runs slower or faster than predicted (the load column)."]) + "\n"
 
 
 def main() -> None:
@@ -151,8 +157,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--seqs", type=int, default=12, help="max_num_seqs")
     ap.add_argument("--groups", type=int, default=3, help="micro-batch groups (iterations in flight)")
+    ap.add_argument("--budget", type=int, default=64, help="max_num_batched_tokens")
+    ap.add_argument("--prompt", default="32-64", help="prompt tokens, LO-HI")
+    ap.add_argument("--output", default="32-64", help="output tokens, LO-HI")
     args = ap.parse_args()
-    model, config, w = setup(args.quick, args.seqs, args.groups)
+    model, config, w = setup(args.quick, args.seqs, args.groups, args.budget, args.prompt, args.output)
     load_start = round(os.getloadavg()[0], 2)
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["TESSERA_PROFILE_DIR"] = tmp

@@ -115,14 +115,14 @@ class EngineCluster(Processes):
         self._send(IterCmd(step_id=sid, inputs={k: to_wire(v) for k, v in inputs.as_dict().items()}), sid)
         return sid
 
-    def start_profile(self, inputs: IterationInputs, repeats: int) -> int:
+    def start_profile(self, inputs: IterationInputs, repeats: int, min_s: float = 0.0) -> int:
         """Ask a one-worker cluster holding the whole model to time every node on ``inputs`` (``profile``
         waits for the answer; several clusters can be asked first and then waited on, so that they run at
         the same time)."""
         sid = self.next_id
         self.next_id += 1
         wire = {k: to_wire(v) for k, v in inputs.as_dict().items()}
-        self._send(ProfileCmd(step_id=sid, inputs=wire, repeats=repeats), sid)
+        self._send(ProfileCmd(step_id=sid, inputs=wire, repeats=repeats, min_s=min_s), sid)
         return sid
 
     def profile(self, sid: int) -> dict[str, float]:

@@ -44,7 +44,8 @@ from tessera.engine.routes import transfers
 from tessera.graph import Kernel
 from tessera.hardware import GpuSpec, LinkSpec
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2  # 2: kinds of a split profiled side by side for CORUN_S per shape
+CORUN_S = 3.0  # seconds every profiling worker of a split keeps timing each shape
 _LAYER = re.compile(r"(^|\.)layers\.\d+(\.|$)")
 
 
@@ -138,7 +139,10 @@ def profile_kinds(source: ModelSource, dtype: torch.dtype, config: EngineConfig,
             c.start()
         for shape in shapes:
             inputs = build_inputs(shape_pieces(shape, config.page_size), config.page_size)
-            sids = [c.start_profile(inputs, repeats) for c in clusters]
+            # side by side for as long as the slowest kind takes its repeats: each kind is timed while the
+            # others compute as much as they do in a run, not only while they happen to overlap
+            sids = [c.start_profile(inputs, repeats, min_s=CORUN_S if len(clusters) > 1 else 0.0)
+                    for c in clusters]
             graph = kernel_graph(source.arch, shape, dtype=dtype, page_size=config.page_size)
             for k, c, sid in zip(cpu, clusters, sids, strict=True):
                 node_s = c.profile(sid)

@@ -79,11 +79,13 @@ class IterCmd:
 
 @dataclass(frozen=True)
 class ProfileCmd:
-    """Time every node of this worker ``repeats`` times on these inputs (after one untimed run)."""
+    """Time every node of this worker on these inputs, after one untimed run, at least ``repeats`` times and
+    for at least ``min_s`` seconds (profiling workers asked together then compute side by side throughout)."""
 
     step_id: int
     inputs: dict[str, Wire]
     repeats: int
+    min_s: float = 0.0
 
 
 def tag(step_id: int, t: Transfer, ordered: bool) -> int:
@@ -233,10 +235,11 @@ class Iteration:
         self.store[t.value] = self.w.landed(t, self.pending.pop(t.index), self.inputs)
         return True
 
-    def advance(self) -> bool:
+    def advance(self, limit: int | None = None) -> bool:
+        """Run the next nodes whose data is there (at most ``limit``); whether any ran."""
         w, r = self.w, self.w.route
         start = self.cursor
-        while self.cursor < len(w.nodes):
+        while self.cursor < len(w.nodes) and (limit is None or self.cursor - start < limit):
             p = self.cursor
             if not all([self._arrived(t) for t in r.recvs[p]]):
                 break
@@ -303,14 +306,19 @@ def serve_iterations(w: Worker, ahead: queue.SimpleQueue, results: Any) -> None:
             w.flush_sends()
             return
         progressed = False
-        for a in list(active):
-            progressed |= a.advance()
+        for a in list(active):  # oldest first, one node at a time: a node of the oldest iteration that can
+            # run goes before any younger one's, so an arrival for an older group waits one node, not a
+            # younger group's whole stretch (the latency through a placement that crosses often)
+            if a.advance(limit=1):
+                progressed = True
             if a.finished:
                 w.flush_sends()
                 w.unsent = a.sent
                 results.put(("done", w.rank, a.result()))
                 active.remove(a)
                 progressed = True
+            if progressed:
+                break
         if not progressed and active:
             _wait(w, active, more=lambda: not ahead.empty())
 
@@ -415,7 +423,9 @@ def profile_nodes(w: Worker, cmd: ProfileCmd) -> dict[str, Any]:
     inputs = w.inputs_of(cmd)
     times: list[list[float]] = [[] for _ in w.nodes]
     duty = Duty(w.spec.speed)
-    for r in range(cmd.repeats + 1):
+    t_start = time.perf_counter()
+    r = 0
+    while r <= cmd.repeats or time.perf_counter() - t_start < cmd.min_s:
         store: dict[str, Tensor] = {}
         t_run = time.perf_counter()
         dts = []
@@ -430,6 +440,7 @@ def profile_nodes(w: Worker, cmd: ProfileCmd) -> dict[str, Any]:
         if r:
             for p, dt in enumerate(dts):
                 times[p].append(dt * scale)
+        r += 1
     med = [sorted(ts)[len(ts) // 2] for ts in times]
     return dict(step_id=cmd.step_id, node_s={n.name: t for n, t in zip(w.nodes, med, strict=True)})
 
