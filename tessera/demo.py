@@ -29,6 +29,7 @@ OUT = Path(os.environ.get("TESSERA_DEMO_OUT", "out"))
 COMPARE = Path(__file__).resolve().parent.parent / "bench" / "results" / "compare.json"
 # the evaluation study (`tessera evaluate`, about an hour here), read like the compare matrix
 EVALUATION = COMPARE.with_name("eval.json")
+COST_ACCURACY = COMPARE.with_name("cost_aic.json")  # the cost model's measured error (bench_cost_aic.py)
 MODEL, GPUS, LINK = "llama-3-8b", ("H100", "L40S"), "auto"  # auto: the pair's best link (PCIe 4)
 # Each plan is simulated at SIM_LOAD of its own predicted goodput (its capacity at the SLO), once per seed:
 # the spread over seeds is the report's "how sure". The sweep runs each plan at SWEEP_LOADS of its capacity
@@ -83,6 +84,7 @@ def simulate_at(result: Any, progress: Steps, load: float, seeds: tuple[int, ...
     """Every feasible plan at ``load`` of its own capacity (Poisson, the plan's SLO), per seed (a plan of
     independent replicas, the homogeneous baseline on a mixed pair, is served behind the simulator's router);
     each entry records its operating point beside the simulator's contract."""
+    from tessera.provenance import Provenance, fingerprint
     from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
 
     t, slo = result.config.traffic, result.config.slo
@@ -94,8 +96,11 @@ def simulate_at(result: Any, progress: Steps, load: float, seeds: tuple[int, ...
         for seed in seeds:
             r = _step(progress, f"simulate {name} at {rate:.1f} req/s ({load:.0%} of its capacity), seed {seed}",
                       lambda p=o.deployment, w=wl, s=seed: simulate(p, w, seed=s, slo=SLO(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)))
-            sims.append({"label": name, "rate_per_s": rate, "seed": seed, "capacity_tokens_per_s": o.goodput,
-                         "output_tokens": t.output, "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s, **r.to_json()})
+            prov = Provenance(model=result.model, plan=fingerprint(o.deployment), prompt=str(t.prompt),
+                              output=str(t.output), output_per_request=float(t.output), slo_ttft_s=slo.ttft_s,
+                              slo_tpot_s=slo.tpot_s, workload="poisson", rate_per_s=rate, seed=seed)
+            sims.append({"label": name, "capacity_tokens_per_s": o.goodput, **r.to_json(),
+                         "provenance": prov.to_dict()})
     return sims
 
 
@@ -158,10 +163,10 @@ def main() -> None:
     console.print(result_table(result))
     console.print(sim_table(sims))
 
-    plan = result.tessera.plan
-    if plan is None:  # the built-in defaults always fit; a changed default must say so, not crash
+    plan, deployment = result.tessera.plan, result.tessera.deployment
+    if plan is None or deployment is None:  # the built-in defaults always fit; a changed default must say so
         raise SystemExit(f"no feasible Tessera plan for {MODEL} on {' + '.join(GPUS)}")
-    plan.save(OUT / "plan.json")
+    deployment.save(OUT / "plan.json")  # a pool plan where Tessera's answer is several different cells
     (OUT / "plan_result.json").write_text(json.dumps(result.to_json(), indent=1))
     (OUT / "sims.json").write_text(json.dumps(sims, indent=1))
     (OUT / "sweep.json").write_text(json.dumps(sweep, indent=1))
@@ -169,23 +174,35 @@ def main() -> None:
     if "mixed" in plan.phases:  # the iteration graph at the plan's operating point (its assignment's kernels)
         graphs = (Shapes(MODEL, capture_source(MODEL), cfg, images=False).graph(plan.batch, plan.microbatches),)
     baselines = tuple(o.deployment for n, o in result.strategies.items() if n != "tessera" and o.feasible and o.plan is not None)
-    data = report_data(plan, baselines, graphs, sims, sweep, advice)
+    data = report_data(deployment, baselines, graphs, sims, sweep, advice)
     with Steps("report", stream=sys.stdout) as step:
         path = build_report(data, OUT, on_section=step)
     console.print(answer_text(data), highlight=False, soft_wrap=True)
     console.print(f"\n[bold green]report:[/] {path}  ({time.perf_counter() - t_start:.0f} s in all)")
 
 
-def report_data(plan: Any, baselines: tuple[Any, ...], graphs: tuple[Any, ...], sims: list[dict[str, Any]],
+def report_data(deployment: Any, baselines: tuple[Any, ...], graphs: tuple[Any, ...], sims: list[dict[str, Any]],
                 sweep: list[dict[str, Any]], advice: list[Any]) -> Any:
-    """What the report is built from: the demo's plan, its baselines' plans, the runs and the advisor's choices,
-    with the compare matrix bench/results/compare.json and the study bench/results/eval.json hold."""
-    from tessera.report.data import ReportData, evaluation_maps, load_compare, load_evaluation, parse_sim
+    """What the report is built from: the demo's plan (or pool plan), its baselines' plans, the runs and the
+    advisor's choices, with the compare matrix bench/results/compare.json, the study bench/results/eval.json
+    and the cost model's error bench/results/cost_aic.json hold."""
+    from tessera.plan.types import PoolPlan
+    from tessera.report.data import (
+        ReportData,
+        evaluation_maps,
+        load_compare,
+        load_cost_accuracy,
+        load_evaluation,
+        parse_sim,
+    )
 
     compare = load_compare(COMPARE) if COMPARE.exists() else None
     budgets = ", ".join(f"${b:.0f}" for b in BUDGETS_USD_PER_HOUR)
     return ReportData(
-        title=f"Tessera: {MODEL} on {' + '.join(GPUS)}", compare=compare, plan=plan, graphs=graphs or None,
+        title=f"Tessera: {MODEL} on {' + '.join(GPUS)}", compare=compare,
+        plan=deployment.lead if isinstance(deployment, PoolPlan) else deployment,
+        pool=deployment if isinstance(deployment, PoolPlan) else None, graphs=graphs or None,
+        cost_accuracy=load_cost_accuracy(COST_ACCURACY) if COST_ACCURACY.exists() else None,
         sims=tuple(parse_sim(s, s["label"], "demo") for s in sims),
         sweep=tuple(parse_sim(s, s["label"], "demo sweep") for s in sweep),
         frontier=tuple(p for a in advice for p in a.frontier_points()),
@@ -200,7 +217,8 @@ def report_data(plan: Any, baselines: tuple[Any, ...], graphs: tuple[Any, ...], 
                   "tessera compare   # the whole matrix: writes bench/results/compare.json",
                   "tessera evaluate  # the study: writes bench/results/eval.json",
                   "tessera report --plan out/plan.json --sim out/sims.json --sweep out/sweep.json "
-                  "--compare bench/results/compare.json --evaluation bench/results/eval.json -o out", "make demo"),
+                  "--compare bench/results/compare.json --evaluation bench/results/eval.json "
+                  "--cost-accuracy bench/results/cost_aic.json --out-dir out", "make demo"),
     )
 
 
@@ -209,16 +227,20 @@ def answer_text(data: Any) -> str:
     from tessera.report.answer import answer_of
 
     a = answer_of(data)
-    if a is None or a.goodput is None or a.usd_per_million_tokens is None:
+    own = a.predicted_usd_per_million_tokens if a is not None else None
+    if a is None or a.capacity_tokens_per_s is None or own is None:
         return ""
-    g, c = a.goodput, a.usd_per_million_tokens
     lines = [f"\nRent {' + '.join(a.gpus)} (${a.usd_per_hour:.2f}/h) and serve {a.model} with the {a.strategy} plan:",
-             f"  goodput {g.mid:,.0f} tok/s ({g.lo:,.0f}-{g.hi:,.0f} over {g.n} seeds), ${c.mid:.3f}/M tokens, "
-             f"at {a.rate_per_s or 0:.2f} req/s = {100 * (a.load or 0):.0f}% of the predicted capacity "
-             f"(SLO TTFT {a.slo_ttft_s or 0:g} s, TPOT {1e3 * (a.slo_tpot_s or 0):g} ms)"]
-    if a.cheaper is not None:
-        lines.append(f"  cheaper per token if you can choose the GPUs: {a.cheaper.label}, "
-                     f"${a.cheaper.usd_per_million_tokens:.3f}/M tokens ({a.cheaper.source})")
+             f"  {a.capacity_tokens_per_s:,.0f} tok/s at the SLO (TTFT {a.slo_ttft_s or 0:g} s, TPOT "
+             f"{1e3 * (a.slo_tpot_s or 0):g} ms), ${own:.3f}/M tokens"]
+    if a.goodput is not None:
+        g = a.goodput
+        lines.append(f"  simulated at {a.rate_per_s or 0:.2f} req/s = {100 * (a.load or 0):.0f}% of it: "
+                     f"{g.mid:,.0f} tok/s met the SLO ({g.lo:,.0f}-{g.hi:,.0f} over {g.n} seeds)")
+    best = a.cheaper or a.homogeneous
+    if best is not None:
+        lines.append(f"  {'cheaper' if best.usd_per_million_tokens < own else 'best of one GPU type'}: "
+                     f"{best.label}, ${best.usd_per_million_tokens:.3f}/M tokens ({best.source})")
     return "\n".join(lines)
 
 

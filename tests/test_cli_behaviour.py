@@ -123,7 +123,7 @@ def test_report_reads_demo_sims_list(tmp_path: Path, run_cli) -> None:
     sims.write_text(json.dumps([_sim("tessera", 2000.0), _sim("homogeneous", 1500.0)]))
     single = tmp_path / "sim_pd.json"
     single.write_text(json.dumps(_sim("ignored", 1000.0)))
-    code, out, err = run_cli(["report", "--sim", str(sims), "--sim", str(single), "-o", str(tmp_path / "r"),
+    code, out, err = run_cli(["report", "--sim", str(sims), "--sim", str(single), "--out-dir", str(tmp_path / "r"),
                               "--json"])
     assert code == 0, err
     j = json.loads(out)
@@ -134,7 +134,7 @@ def test_report_reads_demo_sims_list(tmp_path: Path, run_cli) -> None:
 def test_report_empty_sims_list_is_one_line(tmp_path: Path, run_cli) -> None:
     sims = tmp_path / "sims.json"
     sims.write_text("[]")
-    code, _, err = run_cli(["report", "--sim", str(sims), "-o", str(tmp_path / "r")])
+    code, _, err = run_cli(["report", "--sim", str(sims), "--out-dir", str(tmp_path / "r")])
     assert code == 2 and "holds an empty list" in err and len(err.splitlines()) == 1
 
 
@@ -148,7 +148,7 @@ def test_help_does_not_import_torch() -> None:
 
 def test_report_shows_the_evaluation_study(tmp_path: Path, run_cli) -> None:
     study = Path(__file__).parent.parent / "bench" / "results" / "eval.quick.json"
-    code, out, err = run_cli(["report", "--evaluation", str(study), "-o", str(tmp_path / "r"), "--json"])
+    code, out, err = run_cli(["report", "--evaluation", str(study), "--out-dir", str(tmp_path / "r"), "--json"])
     assert code == 0, err
     page = Path(json.loads(out)["report"]).read_text()
     section = page.split('<section id="evaluation">')[1].split("</section>")[0]
@@ -157,5 +157,5 @@ def test_report_shows_the_evaluation_study(tmp_path: Path, run_cli) -> None:
     assert section.count("data:image/png") == 2  # the best and worst placement maps written beside the JSON
     bad = tmp_path / "bad.json"
     bad.write_text('{"cells": 3}')
-    code, _, err = run_cli(["report", "--evaluation", str(bad), "-o", str(tmp_path / "r2")])
+    code, _, err = run_cli(["report", "--evaluation", str(bad), "--out-dir", str(tmp_path / "r2")])
     assert code == 2 and len(err.strip().splitlines()) == 1 and "cells" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -10,9 +11,11 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.errors import UserError
+from tessera.fleet.advise import Advice, MixChoice, advise
 from tessera.fleet.cells import cell_name
 from tessera.fleet.fleet import FleetPlan, plan_fleet
 from tessera.fleet.spec import FleetSpec
+from tessera.hardware import AUTO
 from tessera.plan.options import (
     IMAGE_S,
     OUTPUT,
@@ -27,8 +30,11 @@ from tessera.plan.options import (
     SloImageS,
     SloTpotMs,
     SloTtftMs,
+    check_context,
+    check_out_file,
     config_of,
 )
+from tessera.plan.pool import resolve_gpu
 from tessera.plan.serve import PlannerConfig
 from tessera.progress import Steps
 
@@ -60,6 +66,8 @@ def plan_pool_command(model: str, pool_path: Path | str, objective: str = "throu
         fp = plan_fleet(model, spec, cfg, objective=objective, progress=steps)
     if out_path is not None:
         fp.save(out_path)
+        print(f"wrote {out_path} (the fleet's pool plan of {model}; `tessera simulate` and `tessera report "
+              "--plan` read it)", file=sys.stderr)
     if as_json:
         print(json.dumps(fp.to_dict()))
     else:
@@ -90,12 +98,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Form cells from the pool, replicate them, maximise goodput at the SLO or goodput per dollar."""
         cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s)
+        check_context(model, prompt, output)
+        check_out_file(save)
         plan_pool_command(model, pool, objective, as_json, save, cfg)
 
     @app.command("advise")
     def advise_cmd(
-        model: str = typer.Argument(..., help="zoo model name"),
-        budget: float = typer.Option(..., "--budget-usd-per-hour", help="what you spend per hour"),
+        model: str = typer.Argument(..., help="zoo model name (tessera models) or a config.json"),
+        budget: float = typer.Option(..., "--budget-usd-per-hour", help="what you spend per hour (with --have: "
+                                     "on GPUs added to those; 0 asks what they serve alone)"),
+        have: str | None = typer.Option(None, "--have", help="GPUs you already have, TYPE:COUNT,... e.g. "
+                                        "H100:4,L40S:2: which to add for the budget"),
         batch: BatchCap = None,
         prompt: Prompt = PROMPT,
         output: Output = OUTPUT,
@@ -104,37 +117,76 @@ def register(app: typer.Typer) -> None:
         slo_tpot_ms: SloTpotMs = TPOT_MS,
         slo_image_s: SloImageS = IMAGE_S,
         gpus: str | None = typer.Option(None, "--gpus", help="catalog types to consider (default: all priced)"),
+        link: str = typer.Option(AUTO, "--link", help="link between the two GPUs of a pair cell (catalog name); "
+                                 "auto: the best each pair can have"),
         as_json: bool = typer.Option(False, "--json", help="print the advice as JSON"),
+        save: Path | None = typer.Option(None, "-o", "--out", help="write the advised mix here as a pool plan "
+                                         "(with the advice beside it): `tessera simulate` and `report` read it"),
     ) -> None:
-        """Which GPU mix to rent for a budget, against the best homogeneous and prefill/decode mixes."""
-        from tessera.fleet.advise import advise
-
-        cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s)
+        """Which GPU mix to rent for a budget, or which GPUs to add to those you have (--have), against the
+        best homogeneous and prefill/decode mixes."""
+        cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link)
+        check_context(model, prompt, output)
+        check_out_file(save)
         types = [g for g in gpus.split(",") if g.strip()] if gpus else None
         with Steps(f"advise {model}") as progress:
-            a = advise(model, cfg, budget, types, progress=progress)
+            a = advise(model, cfg, budget, types, progress=progress, have=parse_have(have))
+        if save is not None:
+            Path(save).write_text(json.dumps(a.file_dict(), indent=1))
+            print(f"wrote {save} (the advised mix's pool plan of {model}; `tessera simulate` and `tessera "
+                  "report --plan` read it)", file=sys.stderr)
         if as_json:
             print(json.dumps(a.to_dict()))
             return
-        t = Table(title=f"{model}, budget {budget:.2f} $/h, SLO TTFT ≤ {slo_ttft_ms:g} ms, TPOT ≤ {slo_tpot_ms:g} ms "
-                        f"(advised in {a.advise_s:.1f} s)")
-        for c in ("choice", "cells", "goodput/s", "$/h", "goodput/s per $/h", "gap"):
-            t.add_column(c, justify="left" if c in ("choice", "cells") else "right")
-        for c in (a.mix, a.homogeneous, a.prefill_decode):
-            if c is not None:
-                t.add_row(c.group, c.label, f"{c.throughput_per_s:,.0f}", f"{c.usd_per_hour:.2f}",
-                          f"{c.per_dollar:,.1f}", f"{c.gap:.1%}")
-        out.print(t)
-        out.print(a.verdict, highlight=False)
-        if a.sim:
-            s = a.sim
-            out.print(f"simulated at 90% of the predicted goodput: {s['throughput_tokens_per_s']:,.0f} tokens/s, "
-                      f"TTFT p50/p99 {s['ttft_s']['p50']:.3f}/{s['ttft_s']['p99']:.3f} s, TPOT p50/p99 "
-                      f"{s['tpot_s']['p50'] * 1e3:.1f}/{s['tpot_s']['p99'] * 1e3:.1f} ms, lost {s['lost']}"
-                      + (f", SLO attainment {s['slo_attainment']:.1%}" if s["slo_attainment"] is not None else ""),
-                      highlight=False)
-        out.print(f"types kept: {', '.join(a.kept_types)}; pruned: "
-                  f"{'; '.join(f'{t} ({why})' for t, why in a.pruned) or 'none'}", highlight=False)
+        print_advice(a, slo_ttft_ms, slo_tpot_ms)
 
 
-__all__ = ["UserError", "config_of", "fleet_table", "plan_pool_command", "register"]
+def parse_have(text: str | None) -> dict[str, int]:
+    """``H100:4,L40S:2`` -> {"H100-SXM": 4, "L40S": 2} (aliases resolved; a type named twice is summed)."""
+    counts: dict[str, int] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, sep, n = part.partition(":")
+        try:
+            count = int(n) if sep else 1
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise UserError(f"--have {part.strip()!r} is not TYPE:COUNT with a count >= 1, e.g. H100:4,L40S:2")
+        g = resolve_gpu(name.strip()).name
+        counts[g] = counts.get(g, 0) + count
+    return counts
+
+
+def _choice_row(t: Table, c: MixChoice, owned: bool) -> None:
+    cells = [c.group, c.label] + ([c.rent_label] if owned else [])
+    t.add_row(*cells, f"{c.throughput_per_s:,.0f}", f"{c.usd_per_hour:.2f}",
+              f"{c.per_dollar:,.1f}" if c.usd_per_hour > 0 else "-", f"{c.gap:.1%}")
+
+
+def print_advice(a: Advice, slo_ttft_ms: float, slo_tpot_ms: float) -> None:
+    have = f", having {', '.join(f'{n}x{g}' for g, n in a.have)}" if a.have else ""
+    t = Table(title=f"{a.model}, budget {a.budget_usd_per_hour:.2f} $/h{have}, SLO TTFT ≤ {slo_ttft_ms:g} ms, "
+                    f"TPOT ≤ {slo_tpot_ms:g} ms (advised in {a.advise_s:.1f} s)")
+    cols = ("choice", "cells", *(("rent (added)",) if a.have else ()), "goodput/s",
+            "$/h (rented)" if a.have else "$/h", "goodput/s per $/h", "gap")
+    for c in cols:
+        t.add_column(c, justify="left" if c in ("choice", "cells", "rent (added)") else "right")
+    for c in (a.owned, a.mix, a.homogeneous, a.prefill_decode):
+        if c is not None:
+            _choice_row(t, c, bool(a.have))
+    out.print(t)
+    out.print(a.verdict, highlight=False)
+    if a.sim:
+        s = a.sim
+        out.print(f"simulated at 90% of the predicted goodput: {s['throughput_tokens_per_s']:,.0f} tokens/s, "
+                  f"TTFT p50/p99 {s['ttft_s']['p50']:.3f}/{s['ttft_s']['p99']:.3f} s, TPOT p50/p99 "
+                  f"{s['tpot_s']['p50'] * 1e3:.1f}/{s['tpot_s']['p99'] * 1e3:.1f} ms, lost {s['lost']}"
+                  + (f", SLO attainment {s['slo_attainment']:.1%}" if s["slo_attainment"] is not None else ""),
+                  highlight=False)
+    out.print(f"types kept: {', '.join(a.kept_types)}; pruned: "
+              f"{'; '.join(f'{t} ({why})' for t, why in a.pruned) or 'none'}", highlight=False)
+
+
+__all__ = ["UserError", "config_of", "fleet_table", "parse_have", "plan_pool_command", "print_advice", "register"]

@@ -21,8 +21,11 @@ from tessera.fleet.spec import FleetSpec
 from tessera.plan.serve import PlannerConfig
 from tessera.plan.serving import BUDGETS, Slo, Traffic
 from tessera.plan.types import Plan, PoolCell, PoolPlan
+from tessera.provenance import Provenance, planner_provenance
 
-FLEET_VERSION = 2
+# 3: the file is a pool plan (``version``, ``cells``: count and plan each, what `tessera simulate` and
+# `tessera report` read) with the fleet's own figures in ``fleet`` and a ``provenance`` object beside them
+FLEET_VERSION = 3
 # How the fleet narrows the caller's PlannerConfig: micro-batch counts 1 and 2 (of plan_serving's 1, 2, 4,
 # 8), a 5% MILP gap and 1 s per MILP solve, so that a pair plans in a few seconds and 16 GPUs of five types
 # in well under 30 s. Cells are valued and planned under this one config; nothing is re-planned afterwards.
@@ -77,23 +80,30 @@ class FleetPlan:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The pool plan's own fields (so either reader takes the file), the fleet's figures in "fleet" and
+        the provenance."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("cells", "plans")}
         d["available"] = [list(x) for x in self.available]
         d["cells"] = [{"gpus": list(c.gpus), "count": c.count, "goodput_per_s": c.goodput_per_s,
                        "usd_per_hour": c.usd_per_hour, "chosen": c.chosen} for c in self.cells]
-        d["plans"] = self.plans.to_dict()
         d["notes"] = list(self.notes)
-        return d
+        return {**self.plans.to_dict(), "fleet": d, "provenance": self.provenance.to_dict()}
+
+    @property
+    def provenance(self) -> Provenance:
+        return planner_provenance(self.model, self.planner_config, self.plans, images=self.unit == "images/s")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FleetPlan:
-        if not isinstance(d, dict) or d.get("version") != FLEET_VERSION:
-            raise ValueError(f"fleet plan version {d.get('version') if isinstance(d, dict) else d!r} is not "
-                             f"{FLEET_VERSION}")
-        cells = tuple(FleetCell(**{**c, "gpus": tuple(c["gpus"])}) for c in d["cells"])
-        rest = {k: v for k, v in d.items() if k not in ("cells", "plans", "available", "notes")}
-        return cls(**rest, cells=cells, plans=PoolPlan.from_dict(d["plans"]),
-                   available=tuple((str(g), int(n)) for g, n in d["available"]), notes=tuple(d.get("notes", ())))
+        f = d.get("fleet") if isinstance(d, dict) else None
+        if not isinstance(f, dict) or f.get("version") != FLEET_VERSION:
+            got = f.get("version") if isinstance(f, dict) else (d.get("version") if isinstance(d, dict) else d)
+            raise ValueError(f"fleet plan version {got!r} is not {FLEET_VERSION}: write it again with "
+                             "`tessera plan MODEL --pool POOL.toml -o FILE`")
+        cells = tuple(FleetCell(**{**c, "gpus": tuple(c["gpus"])}) for c in f["cells"])
+        rest = {k: v for k, v in f.items() if k not in ("cells", "available", "notes")}
+        return cls(**rest, cells=cells, plans=PoolPlan.from_dict(d),
+                   available=tuple((str(g), int(n)) for g, n in f["available"]), notes=tuple(f.get("notes", ())))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1))

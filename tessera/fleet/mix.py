@@ -4,6 +4,10 @@ Cell types t (a tuple of GPU names), GPU types g. uses[t,g]: GPUs of type g one 
     c[t] ∈ ℤ, 0 ≤ c[t]                                         (cells of type t)
     avail[g]:  Σ_t uses[t,g]·c[t] ≤ available[g]                (the pool; absent for the advisor)
     budget:    Σ_t usd[t]·c[t] ≤ budget_usd_per_hour            (the advisor; absent for a pool)
+With GPUs already owned (the advisor's ``have``, h[g] of type g, price p[g] per GPU-hour): r[g] ∈ ℤ, r[g] ≥ 0
+GPUs of type g rented on top, and the budget pays for those only:
+    own[g]:    Σ_t uses[t,g]·c[t] − r[g] ≤ h[g]
+    budget:    Σ_g p[g]·r[g] ≤ budget_usd_per_hour              (with h = 0 the row above)
 objective "throughput":  max Σ_t thr[t]·c[t]  (ties: a tiny cost term prefers the cheaper fleet)
 objective "per_dollar":  max Σ thr·c / Σ usd·c  by Dinkelbach: λ ← ratio of the best c of
     max Σ c·(thr − λ·usd) s.t. Σ c ≥ 1 (row "some"), until that maximum is 0; then, among the fleets at
@@ -47,13 +51,42 @@ class MixSolution:
         return self.per_dollar if objective == "per_dollar" else self.throughput_per_s
 
 
+@dataclass(frozen=True, kw_only=True)
+class Owned:
+    """GPUs the advisor's user already has (``have``: type -> count) and the hourly price of one more GPU
+    of each type a cell may use (``gpu_usd``): the budget pays for GPUs beyond ``have`` only."""
+
+    have: dict[str, int]
+    gpu_usd: dict[str, float]
+
+    def rented(self, counts: dict[Cell, int]) -> dict[str, int]:
+        """GPUs of each type a mix uses beyond those owned."""
+        used: dict[str, int] = {}
+        for k, n in counts.items():
+            for g in k:
+                used[g] = used.get(g, 0) + n
+        return {g: u - self.have.get(g, 0) for g, u in sorted(used.items()) if u > self.have.get(g, 0)}
+
+    def usd_per_hour(self, counts: dict[Cell, int]) -> float:
+        return sum(self.gpu_usd[g] * n for g, n in self.rented(counts).items())
+
+
 def solve_mix(thr: dict[Cell, float], usd: dict[Cell, float], *, objective: str = "throughput",
-              available: dict[str, int] | None = None, budget_usd_per_hour: float | None = None) -> MixSolution:
-    """The integer program of the module docstring over cells with thr > 0."""
+              available: dict[str, int] | None = None, budget_usd_per_hour: float | None = None,
+              owned: Owned | None = None) -> MixSolution:
+    """The integer program of the module docstring over cells with thr > 0; with ``owned`` the budget pays
+    for rented GPUs only and ``usd_per_hour`` of the answer is theirs."""
     if objective not in OBJECTIVES:
         raise UserError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
     t0 = time.perf_counter()
     cells = sorted(c for c, v in thr.items() if v > 0)
+    if owned is not None:
+        if objective != "throughput" or budget_usd_per_hour is None:
+            raise ValueError("owned GPUs go with a budget and the throughput objective")
+        c = _solve_owned(cells, thr, usd, owned, budget_usd_per_hour)
+        t = sum(n * thr[k] for k, n in c.items())
+        return MixSolution(counts={k: v for k, v in c.items() if v}, throughput_per_s=t,
+                           usd_per_hour=owned.usd_per_hour(c), solve_s=time.perf_counter() - t0)
     if objective == "throughput":
         c = _solve(cells, thr, usd, available, budget_usd_per_hour, lam=None, ratio=None)
     else:
@@ -111,9 +144,38 @@ def _solve(cells: list[Cell], thr: dict[Cell, float], usd: dict[Cell, float], av
     return {k: int(round(sol.values[j])) for k, j in col.items()}
 
 
+def _solve_owned(cells: list[Cell], thr: dict[Cell, float], usd: dict[Cell, float], owned: Owned,
+                 budget: float) -> dict[Cell, int]:
+    """The program with owned GPUs (module doc): cells c[t] and rented GPUs r[g]."""
+    if not cells:
+        return {}
+    mdl = Model("fleet_mix_owned")
+    types = sorted({g for k in cells for g in k})
+    scale = max(thr[k] for k in cells)
+    tie = 1e-6 * scale / max(max(owned.gpu_usd[g] for g in types), 1e-9)  # of equal fleets, rent the cheaper
+    # a cell never costs more than its GPUs rented: budget plus what the owned GPUs are worth bounds c[t]
+    worth = budget + sum(owned.gpu_usd[g] * owned.have.get(g, 0) for g in types)
+    if any(usd[k] <= 0 for k in cells):
+        raise UserError("an unbounded mix: a cell of free GPUs; give the advisor priced GPU types")
+    col = {k: mdl.var(f"c[{'+'.join(k)}]", ub=math.floor(worth / usd[k] + 1e-9), cost=-thr[k], integer=True)
+           for k in cells}  # HiGHS minimises
+    rent = {g: mdl.var(f"r[{g}]", ub=math.floor(budget / owned.gpu_usd[g] + 1e-9) if owned.gpu_usd[g] > 0
+                       else 0.0, cost=tie * owned.gpu_usd[g], integer=True) for g in types}
+    for g in types:  # Σ_t uses[t,g]·c[t] − r[g] ≤ h[g]
+        mdl.row(f"own[{g}]", [*((col[k], float(k.count(g))) for k in cells if g in k), (rent[g], -1.0)],
+                ub=float(owned.have.get(g, 0)))
+    mdl.row("budget", [(rent[g], owned.gpu_usd[g]) for g in types], ub=budget)  # Σ p[g]·r[g] ≤ budget
+    sol = mdl.solve(mip_rel_gap=1e-9, time_limit_s=60.0)
+    if not sol.ok:
+        return {}
+    return {k: int(round(sol.values[j])) for k, j in col.items()}
+
+
 def verify_mix(counts: dict[Cell, int], thr: dict[Cell, float], usd: dict[Cell, float], *,
-               available: dict[str, int] | None, budget_usd_per_hour: float | None) -> tuple[float, float]:
-    """Independent check of a chosen mix: GPU use per type, the budget, the totals (throughput, usd/h)."""
+               available: dict[str, int] | None, budget_usd_per_hour: float | None,
+               owned: Owned | None = None) -> tuple[float, float]:
+    """Independent check of a chosen mix: GPU use per type, the budget, the totals (throughput, usd/h; with
+    ``owned``, the rented GPUs' usd/h)."""
     used: dict[str, int] = {}
     for k, n in counts.items():
         assert n >= 0, f"negative count for {k}"
@@ -123,7 +185,7 @@ def verify_mix(counts: dict[Cell, int], thr: dict[Cell, float], usd: dict[Cell, 
         for g, n in used.items():
             assert n <= available.get(g, 0), f"mix uses {n} {g}, pool has {available.get(g, 0)}"
     t = sum(n * thr[k] for k, n in counts.items())
-    u = sum(n * usd[k] for k, n in counts.items())
+    u = owned.usd_per_hour(counts) if owned is not None else sum(n * usd[k] for k, n in counts.items())
     if budget_usd_per_hour is not None:
         assert u <= budget_usd_per_hour * (1 + 1e-9), f"mix costs {u} $/h over budget {budget_usd_per_hour}"
     return t, u
@@ -141,10 +203,10 @@ class LazyResult:
 def lazy_mix(cells: list[Cell], *, exact: Callable[[Cell], float | None], bound: Callable[[Cell], float],
              usd: dict[Cell, float], objective: str, available: dict[str, int] | None = None,
              budget_usd_per_hour: float | None = None, budget_s: float = 15.0,
-             evaluate: Callable[[Cell], float]) -> LazyResult:
+             evaluate: Callable[[Cell], float], owned: Owned | None = None) -> LazyResult:
     """``exact(t)``: the evaluated throughput or None; ``evaluate(t)`` plans the cell; ``bound(t)`` ≥ exact."""
     t0 = time.perf_counter()
-    kw = dict(objective=objective, available=available, budget_usd_per_hour=budget_usd_per_hour)
+    kw = dict(objective=objective, available=available, budget_usd_per_hour=budget_usd_per_hour, owned=owned)
     rounds = 0
     longest_s = 0.0  # the slowest evaluation so far: one is not started unless it should end within budget_s
     while True:

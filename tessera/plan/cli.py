@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
@@ -30,11 +31,14 @@ from tessera.plan.options import (
     SloTpotMs,
     SloTtftMs,
     TokenBudget,
+    check_context,
+    check_out_file,
     config_of,
 )
 from tessera.plan.report import result_table
 from tessera.plan.serve import plan_serving
 from tessera.progress import Steps
+from tessera.provenance import planner_provenance
 
 out = Console(width=None if Console().is_terminal else 140)
 
@@ -45,7 +49,8 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(..., help="zoo model name (tessera models) or a config.json"),
         gpus: str | None = typer.Option(None, "--gpus", help="comma-separated catalog GPUs, e.g. H100,L40S"),
         pool: Path | None = typer.Option(None, "--pool", help="a many-GPU pool file (TOML, see README)"),
-        objective: str = typer.Option("throughput", "--objective", help="with --pool: throughput | per_dollar"),
+        objective: str | None = typer.Option(None, "--objective", help="with --pool: throughput (default) | "
+                                             "per_dollar"),
         link: str = typer.Option(AUTO, "--link", help="link between the GPUs (catalog name); auto: the best "
                                  "the cell can have (NVLink where its GPUs share it, else PCIe of the lowest "
                                  "generation among them)"),
@@ -61,31 +66,40 @@ def register(app: typer.Typer) -> None:
         utilization: MemoryUtilization = UTILIZATION,
         image_tokens: ImageTokens = 0,
         as_json: bool = typer.Option(False, "--json", help="print the JSON contract"),
-        save: Path | None = typer.Option(None, "-o", "--out",
-                                          help="write Tessera's Plan file here (with --pool: the fleet plan file)"),
+        save: Path | None = typer.Option(None, "-o", "--out", help="write Tessera's plan file here (with --pool: "
+                                         "the fleet plan, which `tessera simulate` and `report` read too)"),
     ) -> None:
         """Place every kernel of MODEL on the pool under the serving model (continuous batching, async
         micro-batches, batch chosen by memory and SLO); Tessera against every baseline at its best."""
         cfg = config_of(batch, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link, image_tokens,
                         slo_target=slo_target, budget=budget, utilization=utilization)
+        check_context(model, prompt, output)
+        check_out_file(save)
         if pool is not None:
             if gpus is not None:
                 raise UserError("give either --gpus (one cell) or --pool (a many-GPU pool), not both")
             if link != AUTO:
-                raise UserError("--pool plans with the link named in the pool file; drop --link")
+                raise UserError("--pool plans with the link named in the pool file (its `link = ...` line); "
+                                "drop --link")
             from tessera.fleet.cli import plan_pool_command
 
-            plan_pool_command(model, pool, objective, as_json, save, cfg)  # the same config, on the pool's link
+            plan_pool_command(model, pool, objective or "throughput", as_json, save, cfg)
             return
         if gpus is None:
             raise UserError("missing --gpus A,B (one cell) or --pool pool.toml (a many-GPU pool)")
+        if objective is not None:
+            raise UserError("--objective chooses among a pool's cells (--pool); one cell (--gpus) is planned "
+                            "for goodput at the SLO: drop --objective")
         with Steps(f"plan {model} on {gpus}") as step:
             r = plan_serving(model, gpus, cfg, progress=step)
+        deployment = r.tessera.deployment
         if save is not None:
-            if r.tessera.plan is None:
-                raise UserError(f"no feasible plan to write to {save}")
-            r.tessera.deployment.save(save)  # a PoolPlan file when the answer is several different cells
+            if deployment is None:
+                raise UserError(f"no feasible plan to write to {save}: {r.tessera.reason or 'nothing fits'}")
+            deployment.save(save)  # a PoolPlan file when the answer is several different cells
+            kind = "pool plan" if deployment is not r.tessera.plan else "plan"
+            print(f"wrote {save} (Tessera's {kind} of {model})", file=sys.stderr)
         if as_json:
-            print(json.dumps(r.to_json()))
+            print(json.dumps({**r.to_json(), "provenance": planner_provenance(model, cfg, deployment, images=r.images).to_dict()}))
         else:
             out.print(result_table(r))

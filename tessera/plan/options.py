@@ -3,18 +3,21 @@ and the PlannerConfig they make."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from tessera.capture.zoo import resolve
 from tessera.errors import UserError
 from tessera.hardware import AUTO
 from tessera.plan.serve import PlannerConfig
 from tessera.plan.serving import Slo, Traffic
 
 BatchCap = Annotated[int | None, typer.Option(
-    "--batch", help="cap on the batch (sequences or images in flight per cell); default: the largest that fits "
-                    "memory and meets the SLO")]
+    "--max-num-seqs", "--batch", help="cap on the sequences (images) in flight per cell, vLLM's max_num_seqs "
+                    "(--batch: the same); default: the largest that fits memory and meets the SLO")]
 Prompt = Annotated[int, typer.Option("--prompt", help="prompt tokens per request")]
 Output = Annotated[int, typer.Option("--output", help="output tokens per request")]
 DenoiseSteps = Annotated[int, typer.Option("--steps", help="denoising steps per image (diffusion models)")]
@@ -45,11 +48,70 @@ ImageTokens = Annotated[int, typer.Option(
 def config_of(batch: int | None, prompt: int, output: int, steps: int, slo_ttft_ms: float, slo_tpot_ms: float,
               slo_image_s: float, link: str = AUTO, image_tokens: int = 0, *, slo_target: float = TARGET,
               budget: int | None = None, utilization: float = UTILIZATION) -> PlannerConfig:
-    """The PlannerConfig these flags describe."""
+    """The PlannerConfig these flags describe; a value out of range is one line naming its flag."""
     if budget is not None and budget < 1:
         raise UserError(f"--max-num-batched-tokens {budget} must be a positive number of tokens")
+    for flag, v in (("--prompt", prompt), ("--output", output), ("--steps", steps)):
+        if v < 1:
+            raise UserError(f"{flag} {v} must be a positive number of {'steps' if flag == '--steps' else 'tokens'}")
+    for flag, v in (("--slo-ttft-ms", slo_ttft_ms), ("--slo-tpot-ms", slo_tpot_ms), ("--slo-image-s", slo_image_s)):
+        if not v > 0:
+            raise UserError(f"{flag} {v:g} must be a positive time")
+    if not 0 < slo_target < 1:
+        raise UserError(f"--slo-target {slo_target:g} must be a share of requests between 0 and 1, e.g. 0.9")
+    if not 0 <= image_tokens <= prompt:
+        raise UserError(f"--image-tokens {image_tokens} must be from 0 to the prompt's {prompt} tokens")
     return PlannerConfig(traffic=Traffic(prompt=prompt, output=output, steps=steps, image_tokens=image_tokens),
                          slo=Slo(ttft_s=slo_ttft_ms / 1e3, tpot_s=slo_tpot_ms / 1e3, image_s=slo_image_s,
                                  target=slo_target),
                          link=link, batch_cap=batch, gpu_memory_utilization=utilization,
                          **({"budgets": (budget,)} if budget else {}))
+
+
+# Config fields that give a model's context window (positions), by architecture: Llama/Qwen/Mixtral,
+# GPT-2, some others; a vision-language model's are in its text_config. A model with none (Mamba, a
+# diffusion transformer) has no window to check.
+POSITION_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def max_positions(model: str) -> int | None:
+    """The context window of ``model`` (a zoo name or a config.json) in tokens; None where its config gives
+    none. An unknown name is the zoo's one-line error."""
+    cfg = resolve(model).config
+    for c in (cfg, cfg.get("text_config") or {}):
+        for k in POSITION_FIELDS:
+            v = c.get(k) if isinstance(c, dict) else None
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+    return None
+
+
+def check_context(model: str, prompt: int | None, output: int | None, *, known_only: bool = False) -> None:
+    """Prompt + output tokens of one request must fit ``model``'s context window (one UserError line, exit
+    2). ``known_only``: a model name that resolves to nothing (a plan file's record of a local config)
+    is not checked rather than refused. None for a length: not a fixed number (a trace), not checked."""
+    if prompt is None or output is None:
+        return
+    try:
+        window = max_positions(model)
+    except UserError:
+        if known_only:
+            return
+        raise
+    if window is not None and prompt + output > window:
+        raise UserError(f"prompt {prompt:,} + output {output:,} tokens = {prompt + output:,} exceed {model}'s "
+                        f"context window of {window:,} tokens; give --prompt and --output that sum to at "
+                        f"most {window:,}")
+
+
+def check_out_file(path: Path | None) -> None:
+    """An output file (-o) that cannot be written is said before any planning, not after it."""
+    if path is None:
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UserError(f"-o {path} is a directory; give a file name, e.g. {path / 'plan.json'}")
+    if not parent.is_dir():
+        raise UserError(f"-o {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"-o {path}: permission denied")

@@ -22,7 +22,8 @@ def resolve_gpu(name: str) -> GpuSpec:
     pref = [n for n in names if n.lower().startswith(name.strip().lower())]
     if len(pref) == 1:
         return gpu(pref[0])
-    raise choices_error("GPU", name, names)
+    aliases = [f"{a.upper()} (= {t})" for a, t in ALIASES.items() if t in names and a != t.lower()]
+    raise choices_error("GPU", name, [*names, *aliases])  # what a user may type: names and aliases
 
 
 # per GPU, what an engine's runtime holds beside weights, KV and activations: the CUDA context, cuBLAS and NCCL

@@ -9,7 +9,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tessera.graph.ir import KernelGraph, Role
-from tessera.report.data import CompareCell, RentOption, ReportData, SimResult
+from tessera.hardware import catalog
+from tessera.plan.types import Plan, PoolPlan
+from tessera.report.agreement import TOLERANCE
+from tessera.report.data import CompareCell, CostAccuracy, RentOption, ReportData, SimResult
+from tessera.sim.traffic import plan_capacity_per_s, plan_goodput_per_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,33 +52,84 @@ class Gain:
     cells: int
 
 
+# The runtime (tessera.runtime, tessera.engine) runs on the CPU and on CUDA devices (PyTorch's CUDA build,
+# NCCL between workers; the PTX analyser reads NVIDIA PTX): of the catalog, NVIDIA GPUs. An option on
+# another vendor's GPUs (AMD's MI300X, Intel's Arc) is planned from transferred costs and cannot be run here.
+RUNTIME_VENDORS = ("nvidia",)
+
+
+def runtime_covers(gpu_name: str) -> bool:
+    """Whether Tessera's runtime can run a plan on this catalog GPU (RUNTIME_VENDORS)."""
+    try:
+        return catalog.gpu(gpu_name).vendor in RUNTIME_VENDORS
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class KneeGap:
+    """The planner–simulator check (tessera.report.agreement, run by `tessera compare`): the simulator's SLO
+    knee over the planner's goodput for this deployment's cell of the matrix (None: not in it), and over
+    every checked strategy of the matrix: how many within ``tolerance``, lowest, median and highest."""
+
+    own: float | None
+    checked: int
+    within: int
+    tolerance: float
+    lo: float
+    median: float
+    hi: float
+
+
 @dataclass(frozen=True, kw_only=True)
 class Answer:
-    """The plan's pool, its predicted capacity and the simulated serving at one offered rate."""
+    """The plan's deployment: one capacity (the planner's goodput at the SLO) and one price (its $/h over
+    that capacity), the simulated serving at one offered rate that checks it, how sure, and what else to
+    rent."""
 
     model: str
-    gpus: tuple[str, ...]
+    gpus: tuple[str, ...]  # every GPU the deployment rents
     strategy: str
     usd_per_hour: float
     capacity_tokens_per_s: float | None  # the planner's predicted goodput at the SLO (saturation)
     rate_per_s: float | None  # offered requests/s in the simulation (same for every seed)
     load: float | None  # offered output tokens/s over capacity
     goodput: Spread | None  # simulated output tokens/s meeting the SLO, over seeds
-    usd_per_million_tokens: Spread | None  # $/h over simulated goodput
     attainment: Spread | None  # share of requests meeting the SLO
     slo_ttft_s: float | None
     slo_tpot_s: float | None
-    prompt_tokens: int | None
-    output_tokens: int | None
-    cheaper: RentOption | None  # an alternative with a lower predicted $/M tokens than the pool asked about
-
-    @property
-    def predicted_usd_per_million_tokens(self) -> float | None:
-        """$/M tokens at the predicted capacity: what the options' figures are compared with."""
-        return _usd_per_mtok(self.usd_per_hour, self.capacity_tokens_per_s) if self.capacity_tokens_per_s else None
+    prompt: str | None  # tokens per request, as the plan or the runs record them ("1024", "4-16", a trace)
+    output: str | None
+    cheaper: RentOption | None  # the option with the lowest predicted $/M tokens, below this deployment's
+    homogeneous: RentOption | None  # the best option of one GPU type (lowest predicted $/M tokens)
+    left_out: tuple[str, ...]  # options' GPUs the runtime does not run (their options are not proposed)
+    best_baseline: tuple[str, float] | None  # (name, predicted goodput) of the best baseline on these GPUs
+    knee: KneeGap | None
+    cost_accuracy: CostAccuracy | None
     worst_ttft_p99_s: float | None  # the highest p99 over seeds
     worst_tpot_p99_s: float | None
     sweep: tuple[tuple[float, float], ...] = ()  # (load, SLO attainment) of the plan's rate sweep, by load
+
+    @property
+    def predicted_usd_per_million_tokens(self) -> float | None:
+        """The one price: $/h over the predicted capacity, like the options' figures."""
+        return _usd_per_mtok(self.usd_per_hour, self.capacity_tokens_per_s) if self.capacity_tokens_per_s else None
+
+    @property
+    def edge(self) -> float | None:
+        """This deployment's capacity over the best baseline's on the same GPUs."""
+        if self.best_baseline is None or not self.capacity_tokens_per_s or self.best_baseline[1] <= 0:
+            return None
+        return self.capacity_tokens_per_s / self.best_baseline[1]
+
+    @property
+    def error_band(self) -> float | None:
+        """How far apart two predictions must be to be told apart: the larger of the cost model's median
+        error on kernel times and this deployment's planner–simulator gap (None: neither known)."""
+        parts = [self.cost_accuracy.unseen_median] if self.cost_accuracy else []
+        if self.knee is not None and self.knee.own is not None:
+            parts.append(abs(self.knee.own - 1))
+        return max(parts) if parts else None
 
     def saturation(self, met: float = 0.99) -> tuple[float | None, float | None]:
         """(highest swept load where at least ``met`` of requests meet the SLO, lowest load where fewer do)."""
@@ -91,38 +146,100 @@ def _usd_per_mtok(usd_per_hour: float, tokens_per_s: float) -> float:
     return usd_per_hour / (tokens_per_s * 3600) * 1e6 if tokens_per_s > 0 else float("inf")
 
 
+def deployment_gpus(d: Plan | PoolPlan) -> tuple[str, ...]:
+    """Every GPU a deployment rents: each cell's devices × count × replicas."""
+    cells = [(c.plan, c.count) for c in d.cells] if isinstance(d, PoolPlan) else [(d, 1)]
+    return tuple(dev.gpu for p, n in cells for _ in range(n * p.replicas) for dev in p.devices)
+
+
+def capacity_of(d: Plan | PoolPlan, runs: Sequence[SimResult]) -> float | None:
+    """The one capacity: the planner's goodput at the SLO (all cells and replicas); a plan file without one
+    (written before goodput was planned) falls back on what its runs recorded, then on its throughput."""
+    good = plan_goodput_per_s(d)
+    if good:
+        return good
+    recorded = next((s.capacity_tokens_per_s for s in runs if s.capacity_tokens_per_s), None)
+    return recorded or plan_capacity_per_s(d)
+
+
+def _options(data: ReportData, model: str, own_usd_per_mtok: float) -> tuple[RentOption | None,
+                                                                              RentOption | None, tuple[str, ...]]:
+    """(cheapest option below ``own_usd_per_mtok``, best one-type option, GPUs left out) among the options
+    (``data.options`` and the compare matrix's same-size homogeneous pools for this model) whose every GPU
+    the runtime runs."""
+    refs = [c.reference for c in data.compare or () if c.model == model and c.reference is not None]
+    every = list({(o.label, o.usd_per_hour, o.goodput_tokens_per_s): o for o in (*data.options, *refs)}.values())
+    ok = [o for o in every if all(runtime_covers(g) for g in o.gpus)]
+    left_out = tuple(sorted({g for o in every for g in o.gpus if not runtime_covers(g)}))
+    cheaper = min((o for o in ok if o.usd_per_million_tokens < own_usd_per_mtok),
+                  key=lambda o: o.usd_per_million_tokens, default=None)
+    homog = min((o for o in ok if len(set(o.gpus)) == 1), key=lambda o: o.usd_per_million_tokens, default=None)
+    return cheaper, homog, left_out
+
+
+def _best_baseline(data: ReportData, model: str, gpus: tuple[str, ...]) -> tuple[str, float] | None:
+    """The best other strategy on the same GPUs: from the same planning run (``baseline_plans``) when given,
+    else from the compare matrix's cell for this model and GPUs."""
+    own = [(p.strategy, g) for p in data.baseline_plans if (g := plan_goodput_per_s(p))]
+    if own:
+        return max(own, key=lambda x: x[1])
+    cell = matrix_cell(data.compare, model, gpus)
+    b = cell.best_baseline() if cell is not None else None
+    return (b.name, b.throughput_per_s or 0.0) if b is not None and b.throughput_per_s else None
+
+
+def matrix_cell(cells: Sequence[CompareCell] | None, model: str, gpus: tuple[str, ...]) -> CompareCell | None:
+    return next((c for c in cells or () if c.model == model and sorted(c.gpus) == sorted(gpus)), None)
+
+
+def knee_gap(cells: Sequence[CompareCell] | None, model: str, gpus: tuple[str, ...]) -> KneeGap | None:
+    """The matrix's planner–simulator check, and this deployment's cell's (Tessera's strategy) where it has one."""
+    ratios = [r.knee_ratio for c in cells or () for n, r in c.strategies.items()
+              if n != "tessera" and r.knee_ratio is not None]
+    if not ratios:
+        return None
+    cell = matrix_cell(cells, model, gpus)
+    t = cell.strategies.get("tessera") if cell is not None else None
+    ratios.sort()
+    return KneeGap(own=t.knee_ratio if t is not None else None, checked=len(ratios),
+                   within=sum(1 for r in ratios if abs(r - 1) <= TOLERANCE), tolerance=TOLERANCE,
+                   lo=ratios[0], median=statistics.median(ratios), hi=ratios[-1])
+
+
 def answer_of(data: ReportData) -> Answer | None:
     """None without a plan: the first screen then falls back to the compare matrix alone."""
-    plan = data.plan
-    if plan is None:
+    d = data.deployment
+    if d is None:
         return None
-    runs = runs_of(data.sims, plan.strategy)
+    runs = runs_of(data.sims, d.strategy)
     goodputs = [g for g in (s.goodput_tokens_per_s for s in runs) if g is not None]
-    capacity = next((s.capacity_tokens_per_s for s in runs if s.capacity_tokens_per_s), None)
-    capacity = capacity or plan.throughput_tokens_per_s
+    capacity = capacity_of(d, runs)
+    gpus = deployment_gpus(d)
+    usd = d.usd_per_hour
     rates = sorted({s.rate_per_s for s in runs if s.rate_per_s is not None})
-    loads = [s.load for s in runs if s.load is not None]
+    loads = [s.offered_tokens_per_s / capacity for s in runs if s.offered_tokens_per_s is not None and capacity]
     first = runs[0] if runs else None
-    slo = plan.slo or {}
-    # like with like: the options' figures are the planner's predicted capacities, so is this one
-    own_usd_per_mtok = _usd_per_mtok(plan.usd_per_hour, capacity or 0.0)
-    cheaper = min((o for o in data.options if o.usd_per_million_tokens < own_usd_per_mtok),
-                  key=lambda o: o.usd_per_million_tokens, default=None)
+    lead = d.lead if isinstance(d, PoolPlan) else d
+    slo, work = lead.slo or {}, lead.workload or {}
+    prov = first.provenance if first is not None else None
+    cheaper, homog, left_out = _options(data, d.model, _usd_per_mtok(usd, capacity or 0.0))
     return Answer(
-        model=plan.model, gpus=tuple(d.gpu for d in plan.devices), strategy=plan.strategy,
-        usd_per_hour=plan.usd_per_hour, capacity_tokens_per_s=capacity,
+        model=d.model, gpus=gpus, strategy=d.strategy, usd_per_hour=usd, capacity_tokens_per_s=capacity,
         rate_per_s=rates[0] if len(rates) == 1 else None, load=statistics.median(loads) if loads else None,
         goodput=Spread.of(goodputs),
-        usd_per_million_tokens=Spread.of([_usd_per_mtok(plan.usd_per_hour, g) for g in goodputs]),
         attainment=Spread.of([s.slo_attainment for s in runs if s.slo_attainment is not None]),
         slo_ttft_s=(first.slo_ttft_s if first else None) or slo.get("ttft_s"),
         slo_tpot_s=(first.slo_tpot_s if first else None) or slo.get("tpot_s"),
-        prompt_tokens=plan.workload.get("prompt"), output_tokens=(first.output_tokens if first else None)
-        or plan.workload.get("output"), cheaper=cheaper,
+        prompt=prov.prompt if prov else (str(work["prompt"]) if work.get("prompt") else None),
+        output=prov.output if prov else (str(work["output"]) if work.get("output") else None),
+        cheaper=cheaper, homogeneous=homog, left_out=left_out,
+        best_baseline=_best_baseline(data, d.model, gpus), knee=knee_gap(data.compare, d.model, gpus),
+        cost_accuracy=data.cost_accuracy,
         worst_ttft_p99_s=max((s.ttft_s.p99 for s in runs), default=None),
         worst_tpot_p99_s=max((s.tpot_s.p99 for s in runs), default=None),
-        sweep=tuple(sorted((s.load, s.slo_attainment) for s in runs_of(data.sweep, plan.strategy)
-                           if s.load is not None and s.slo_attainment is not None)),
+        sweep=tuple(sorted((s.offered_tokens_per_s / capacity, s.slo_attainment)
+                           for s in runs_of(data.sweep, d.strategy)
+                           if s.offered_tokens_per_s is not None and capacity and s.slo_attainment is not None)),
     )
 
 

@@ -26,6 +26,7 @@ from tessera.plan.options import (
     SloImageS,
     SloTpotMs,
     SloTtftMs,
+    check_context,
     config_of,
 )
 from tessera.plan.types import PoolPlan, plan_from_dict
@@ -62,14 +63,25 @@ def report(
     evaluation: Path | None = typer.Option(None, "--evaluation", help="`tessera evaluate --json` output; the "
                                            "placement maps STEM.best_placement.png / STEM.worst_placement.png "
                                            "beside it are shown too."),
+    cost_accuracy: Path | None = typer.Option(None, "--cost-accuracy", help="The cost model's measured error "
+                                              "(bench/results/cost_aic.json, or `tessera cost validate --source "
+                                              "aic --json`): part of the first screen's \"how sure\"."),
     title: str = typer.Option("Tessera placement report", "--title", help="Report title."),
-    out: Path = typer.Option(Path("out"), "-o", "--out", help="Output folder for report.html and figures/."),
+    out: Path = typer.Option(Path("out"), "--out-dir", help="Output folder for report.html and figures/."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Do not print the terminal tables."),
     as_json: bool = typer.Option(False, "--json", help="Print the report's path, sections and inputs as JSON."),
 ) -> None:
     """Build a self-contained HTML report: compare matrix, placement map, Gantt, frontier, latency, memory."""
     # imported here so that `tessera --help` and other verbs do not pay for matplotlib
-    from tessera.report.data import ReportData, evaluation_maps, load_compare, load_evaluation, load_sims
+    from tessera.report.data import (
+        ReportData,
+        evaluation_maps,
+        load_compare,
+        load_cost_accuracy,
+        load_evaluation,
+        load_sims,
+        sims_of_plan,
+    )
     from tessera.report.html import build_report
     from tessera.report.tables import compare_table, plan_summary_table, sim_table
 
@@ -77,16 +89,18 @@ def report(
         raise UserError("nothing to report: give at least one of --compare, --plan, --sim, --evaluation")
     if gantt is not None and not gantt.is_file():
         raise UserError(f"gantt image {gantt} does not exist")
-    the_plan = _load(plan, "plan", plan_from_dict) if plan is not None else None
-    if isinstance(the_plan, PoolPlan):  # the plan sections draw one cell: the pool's lead (fastest) cell
-        the_plan = the_plan.lead
+    deployment = _load(plan, "plan", plan_from_dict) if plan is not None else None
+    # the plan sections draw one cell: a pool's lead (fastest) cell; the first screen the whole pool
+    pool = deployment if isinstance(deployment, PoolPlan) else None
+    the_plan = deployment.lead if isinstance(deployment, PoolPlan) else deployment
     graphs = tuple(_load(g, "kernel graph", KernelGraph.from_dict) for g in graph)
     # the report's own command line; the inputs' commands are stated as far as the files record them
     cmds = [f"tessera compare --json > {shlex.quote(str(compare))}"] if compare is not None else []
     if the_plan is not None:
-        gpus = ",".join(d.gpu for d in the_plan.devices)
-        cmds.append(f"tessera plan {shlex.quote(the_plan.model)} --gpus {gpus} --link {the_plan.link} --mode {the_plan.mode} "
-                    f"-o {shlex.quote(str(plan))}")
+        gpus = [d.gpu for c in (pool.cells if pool else ()) for _ in range(c.count) for d in c.plan.devices] \
+            if pool is not None else [d.gpu for d in the_plan.devices]
+        where = "--pool POOL.toml" if len(gpus) > 2 else f"--gpus {','.join(gpus)} --link {the_plan.link}"
+        cmds.append(f"tessera plan {shlex.quote(the_plan.model)} {where} -o {shlex.quote(str(plan))}")
     for g, path in zip(graphs, graph, strict=True):
         shape = " ".join(f"--{k} {v}" for k, v in g.shape.items() if k in ("batch", "seq", "context"))
         cmds.append(f"tessera trace {shlex.quote(g.model)} --phase {g.phase} {shape} -o {shlex.quote(str(path))}")
@@ -95,14 +109,19 @@ def report(
     args = [*(["--compare", str(compare)] if compare else []), *(["--plan", str(plan)] if plan else []),
             *(x for g in graph for x in ("--graph", str(g))), *(x for s in sim for x in ("--sim", s)),
             *(x for s in sweep for x in ("--sweep", s)), *(["--gantt", str(gantt)] if gantt else []),
-            *(["--evaluation", str(evaluation)] if evaluation else []), "-o", str(out)]
+            *(["--evaluation", str(evaluation)] if evaluation else []),
+            *(["--cost-accuracy", str(cost_accuracy)] if cost_accuracy else []), "--out-dir", str(out)]
     cmds.append(shlex.join(["tessera", "report", *args]))
+    sims = tuple(r for s in sim for r in load_sims(s))
+    sweeps = tuple(r for s in sweep for r in load_sims(s))
+    if deployment is not None:  # runs shown beside a plan must be of it (or of another strategy's plan)
+        sims, sweeps = sims_of_plan(deployment, plan, sims), sims_of_plan(deployment, plan, sweeps)
     data = ReportData(
         title=title,
         compare=load_compare(compare) if compare is not None else None,
-        plan=the_plan, graphs=graphs or None,
-        sims=tuple(r for s in sim for r in load_sims(s)) or None,
-        sweep=tuple(r for s in sweep for r in load_sims(s)) or None,
+        plan=the_plan, pool=pool, graphs=graphs or None, sims=sims or None,
+        cost_accuracy=load_cost_accuracy(cost_accuracy) if cost_accuracy is not None else None,
+        sweep=sweeps or None,
         gantt_png=gantt, commands=tuple(cmds),
         evaluation=load_evaluation(evaluation) if evaluation is not None else None,
         evaluation_maps=evaluation_maps(evaluation) if evaluation is not None else (),
@@ -149,9 +168,11 @@ def compare(
 ) -> None:
     """Tessera vs every baseline at equal SLO, one model per family on GPU pairs: compare.json and compare.md
     (compare.quick.* with --quick)."""
-    from tessera.report.compare import run_compare
+    from tessera.report.compare import MODELS, run_compare  # plans and simulates: only when compare runs
 
     cfg = config_of(None, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link)
+    for m in MODELS:  # every model of the matrix must take the traffic: refused before hours of planning
+        check_context(m, prompt, output)
     cells, md = run_compare(out_dir=out_dir, cfg=cfg, quick=quick, knee=knee)
     if as_json:
         print(json.dumps({"cells": cells}))

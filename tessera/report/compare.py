@@ -23,6 +23,7 @@ from tessera.hardware import AUTO, best_link, cell_link
 from tessera.plan.pool import engine_gpu, resolve_gpu
 from tessera.plan.problem import default_cost
 from tessera.plan.serve import STRATEGIES, PlannerConfig, Shapes, StrategyResult, homogeneous, plan_serving
+from tessera.provenance import planner_provenance
 from tessera.report.agreement import knee_check, summary, summary_line
 
 MODELS = ("llama-3-8b", "mixtral-8x7b", "mamba2-2.7b", "qwen2.5-vl-7b", "flux-dev")  # llm moe ssm vlm dit
@@ -92,6 +93,7 @@ def run_cell(model: str, pool: str, cfg: PlannerConfig, cache: dict, knee: bool 
     cell["best_homogeneous_same_budget"] = same_size_homogeneous(model, r.gpus, cfg, cache)
     cell["reference"] = cache[(model, REFERENCE, 2)] if len(r.gpus) == 2 else None
     cell["placement"] = placement_summary(r)
+    cell["provenance"] = planner_provenance(model, cfg, r.tessera.deployment, images=r.images).to_dict()
     cell["wall_s"] = time.perf_counter() - t0
     return cell
 
@@ -190,15 +192,15 @@ def markdown(cells: list[dict[str, Any]], cfg: PlannerConfig, wall: float) -> st
             lines.append(f"| {c['model']} | {pool} | error: {c['error']} |" + " |" * (len(STRATEGIES) + 3))
             continue
         s = c["strategies"]
-        vals = ["n/a" if not s[n]["applicable"] else ("0" if not s[n]["feasible"] else _fmt(_good(s[n])))
+        vals = ["n/a" if not s[n]["applicable"] else ("infeasible" if not s[n]["feasible"] else _fmt(_good(s[n])))
                 for n in STRATEGIES]
         ref = c["best_homogeneous_same_budget"]
         lines.append(f"| {c['model']} | {pool} | {c['chosen']} | " + " | ".join(vals) +
                      f" | {s['tessera']['usd_per_hour']:.2f} | {_per_usd_text(_per_usd(s['tessera']), c['images'])} | "
                      f"{len(ref['gpus'])}×{ref['gpus'][0]}: {_per_usd_text(ref['tokens_per_usd'], c['images'])} |")
     g = gains(cells)
-    lines += ["", "## Gains (Tessera vs the best baseline in the same pool; tokens per $ vs the best same-size "
-              "homogeneous deployment)", ""]
+    lines += ["", "## Gains (Tessera vs the best baseline in the same pool; goodput per $ vs the best "
+              "same-size homogeneous deployment)", ""]
     if g:
         thr = sorted(x[0] for x in g)
         usd = sorted(x[1] for x in g)
@@ -206,7 +208,7 @@ def markdown(cells: list[dict[str, Any]], cfg: PlannerConfig, wall: float) -> st
         lines += ["| | best | median | worst | paper |", "|---|---|---|---|---|",
                   f"| goodput vs best baseline | {thr[-1]:.2f}× ({best_t[2]}) | {statistics.median(thr):.2f}× | "
                   f"{thr[0]:.2f}× | up to {PAPER['throughput']}× |",
-                  f"| tokens/$ vs same-size homogeneous | {usd[-1]:.2f}× ({best_u[2]}) | "
+                  f"| per $ vs same-size homogeneous | {usd[-1]:.2f}× ({best_u[2]}) | "
                   f"{statistics.median(usd):.2f}× | {usd[0]:.2f}× | up to {PAPER['cost_efficiency']}× |"]
         chosen = Counter(c["chosen"] for c in cells if "error" not in c)
         lines += ["", "Tessera's choice: " + ", ".join(f"{k} in {v} cell{'s' if v > 1 else ''}"
@@ -259,7 +261,7 @@ def _headline(cells: list[dict[str, Any]]) -> str:
             per = (_good(t) / t["usd_per_hour"]) / (ref_g / ref_usd) if ref_g and t["usd_per_hour"] else 0.0
             rows.append(f"{'+'.join(c['gpus'])}: {_fmt(_good(t))} vs {_fmt(ref_g)} ({'faster' if faster else 'slower'}), "
                         f"${t['usd_per_hour']:.2f}/h vs ${ref_usd:.2f}/h ({'cheaper' if cheaper else 'dearer'}), "
-                        f"{per:.2f}× tokens per $")
+                        f"{per:.2f}× {'images' if c['images'] else 'tokens'} per $")
         wins = [r for r in rows if "faster" in r and "cheaper" in r]
         out.append(f"- **{model}**: {'yes' if wins else 'no'}. " + "; ".join(rows))
     return "\n".join(out)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
 from tessera.plan.types import Plan, PoolPlan
+from tessera.provenance import Provenance, fingerprint, of_file
 
 # Order in which strategies appear everywhere (tables, bars, legends); unknown names follow, sorted.
 STRATEGIES = ("tessera", "homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
@@ -34,6 +35,7 @@ class StrategyResult:
     usd_per_million_tokens: float | None = None
     latency_s: float | None = None
     memory_bytes: dict[str, int] = field(default_factory=dict, hash=False)
+    knee_ratio: float | None = None  # `tessera compare`: the simulator's SLO knee over the planner's goodput
 
     @property
     def scored(self) -> bool:
@@ -136,15 +138,17 @@ class SimResult:
     e2e_s: LatencyPercentiles
     slo_attainment: float | None
     usd_per_million_tokens: float | None
-    # The run's operating point, when the file records it (`make demo` does; `tessera simulate --json`
-    # does not): offered request rate, the seed, the plan's predicted goodput (its capacity at the SLO,
-    # output tokens/s), output tokens per request, and the SLO the attainment was measured against.
+    # The run's operating point, from the file's provenance (or, in a file written before it had one, the
+    # keys `make demo` wrote beside the contract): offered request rate, the seed, the plan's predicted
+    # goodput (its capacity at the SLO, output tokens/s; `make demo` only), output tokens per request, and the
+    # SLO the attainment was measured against.
     rate_per_s: float | None = None
     seed: int | None = None
     capacity_tokens_per_s: float | None = None
     output_tokens: int | None = None
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
+    provenance: Provenance | None = None  # what the file says it simulated (None: a file from before it did)
 
     def __post_init__(self) -> None:
         if self.completed > self.requests or min(self.requests, self.completed, self.lost) < 0:
@@ -195,7 +199,8 @@ class ReportData:
 
     title: str = "Tessera placement report"
     compare: tuple[CompareCell, ...] | None = None
-    plan: Plan | None = None
+    plan: Plan | None = None  # one cell's plan: what the placement pictures draw
+    pool: PoolPlan | None = None  # the whole deployment when it is several different cells (``plan``: its lead)
     graphs: tuple[KernelGraph, ...] | None = None  # phases of `plan`, for the placement map
     sims: tuple[SimResult, ...] | None = None  # each plan at its operating point, one entry per seed
     sweep: tuple[SimResult, ...] | None = None  # each plan at several offered rates: goodput-vs-rate curves
@@ -207,12 +212,58 @@ class ReportData:
     baseline_plans: tuple[Plan | PoolPlan, ...] = ()  # the other strategies' deployments (memory comparison)
     evaluation: dict[str, Any] | None = None  # `tessera evaluate --json` output (the study of shapes × pools)
     evaluation_maps: tuple[tuple[str, Path], ...] = ()  # (label, PNG): the study's best and worst placements
+    cost_accuracy: CostAccuracy | None = None  # the cost model's measured error (bench_cost_aic.py)
 
     def __post_init__(self) -> None:
+        if self.pool is not None and self.plan != self.pool.lead:
+            raise ValueError("ReportData: plan must be the pool's lead cell")
         if self.graphs and self.plan is None:
             raise UserError("a kernel graph was given without a plan: the placement map needs both")
         if self.gantt_png is not None and not Path(self.gantt_png).is_file():
             raise UserError(f"gantt image {self.gantt_png} does not exist")
+
+
+    @property
+    def deployment(self) -> Plan | PoolPlan | None:
+        """What serves the traffic: the pool when there is one, else the plan."""
+        return self.pool if self.pool is not None else self.plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostAccuracy:
+    """The cost model's error on kernel times (absolute percentage error, median and 90th percentile):
+    ``unseen`` on a GPU it was not fitted on (leave one GPU out: what a GPU with transferred costs can
+    expect), ``measured`` between the measured grid points of a GPU with tables (held-out points)."""
+
+    unseen_median: float
+    unseen_p90: float
+    measured_median: float | None = None
+    measured_p90: float | None = None
+    source: str = ""  # the file the figures were read from
+
+    def __post_init__(self) -> None:
+        for k in ("unseen_median", "unseen_p90", "measured_median", "measured_p90"):
+            v = getattr(self, k)
+            if v is not None and not 0 <= v < 10:
+                raise ValueError(f"cost accuracy {k}={v} must be a share (0.064 for 6.4%)")
+
+
+def load_cost_accuracy(path: Path) -> CostAccuracy:
+    """`bench/bench_cost_aic.py`'s JSON (leave_one_gpu_out and interpolation) or `tessera cost validate
+    --source aic --json` (one leave-one-GPU-out report)."""
+    raw = read_json(path, "cost accuracy")
+    loo = raw.get("leave_one_gpu_out", raw) if isinstance(raw, dict) else None
+    over = loo.get("overall") if isinstance(loo, dict) else None
+    if not isinstance(over, dict):
+        raise UserError(f"cost accuracy file {path} is neither bench_cost_aic.py's JSON nor `tessera cost validate "
+                        "--source aic --json` output (needs an \"overall\" error object)")
+    where = f"cost accuracy file {path}"
+    interp = (raw.get("interpolation") or {}).get("overall") if isinstance(raw, dict) else None
+    return CostAccuracy(unseen_median=_num(over, "median_ape", where) or 0.0,
+                        unseen_p90=_num(over, "p90_ape", where) or 0.0,
+                        measured_median=_num(interp, "median_ape", where) if isinstance(interp, dict) else None,
+                        measured_p90=_num(interp, "p90_ape", where) if isinstance(interp, dict) else None,
+                        source=str(path))
 
 
 # ---- parsing --------------------------------------------------------------------------------------
@@ -244,6 +295,7 @@ def parse_strategy(name: str, d: dict[str, Any], where: str) -> StrategyResult:
         usd_per_million_tokens=_num(d, "usd_per_million_tokens", where, optional=True),
         latency_s=_num(d, "latency_s", where, optional=True),
         memory_bytes={str(k): int(v) for k, v in mem.items()},
+        knee_ratio=_num(d["knee"], "ratio", where, optional=True) if isinstance(d.get("knee"), dict) else None,
     )
 
 
@@ -297,13 +349,49 @@ def parse_sim(d: dict[str, Any], label: str, where: str) -> SimResult:
 
 
 def _operating_point(d: dict[str, Any], where: str) -> dict[str, Any]:
-    """The optional run context a demo's sims.json records beside the simulator's contract."""
+    """The run's context: its provenance, and the keys a demo's sims.json records beside the contract."""
+    try:
+        prov = of_file(d, where)
+    except ValueError as e:
+        raise UserError(str(e)) from None
     out: dict[str, Any] = {k: _num(d, k, where, optional=True)
                            for k in ("rate_per_s", "capacity_tokens_per_s", "slo_ttft_s", "slo_tpot_s")}
     for k in ("seed", "output_tokens"):
         v = _num(d, k, where, optional=True)
         out[k] = None if v is None else int(v)
-    return out
+    if prov is not None:  # what the simulator was run with, where the provenance records it
+        given = {"rate_per_s": prov.rate_per_s, "seed": prov.seed, "slo_ttft_s": prov.slo_ttft_s,
+                 "slo_tpot_s": prov.slo_tpot_s,
+                 "output_tokens": round(prov.output_per_request) if prov.output_per_request else None}
+        out.update({k: v for k, v in given.items() if v is not None})
+    return {**out, "provenance": prov}
+
+
+def sims_of_plan(deployment: Plan | PoolPlan, plan_path: Path | str,
+                 sims: tuple[SimResult, ...]) -> tuple[SimResult, ...]:
+    """The simulations shown beside ``deployment`` (read from ``plan_path``): each must say it simulated
+    this model, and those of this very plan (by fingerprint) are labelled with its strategy, whatever their
+    file's label; a run labelled with the plan's strategy (or with no other strategy's name) that simulated
+    another plan, or a run that records nothing about what it simulated, is one UserError line."""
+    own = fingerprint(deployment)
+    out = []
+    for s in sims:
+        p = s.provenance
+        if p is None:
+            raise UserError(f"simulation {s.label!r} records no provenance (model, plan, traffic): it cannot be "
+                            f"shown beside {plan_path}; simulate again with `tessera simulate {plan_path} --json`")
+        if p.model != deployment.model:
+            raise UserError(f"simulation {s.label!r} is of {p.model}, not of {deployment.model} ({plan_path}); "
+                            f"give a simulation of this plan (`tessera simulate {plan_path} --json`)")
+        if p.plan == own:
+            out.append(replace(s, label=deployment.strategy))
+        elif s.label.split()[-1] in BASELINES and s.label.split()[-1] != deployment.strategy:
+            out.append(s)  # another strategy's run on the same traffic (make demo's sims.json)
+        else:
+            raise UserError(f"simulation {s.label!r} simulated plan {p.plan or 'of unknown fingerprint'}, not "
+                            f"{plan_path} ({own}); give a simulation of this plan (`tessera simulate "
+                            f"{plan_path} --json`)")
+    return tuple(out)
 
 
 def read_json(path: Path, what: str) -> Any:

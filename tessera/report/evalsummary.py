@@ -301,7 +301,9 @@ def _stats_row(label: str, st: dict[str, float] | None, best_cell: str | None, p
 
 
 def cell_table(cells: list[dict[str, Any]]) -> list[str]:
-    lines = ["| model | shape | pool | link | Tessera chose | Tessera /s | best baseline /s | gain | per $ vs "
+    # goodput columns: output tokens/s, images/s for a diffusion model (one unit per row, named once here)
+    lines = ["| model | shape | pool | link | Tessera chose | Tessera tok/s (img/s) | best baseline tok/s (img/s) "
+             "| gain | per $ vs "
              "same-size homogeneous | sim knee / planner |", "|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         if not ok(c):
@@ -356,7 +358,8 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append(f"| {a['model']} ({a['family']}) | {a['shape']} | {a['pools']} | {a['wins']} | {bw} | {ties} "
                      f"| {gt} |")
     lines += ["", "## Does a heterogeneous pair beat 2×H100 or 2×H200?", "",
-              "| model | shape | reference | ref /s | fastest pair /s | faster? | best pair per $ vs ref | cheaper "
+              "| model | shape | reference | ref tok/s (img/s) | fastest pair tok/s (img/s) | faster? | best pair per $ "
+              "vs ref | cheaper "
               "per token? | one pair both? |", "|---|---|---|---|---|---|---|---|---|"]
     for h in s["headline"]:
         lines.append(f"| {h['model']} | {h['shape']} | {h['reference']} | {_n(h['ref_goodput'])} | "

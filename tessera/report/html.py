@@ -15,8 +15,8 @@ from tessera.errors import UserError
 from tessera.hardware import catalog
 from tessera.plan.types import PoolPlan
 from tessera.report import plots
-from tessera.report.answer import Answer, Spread, answer_of, matrix_gains, weight_copies
-from tessera.report.data import CompareCell, FrontierPoint, ReportData, SimResult, strategy_order
+from tessera.report.answer import RUNTIME_VENDORS, Answer, Spread, answer_of, matrix_gains, weight_copies
+from tessera.report.data import CompareCell, FrontierPoint, RentOption, ReportData, SimResult, strategy_order
 from tessera.report.tables import (
     PLAN_HEADER,
     SIM_HEADER,
@@ -139,12 +139,51 @@ def _aic_costs() -> Any:
     return AicCosts()
 
 
+def _pm(v: float) -> str:
+    return f"{100 * v:.1f}%" if v < 0.1 else f"{100 * v:.0f}%"
+
+
+def _cost_text(a: Answer) -> str:
+    """The cost model's error as it applies to these GPUs: measured tables or transferred costs."""
+    srcs = {g: cost_source(g) for g in sorted(set(a.gpus))}
+    measured = [g for g, src in srcs.items() if src.startswith("measured")]
+    moved = [g for g in srcs if g not in measured]
+    acc = a.cost_accuracy
+    parts = []
+    if measured:
+        err = (f": {_pm(acc.measured_median)} median, {_pm(acc.measured_p90)} p90 error between measured points"
+               if acc and acc.measured_median is not None and acc.measured_p90 is not None else "")
+        parts.append(f"{', '.join(measured)} kernel times come from measured tables{err}")
+    if moved:
+        err = (f": {_pm(acc.unseen_median)} median, {_pm(acc.unseen_p90)} p90 error on a GPU left out of the fit"
+               if acc else "")
+        parts.append(f"{', '.join(moved)} kernel times are transferred from measured GPUs{err}")
+    if acc is None:
+        parts.append("the cost model's measured error was not given (--cost-accuracy "
+                     "bench/results/cost_aic.json)")
+    else:
+        parts.append(f"on any GPU left out of the fit the error is {_pm(acc.unseen_median)} median, "
+                     f"{_pm(acc.unseen_p90)} p90 ({acc.source})")
+    return "cost model: " + "; ".join(parts)
+
+
+def _knee_text(a: Answer) -> str:
+    k = a.knee
+    if k is None:
+        return ("planner vs simulator: not checked (the compare matrix, `tessera compare`, runs the simulator's "
+                "SLO knee against every strategy)")
+    own = (f"the simulator's SLO knee of this model on these GPUs is {k.own:.2f}× the planner's goodput; "
+           if k.own is not None else "")
+    return (f"planner vs simulator: {own}over the compare matrix {k.within} of {k.checked} strategies within "
+            f"{k.tolerance:.0%}, knee / planner {k.lo:.2f}–{k.hi:.2f} (median {k.median:.2f})")
+
+
 def _sure_text(a: Answer) -> str:
-    """How sure: the spread over seeds, the latency margins, the headroom below saturation and where the rate
-    sweep saw the plan saturate."""
-    out = []
+    """How sure: the cost model's error, the planner–simulator gap, the spread over seeds, the latency margins,
+    the headroom below saturation and where the rate sweep saw the plan saturate."""
+    out = [_cost_text(a), _knee_text(a)]
     if a.goodput is not None and a.goodput.n > 1:
-        out.append(f"goodput varies ±{100 * a.goodput.rel_half_width:.1f}% over {a.goodput.n} seeds")
+        out.append(f"simulated goodput varies ±{100 * a.goodput.rel_half_width:.1f}% over {a.goodput.n} seeds")
     if a.worst_tpot_p99_s is not None and a.worst_ttft_p99_s is not None:
         margin = [f"p99 TTFT {a.worst_ttft_p99_s:.2f} s" + (f" of {a.slo_ttft_s:g} s" if a.slo_ttft_s else ""),
                   f"p99 TPOT {a.worst_tpot_p99_s * 1e3:.0f} ms" + (f" of {a.slo_tpot_s * 1e3:.0f} ms" if a.slo_tpot_s else "")]
@@ -152,71 +191,90 @@ def _sure_text(a: Answer) -> str:
     if a.load is not None:
         head = (f"{100 * (1 - a.load):.0f}% headroom below saturation" if a.load < 1
                 else f"{100 * (a.load - 1):.0f}% <b>above</b> saturation: queues grow without bound")
-        out.append(f"the offered rate is {100 * a.load:.0f}% of the predicted capacity ({head})")
+        out.append(f"the offered rate is {100 * a.load:.0f}% of the capacity ({head})")
     ok, bad = a.saturation()
     if bad is not None:
         att = dict(a.sweep)[bad]
         out.append(f"in the rate sweep ≥ 99% of requests meet the SLO up to {100 * (ok or 0):.0f}% of capacity and "
                    f"{100 * att:.0f}% at {100 * bad:.0f}%: past capacity queues build and goodput collapses, so "
                    "keep the headroom")
-    out.append("capacity and the alternatives are the planner's predictions from the cost model; the goodput "
-               "range is the simulator's")
     return "<ul class=sure>" + "".join(f"<li>{x[0].upper() + x[1:]}.</li>" for x in out) + "</ul>"
 
 
 def _traffic_text(a: Answer) -> str:
-    """Prompt and output tokens, the offered rate and that rate as a share of the predicted capacity."""
-    traffic = (f"prompt {a.prompt_tokens:,} and output {a.output_tokens:,} tokens per request, "
-               if a.prompt_tokens and a.output_tokens else "")
-    if a.rate_per_s is None:
-        return traffic + ("not simulated" if a.goodput is None else "offered rate not recorded in the simulator files")
-    rate = f"{a.rate_per_s:.2f} requests/s offered, Poisson arrivals"
-    if a.load is not None and a.capacity_tokens_per_s:
-        rate += (f" ({_tok(a.rate_per_s * (a.output_tokens or 0))} of output = {100 * a.load:.0f}% "
-                 f"of the predicted capacity, {_tok(a.capacity_tokens_per_s)})")
-    return traffic + rate
+    """Prompt and output tokens per request, as the plan or its runs record them."""
+    if a.prompt is None or a.output is None:
+        return "not recorded in the plan"
+    return f"prompt {_tokens(a.prompt)} and output {_tokens(a.output)} tokens per request"
 
 
-def _alternative_rows(data: ReportData, a: Answer) -> list[tuple[str, str]]:
-    """The best baseline on the same GPUs (from the matrix) and a cheaper option to rent, if any."""
+def _tokens(text: str) -> str:
+    return f"{int(text):,}" if text.isdigit() else text
+
+
+def _checked_text(a: Answer) -> str:
+    """The simulation at one offered rate: what it served and how many requests met the SLO."""
+    if a.goodput is None:
+        return "not simulated (tessera simulate PLAN --json, given with --sim)"
+    rate = (f"at {a.rate_per_s:.2f} requests/s, Poisson" + (f" ({100 * a.load:.0f}% of the capacity)"
+                                                              if a.load is not None else "")
+            if a.rate_per_s is not None else "at a rate the runs do not record")
+    return (f"{rate}: {_fmt_spread(a.goodput, _tok, lambda v: f'{v:,.0f}')} met the SLO; requests meeting it "
+            + _fmt_spread(a.attainment, _pct))
+
+
+def _option_text(o: RentOption, own: float | None) -> str:
+    srcs = "; ".join(f"{g} kernel costs: {cost_source(g)}" for g in sorted(set(o.gpus)))
+    vs = f", {own / o.usd_per_million_tokens:.2f}× cheaper per token" if own and o.usd_per_million_tokens < own \
+        else (f", {o.usd_per_million_tokens / own:.2f}× dearer per token" if own else "")
+    return (f"{_rent_text(o.gpus)}: {_tok(o.goodput_tokens_per_s)} for ${o.usd_per_hour:.2f}/h, "
+            f"{_usd_mtok(o.usd_per_million_tokens)}{vs} ({o.source}; {srcs})")
+
+
+def _alternative_rows(a: Answer) -> list[tuple[str, str]]:
+    """The best baseline on the same GPUs, the best one-type option and a cheaper option to rent, among the
+    GPUs the runtime runs."""
     rows = []
-    cell = _headline_cell(data)
-    if cell is not None and cell.model == a.model and sorted(cell.gpus) == sorted(a.gpus):
-        b, s = cell.best_baseline(), cell.speedup()
-        if b is not None and s is not None:
-            rows.append(("Against the alternatives on these GPUs", f"{s:.2f}× the predicted goodput of the best "
-                         f"baseline ({b.name}, {_tok(b.throughput_per_s or 0.0)})"))
-    if a.cheaper is not None:
-        o = a.cheaper
-        sources = "; ".join(f"{g} kernel costs: {cost_source(g)}" for g in sorted(set(o.gpus)))
-        own = a.predicted_usd_per_million_tokens or 0.0
-        rows.append(("Cheaper per token if you can choose the GPUs",
-                     f"{o.label}: {_usd_mtok(o.usd_per_million_tokens)} at {_tok(o.goodput_tokens_per_s)} for "
-                     f"${o.usd_per_hour:.2f}/h, against {_usd_mtok(own)} for these GPUs at their predicted "
-                     f"capacity ({o.source}; {sources})"))
+    own = a.predicted_usd_per_million_tokens
+    if a.best_baseline is not None and a.edge is not None:
+        name, good = a.best_baseline
+        band = a.error_band
+        tie = (f" — within the {band:.0%} the predictions can be off by: a tie, not a win"
+               if band is not None and abs(a.edge - 1) <= band else "")
+        rows.append(("Against the alternatives on these GPUs", f"{a.edge:.2f}× the predicted goodput of the best "
+                     f"baseline ({name}, {_tok(good)}){tie}"))
+    if a.homogeneous is not None:
+        rows.append(("Best option of one GPU type", _option_text(a.homogeneous, own)))
+    if a.cheaper is not None and a.cheaper != a.homogeneous:
+        rows.append(("Cheaper per token if you can choose the GPUs", _option_text(a.cheaper, own)))
+    runtime = f"the CPU and CUDA devices: the catalog's {', '.join(v.upper() for v in RUNTIME_VENDORS)} GPUs"
+    if a.left_out:
+        runtime += f"; options on {', '.join(a.left_out)} are left out: it cannot run them"
+    rows.append(("GPUs Tessera's runtime runs", runtime))
     return rows
 
 
 def _answer_html(data: ReportData) -> str:
-    """The first screen: what to rent, expected goodput and $/M tokens at the stated SLO and rate, how sure."""
+    """The first screen: what to rent with one capacity and one price at the stated SLO, the simulation that
+    checks it, how sure, and what else to rent."""
     a = answer_of(data)
     if a is None:
         return headline(data)
     how = "Tessera's kernel placement" if a.strategy == "tessera" else f"the {a.strategy} plan"
-    verdict = (f"Rent <b>{escape(_rent_text(a.gpus))}</b> (${a.usd_per_hour:.2f}/h) and serve "
-               f"<b>{escape(a.model)}</b> with {escape(how)}.")
     own = a.predicted_usd_per_million_tokens
-    if a.cheaper is not None and own is not None:
-        ratio = own / a.cheaper.usd_per_million_tokens
-        verdict += (f"<br>If you can rent other GPUs: <b>{escape(_rent_text(a.cheaper.gpus))}</b> serves a token "
-                    f"<b>{ratio:.1f}× cheaper</b> (at predicted capacity; see below).")
-    rows = [("Expected goodput", _fmt_spread(a.goodput, _tok, lambda v: f"{v:,.0f}")),
-            ("Cost per token", _fmt_spread(a.usd_per_million_tokens, _usd_mtok, lambda v: f"${v:.3f}")),
-            ("SLO", f"{slo_text(a.slo_ttft_s, a.slo_tpot_s)}; requests meeting it: " + _fmt_spread(a.attainment, _pct)),
-            ("Traffic", _traffic_text(a)), *_alternative_rows(data, a)]
-    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows[:4])
+    cap = (f": <b>{escape(_tok(a.capacity_tokens_per_s))}</b> at the SLO, <b>{escape(_usd_mtok(own))}</b>"
+           if a.capacity_tokens_per_s and own else ": no capacity at the SLO in the plan")
+    verdict = (f"Rent <b>{escape(_rent_text(a.gpus))}</b> (${a.usd_per_hour:.2f}/h) and serve "
+               f"<b>{escape(a.model)}</b> with {escape(how)}{cap}.")
+    best = a.cheaper or a.homogeneous
+    if best is not None and own is not None and best.usd_per_million_tokens < own:
+        verdict += (f"<br>If you can rent other GPUs: <b>{escape(_rent_text(best.gpus))}</b> serves a token "
+                    f"<b>{own / best.usd_per_million_tokens:.2f}× cheaper</b> (predicted; see below).")
+    rows = [("SLO", slo_text(a.slo_ttft_s, a.slo_tpot_s)), ("Traffic", _traffic_text(a)),
+            ("Checked by simulation", _checked_text(a))]
+    body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
     body += f"<tr><th>How sure</th><td>{_sure_text(a)}</td></tr>"
-    body += "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows[4:])
+    body += "".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in _alternative_rows(a))
     return (f'<div class="lead"><p class="verdict">{verdict}</p><table class="facts">{body}</table>'
             f"{_gains_html(data)}</div>")
 
@@ -245,13 +303,16 @@ def headline(data: ReportData) -> str:
             parts.append(f"For <b>{escape(cell.model)}</b> on <b>{escape(cell.pool)}</b>, Tessera's kernel "
                          f"placement predicts <b>{escape(fmt_rate(t.throughput_per_s, cell.unit))}</b> at "
                          f"${t.usd_per_hour:.2f}/h")
-            s, g = cell.speedup(), cell.cost_gain()
+            s, g = cell.speedup(), cell.per_dollar_gain()
             if b is not None and s is not None:
-                parts[-1] += (f": <b>{s:.2f}×</b> the throughput of the best baseline ({escape(b.name)}, "
-                              f"{escape(fmt_rate(b.throughput_per_s, cell.unit))} at ${b.usd_per_hour:.2f}/h)")
-                parts[-1] += f" and <b>{g:.2f}×</b> its throughput per dollar." if g is not None else "."
+                parts[-1] += (f": <b>{s:.2f}×</b> the goodput of the best baseline on the same GPUs "
+                              f"({escape(b.name)}, {escape(fmt_rate(b.throughput_per_s, cell.unit))} at "
+                              f"${b.usd_per_hour:.2f}/h)")
             else:
-                parts[-1] += "; no baseline applies to this model on these GPUs."
+                parts[-1] += "; no baseline applies to this model on these GPUs"
+            ref = cell.reference
+            parts[-1] += (f", and <b>{g:.2f}×</b> the goodput per dollar of the best same-size homogeneous "
+                          f"deployment ({escape(ref.label)})." if g is not None and ref is not None else ".")
         elif t is not None:
             parts.append(f"Tessera found no placement of <b>{escape(cell.model)}</b> on <b>{escape(cell.pool)}</b>: "
                          f"{escape(t.reason or 'infeasible')}.")

@@ -12,7 +12,9 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.errors import UserError
+from tessera.plan.options import check_context
 from tessera.plan.types import Plan, PoolPlan, read_plan_file
+from tessera.provenance import Provenance, fingerprint
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run
 from tessera.sim.failure import Failure
@@ -33,7 +35,8 @@ def _ms(d: dict) -> str:
     return " / ".join("-" if d[k] is None else f"{d[k] * 1e3:.1f}" for k in ("p50", "p90", "p99"))
 
 
-def _table(r: SimResult, title: str) -> Table:
+def _table(r: SimResult, title: str, load: float | None = None) -> Table:
+    """``load``: the offered rate over the plan's goodput (None: offline, or a plan without one)."""
     t = Table(title=title, show_header=False)
     t.add_row("requests (completed / lost)", f"{r.requests} ({r.completed} / {r.lost})")
     t.add_row("simulated span", f"{r.sim_wall_s:.2f} s  ({plural(r.replicas, 'replica')}, ran in {r.runtime_s:.2f} s)")
@@ -48,7 +51,10 @@ def _table(r: SimResult, title: str) -> Table:
         t.add_row("SLO attainment", f"{r.slo_attainment:.1%}")
     if r.usd_per_million_tokens is not None:
         t.add_row("cost", f"${r.usd_per_million_tokens:.3f} per million tokens")
-    t.add_row("device utilisation", ", ".join(f"{u:.0%}" for u in r.device_utilisation))
+    if load is not None:
+        t.add_row("offered load", f"{load:.1%} of the plan's goodput")
+    # busy, not utilised: a device running a small batch is busy for nearly as long as with a full one
+    t.add_row("device busy (share of the span)", ", ".join(f"{u:.0%}" for u in r.device_utilisation))
     t.add_row("preemptions / switches", f"{r.preemptions} / {r.switches}")
     for f in r.failures:
         dip = "-" if f["dip"] is None else f"{f['dip']:.0%} of pre-failure"
@@ -122,15 +128,59 @@ def _slo(plan: Plan | PoolPlan, ttft_ms: float | None, tpot_ms: float | None,
          e2e_ms: float | None) -> SLO | None:
     """The plan's SLO, each target the flags give replacing its own."""
     base = plan_slo(plan) or SLO()
-    flags = (("ttft_s", ttft_ms), ("tpot_s", tpot_ms), ("e2e_s", e2e_ms))
-    given = {k: v / 1e3 for k, v in flags if v is not None}
+    flags = (("ttft_s", ttft_ms, "--slo-ttft-ms"), ("tpot_s", tpot_ms, "--slo-tpot-ms"),
+             ("e2e_s", e2e_ms, "--slo-e2e-ms"))
+    for _, v, flag in flags:
+        if v is not None and not v > 0:
+            raise UserError(f"{flag} {v:g} must be a positive time in milliseconds")
+    given = {k: v / 1e3 for k, v, _ in flags if v is not None}
     slo = replace(base, **given)
     return slo if slo.given else None
 
 
-def _print_knee(k: Knee, json_out: bool) -> None:
+def provenance_of(plan: Plan | PoolPlan, prompt: LengthSpec, output: LengthSpec, slo: SLO | None, *,
+                  workload: str | None, rate_per_s: float | None, seed: int | None,
+                  target: float | None = None) -> Provenance:
+    """What a simulation of ``plan`` was run with, for the file it writes."""
+    return Provenance(model=plan.model, plan=fingerprint(plan), prompt=str(prompt), output=str(output),
+                      output_per_request=1.0 if images(plan) else mean_tokens(output, 1),
+                      slo_ttft_s=slo.ttft_s if slo else None, slo_tpot_s=slo.tpot_s if slo else None,
+                      slo_e2e_s=slo.e2e_s if slo else None, slo_target=target, workload=workload,
+                      rate_per_s=rate_per_s, seed=seed)
+
+
+def _load(plan: Plan | PoolPlan, spec: WorkloadSpec, replicas: int) -> float | None:
+    """Offered output tokens/s (images/s) over the plan's goodput × replicas."""
+    good = plan_goodput_per_s(plan)
+    if spec.kind == "offline" or not good:
+        return None
+    per_request = 1.0 if images(plan) else mean_tokens(spec.output, 1)
+    return spec.rate_per_s * per_request / (good * replicas)
+
+
+def _trace_window(text: str) -> tuple[float, float]:
+    try:
+        a, b = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise UserError(f"--trace-window-s {text!r} is not START:END in simulated seconds, e.g. 0:2") from None
+    if not 0 <= a < b:
+        raise UserError(f"--trace-window-s {text!r}: START must be >= 0 and below END, e.g. 0:2")
+    return a, b
+
+
+def _lost_text(spec: WorkloadSpec, kv: int, stranded: bool) -> str:
+    """Why requests were lost: a failure left no replica to serve them (``stranded``), or they exceed the
+    KV capacity."""
+    if stranded:
+        return ("the failure left no replica to serve them (--fail-replacement same adds a spare cell, "
+                "--replicas more copies)")
+    return (f"prompt + output ({spec.prompt} + {spec.output} tokens) exceed the plan's KV capacity of {kv:,} "
+            "tokens per cell")
+
+
+def _print_knee(k: Knee, json_out: bool, prov: Provenance) -> None:
     if json_out:
-        print(json.dumps(k.to_dict()))
+        print(json.dumps({**k.to_dict(), "provenance": prov.to_dict()}))
         return
     t = Table(title="SLO knee (bisection over the Poisson arrival rate)", show_header=False)
     slo = ", ".join(f"{n} {v * 1e3:g} ms" for n, v in (("TTFT", k.slo["ttft_s"]), ("TPOT", k.slo["tpot_s"]),
@@ -214,6 +264,9 @@ def register(app: typer.Typer) -> None:
         p_def, o_def = plan_lengths(plan)
         p_spec = LengthSpec.parse(prompt) if prompt is not None else p_def
         o_spec = LengthSpec.parse(output) if output is not None else o_def
+        if not images(plan):
+            check_context(plan.model, p_spec.hi if not p_spec.trace else None,
+                          o_spec.hi if not o_spec.trace else None, known_only=True)
         slo = _slo(plan, slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
         cfg = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               microbatches=microbatches, chunked_prefill=chunked_prefill, router=router)
@@ -223,8 +276,10 @@ def register(app: typer.Typer) -> None:
         if knee:
             k = find_knee(plan, prompt=p_spec, output=o_spec, slo=slo, scheduler=cfg, replicas=replicas,
                           config=KneeConfig(target=target, requests=requests, seeds=(seed, seed + 1)))
-            _print_knee(k, json_out)
+            _print_knee(k, json_out, provenance_of(plan, p_spec, o_spec, slo, workload="poisson",
+                                                   rate_per_s=k.rate_per_s, seed=seed, target=target))
             return
+        window = _trace_window(trace_window_s) if trace is not None else None
         spec, note = _workload(plan, workload, rate, requests or 1000, p_spec, o_spec, burst, burst_cv,
                                replicas)
         if note:
@@ -236,36 +291,34 @@ def register(app: typer.Typer) -> None:
                 raise UserError("--adaptive needs --latency-plan P.json (PLAN is the throughput-mode plan)")
             policy = AdaptivePolicy(latency_plan=Plan.load(latency_plan), high_load=high_load,
                                     low_load=low_load, switch_s=None if switch_ms is None else switch_ms / 1e3)
-        window = None
-        if trace is not None:
-            try:
-                a, b = (float(x) for x in trace_window_s.split(":"))
-            except ValueError:
-                raise UserError(f"--trace-window-s {trace_window_s!r} is not START:END") from None
-            window = (a, b)
         r = run(plan, spec, replicas=replicas, policy=policy, seed=seed, slo=slo, config=cfg,
                 trace_window_s=window, window_s=window_s,
                 failures=_failure(plan, fail_at, fail_replica, fail_replacement, fail_replan_s, replicas))
+        res = r.result
         if trace is not None:
-            write_chrome_trace(trace, {m: pm.plan for m, pm in r.models.items()}, r.trace, r.spans)
+            events = write_chrome_trace(trace, {m: pm.plan for m, pm in r.models.items()}, r.trace, r.spans)
+            if window is not None and window[0] >= res.sim_wall_s:
+                print(f"note: --trace-window-s {trace_window_s} starts after the simulated span "
+                      f"({res.sim_wall_s:.3g} s): {trace} holds {events} events", file=sys.stderr)
         if gantt is not None:
             _gantt(plan, r, spec, gantt)
-        res = r.result
         kv = max(p.kv_capacity_tokens for p in _cell_plans(plan))
+        stranded = fail_at is not None and fail_replacement == "none" and res.replicas <= 1
         if res.lost == res.requests:
-            raise UserError(f"all {res.requests} requests lost: prompt + output ({spec.prompt} + {spec.output} tokens) "
-                            f"exceed the plan's KV capacity of {kv:,} tokens per cell; "
-                            "give shorter requests or a plan with more memory for KV")
+            raise UserError(f"all {res.requests} requests lost: {_lost_text(spec, kv, stranded)}"
+                            + ("" if stranded else "; give shorter requests or a plan with more memory for KV"))
         if res.lost:
-            print(f"note: {res.lost} of {res.requests} requests lost: prompt + output exceed the plan's KV "
-                  f"capacity of {kv:,} tokens per cell", file=sys.stderr)
+            print(f"note: {res.lost} of {res.requests} requests lost: {_lost_text(spec, kv, stranded)}",
+                  file=sys.stderr)
+        prov = provenance_of(plan, spec.prompt, spec.output, slo, workload=spec.kind, seed=seed,
+                             rate_per_s=None if spec.kind == "offline" else spec.rate_per_s)
         if json_out:
-            print(json.dumps(res.to_dict() if detail else res.to_json()))
+            print(json.dumps({**(res.to_dict() if detail else res.to_json()), "provenance": prov.to_dict()}))
         else:
             kind = f" (pool of {plural(len(plan.cells), 'different cell')})" if isinstance(plan, PoolPlan) else ""
             rate_s = "" if spec.kind == "offline" else f" {spec.rate_per_s:.4g} req/s"
             out.print(_table(res, f"{plan.model} / {plan.strategy}{kind} / {spec.kind}{rate_s}, prompt "
-                                  f"{spec.prompt}, output {spec.output}"))
+                                  f"{spec.prompt}, output {spec.output}", _load(plan, spec, replicas)))
 
 
 def _gantt(plan: Plan | PoolPlan, r, spec: WorkloadSpec, path: Path) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from tessera.graph import Buffer, Kernel, KernelGraph, KernelKind, Role, build_graph
-from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
+from tessera.plan.types import Device, PhasePlan, Plan, PoolPlan, StepPoint
+from tessera.provenance import Provenance, fingerprint
 
 G, A, N, E = KernelKind.GEMM, KernelKind.ATTENTION_DECODE, KernelKind.NORM, KernelKind.EMBEDDING
 # (kind, layer) in program order: prologue embedding, two layers of 6 kernels, epilogue norm + lm head
@@ -74,6 +75,13 @@ def sim_result(scale: float) -> dict[str, Any]:
     return {"requests": 1000, "completed": 1000, "lost": 0, "sim_wall_s": 1.5, "throughput_tokens_per_s": 2500.0,
             "ttft_s": {k: v * 0.1 for k, v in pct.items()}, "tpot_s": {k: v * 0.01 for k, v in pct.items()},
             "e2e_s": pct, "slo_attainment": 0.9, "usd_per_million_tokens": 0.45}
+
+
+def of_plan(sim: dict[str, Any], plan: Plan | PoolPlan, **kw: Any) -> dict[str, Any]:
+    """``sim`` as `tessera simulate PLAN --json` writes it for ``plan``: with its provenance."""
+    prov = Provenance(model=plan.model, plan=fingerprint(plan), prompt="1024", output="256",
+                      output_per_request=256.0, workload="poisson", **kw)
+    return {**sim, "provenance": prov.to_dict()}
 
 
 def png_size(path: Path) -> tuple[int, int]:

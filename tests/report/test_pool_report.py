@@ -16,7 +16,7 @@ def test_report_takes_a_pool_plan_file(tmp_path) -> None:
     slow = hand_plan(phases=cost, gpus=("L40S",), usd_per_hour=1.0)
     PoolPlan(cells=(PoolCell(plan=fast, count=1), PoolCell(plan=slow, count=2))).save(tmp_path / "pool.json")
     with pytest.raises(SystemExit) as e:
-        main(["report", "-q", "--plan", str(tmp_path / "pool.json"), "-o", str(tmp_path / "out")])
+        main(["report", "-q", "--plan", str(tmp_path / "pool.json"), "--out-dir", str(tmp_path / "out")])
     assert e.value.code == 0
     page = (tmp_path / "out" / "report.html").read_text()
     # the memory section's facts are the lead cell's own (its KV capacity, not the slow cell's 1,000,000)

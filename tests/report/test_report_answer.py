@@ -1,5 +1,6 @@
-"""The first screen: what to rent, goodput and $/M tokens at the stated SLO and rate, how sure; gains as best /
-median / worst; weight copies; every plan at its own rate. Numbers worked by hand from the inputs."""
+"""The first screen: what to rent with one capacity and one price at the stated SLO, the simulation that checks
+it, how sure; gains as best / median / worst; weight copies; every plan at its own rate. Numbers worked by
+hand from the inputs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from html import unescape
 from types import SimpleNamespace
 
 import pytest
-from report_inputs import compare_cells, sim_result, toy_plan
+from report_inputs import compare_cells, of_plan, sim_result, toy_plan
 
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
 from tessera.plan.types import PoolCell, PoolPlan
@@ -28,7 +29,8 @@ def run(label: str, seed: int, tok_s: float, met: float, *, rate: float = RATE, 
 
 
 def seeds_data(**kw) -> ReportData:
-    """Tessera at 80% of its capacity over three seeds, a baseline at its own rate, a sweep, two options."""
+    """Tessera (planned goodput 1600 tok/s) at 80% of it over three seeds, a baseline at its own rate, a sweep,
+    two options."""
     sims = [run("tessera", 0, 1250.0, 1.0), run("tessera", 1, 1270.0, 0.99), run("tessera", 2, 1290.0, 0.98),
             run("layer_pipeline", 0, 600.0, 1.0, rate=2.5, capacity=800.0)]
     sweep = [run("tessera", 0, 800.0, 1.0, rate=3.125), run("tessera", 0, 1590.0, 0.995, rate=6.25),
@@ -37,7 +39,7 @@ def seeds_data(**kw) -> ReportData:
                           goodput_tokens_per_s=3000.0, source="planner prediction"),
                RentOption(label="1×L40S", gpus=("L40S",), usd_per_hour=1.10, goodput_tokens_per_s=200.0,
                           source="planner prediction"))
-    args = dict(plan=toy_plan(), sims=tuple(parse_sim(s, s["label"], "t") for s in sims),
+    args = dict(plan=replace(toy_plan(), goodput_per_s=CAPACITY), sims=tuple(parse_sim(s, s["label"], "t") for s in sims),
                 sweep=tuple(parse_sim(s, s["label"], "t") for s in sweep), options=options)
     return ReportData(**{**args, **kw})
 
@@ -55,39 +57,42 @@ def test_answer_numbers_derived_from_the_inputs() -> None:
     # goodput = throughput × attainment (every request completed): 1250, 1257.3, 1264.2 tok/s
     assert (a.goodput.lo, a.goodput.mid, a.goodput.hi) == pytest.approx((1250.0, 1257.3, 1264.2))
     assert a.goodput.n == 3 and a.goodput.rel_half_width == pytest.approx(7.1 / 1257.3)
-    # $/M tokens = 4.09 $/h / (goodput × 3600 s/h) × 1e6: the median seed's 0.90360
-    assert a.usd_per_million_tokens.mid == pytest.approx(4.09 / (1257.3 * 3600) * 1e6)
     assert a.rate_per_s == RATE and a.load == pytest.approx(0.8) and a.capacity_tokens_per_s == CAPACITY
     assert (a.slo_ttft_s, a.slo_tpot_s) == (2.0, 0.1)
     # sim_result's p99s are 4 × 0.1 s and 4 × 0.01 s, equal over seeds
     assert a.worst_ttft_p99_s == pytest.approx(0.4) and a.worst_tpot_p99_s == pytest.approx(0.04)
-    # at predicted capacity the pair costs 4.09e6 / (1600 × 3600) = $0.7101/M; 2×H100 at $5.98/h for 3000 tok/s:
-    # $0.5537/M, cheaper; the L40S ($1.528/M) is dearer per token
-    assert a.cheaper is not None and a.cheaper.label == "2×H100-SXM"
-    assert a.cheaper.usd_per_million_tokens == pytest.approx(5.98 / (3000 * 3600) * 1e6)
+    # one price: 4.09 $/h at the planned 1600 tok/s = 4.09e6 / (1600 × 3600) = $0.7101/M; 2×H100 at $5.98/h for
+    # 3000 tok/s: $0.5537/M, cheaper, and the best of one type; the L40S ($1.528/M) is dearer per token
     assert a.predicted_usd_per_million_tokens == pytest.approx(4.09 / (1600 * 3600) * 1e6)
+    assert a.cheaper is not None and a.cheaper.label == "2×H100-SXM" and a.homogeneous == a.cheaper
+    assert a.cheaper.usd_per_million_tokens == pytest.approx(5.98 / (3000 * 3600) * 1e6)
     # the sweep meets the SLO for ≥ 99% up to 100% of capacity, 40% at 120%
     assert a.saturation() == (pytest.approx(1.0), pytest.approx(1.2))
 
 
-def test_first_screen_states_rent_goodput_cost_slo_rate_and_spread(tmp_path) -> None:
-    page = build_report(seeds_data(), tmp_path).read_text()
+def lead_text(page: str) -> str:
     lead = unescape(re.sub(r"<[^>]+>", " ", page.split('<div class="lead">', 1)[1].split("</div>", 1)[0]))
-    lead = " ".join(lead.split())
-    assert "Rent 1× H100-SXM + 1× L40S ($4.09/h) and serve toy<2L> with Tessera's kernel placement." in lead
+    return re.sub(r" ([.,;:)])", r"\1", " ".join(lead.split()))
+
+
+def test_first_screen_states_one_capacity_one_price_and_the_check(tmp_path) -> None:
+    lead = lead_text(build_report(seeds_data(), tmp_path).read_text())
+    assert ("Rent 1× H100-SXM + 1× L40S ($4.09/h) and serve toy<2L> with Tessera's kernel placement: "
+            "1,600 tok/s at the SLO, $0.710/M tokens.") in lead
     assert "6,595" not in lead  # nothing from the demo: every number below is from this test's inputs
-    assert "1,257 tok/s (median; 1,250 to 1,264 over 3 seeds)" in lead
-    assert "$0.904/M tokens (median; $0.899 to $0.909 over 3 seeds)" in lead  # 4.09e6 / (3600 × goodput)
-    assert "TTFT ≤ 2,000 ms, TPOT ≤ 100 ms; requests meeting it: 99.0% (median; 98.0% to 100.0% over 3 seeds)" in lead
-    assert "5.00 requests/s offered, Poisson arrivals (1,280 tok/s of output = 80% of the predicted capacity, " \
-           "1,600 tok/s)" in lead
-    assert "Goodput varies ±0.6% over 3 seeds" in lead
+    # one capacity, one price: no other $/M figure for this deployment and no other capacity
+    assert lead.count("$0.710/M") == 1 and "$0.904" not in lead and "1,600 tok/s" in lead
+    assert ("at 5.00 requests/s, Poisson (80% of the capacity): 1,257 tok/s (median; 1,250 to 1,264 over 3 seeds) "
+            "met the SLO; requests meeting it 99.0% (median; 98.0% to 100.0% over 3 seeds)") in lead
+    assert "TTFT ≤ 2,000 ms, TPOT ≤ 100 ms" in lead
+    assert "Simulated goodput varies ±0.6% over 3 seeds" in lead
     assert "Worst seed: p99 TTFT 0.40 s of 2 s, p99 TPOT 40 ms of 100 ms" in lead
     assert "20% headroom below saturation" in lead
     assert "up to 100% of capacity and 40% at 120%" in lead
     # 0.7101 / 0.5537 = 1.28: both at predicted capacity
-    assert "If you can rent other GPUs: 2× H100-SXM serves a token 1.3× cheaper (at predicted capacity" in lead
-    assert "$0.554/M tokens at 3,000 tok/s for $5.98/h, against $0.710/M tokens for these GPUs" in lead
+    assert "If you can rent other GPUs: 2× H100-SXM serves a token 1.28× cheaper (predicted" in lead
+    assert "Best option of one GPU type 2× H100-SXM: 3,000 tok/s for $5.98/h, $0.554/M tokens, 1.28× cheaper" in lead
+    assert "cost model's measured error was not given" in lead and "Planner vs simulator: not checked" in lead
 
 
 def test_first_screen_says_so_when_one_seed_and_above_saturation(tmp_path) -> None:
@@ -182,13 +187,14 @@ def test_cli_reads_the_demo_files_with_rates_and_a_sweep(tmp_path) -> None:
     import json
 
     from tessera.cli import main
-    toy_plan().save(tmp_path / "plan.json")
-    (tmp_path / "sims.json").write_text(json.dumps([run("tessera", s, 1250.0, 1.0) for s in range(3)]))
-    (tmp_path / "sweep.json").write_text(json.dumps([run("tessera", 0, 800.0, 1.0, rate=3.125),
-                                                     run("tessera", 0, 700.0, 0.4, rate=7.5)]))
+    plan = toy_plan()
+    plan.save(tmp_path / "plan.json")
+    (tmp_path / "sims.json").write_text(json.dumps([of_plan(run("tessera", s, 1250.0, 1.0), plan) for s in range(3)]))
+    (tmp_path / "sweep.json").write_text(json.dumps([of_plan(run("tessera", 0, 800.0, 1.0, rate=3.125), plan),
+                                                     of_plan(run("tessera", 0, 700.0, 0.4, rate=7.5), plan)]))
     with pytest.raises(SystemExit) as e:
         main(["report", "-q", "--plan", str(tmp_path / "plan.json"), "--sim", str(tmp_path / "sims.json"),
-              "--sweep", str(tmp_path / "sweep.json"), "-o", str(tmp_path / "out")])
+              "--sweep", str(tmp_path / "sweep.json"), "--out-dir", str(tmp_path / "out")])
     assert e.value.code == 0
     page = (tmp_path / "out" / "report.html").read_text()
     assert "1,250 tok/s in each of 3 seeds" in page and 'alt="goodput vs rate"' in page

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from report_inputs import compare_cells, sim_result, toy_graph, toy_plan
+from report_inputs import compare_cells, of_plan, sim_result, toy_graph, toy_plan
 
 from tessera.cli import main
 from tessera.report import plots
@@ -63,8 +63,10 @@ def test_first_screen_and_placement_numbers_by_hand(full_page: str) -> None:
     page = full_page
     # a plan is given: the first screen is about its pool (H100-SXM + L40S), whatever the matrix holds
     assert "Rent <b>1× H100-SXM + 1× L40S</b> ($4.09/h) and serve <b>toy&lt;2L&gt;</b>" in page
-    # these sims record no rate: the first screen says the rate is unknown rather than invent one
-    assert "<th>Traffic</th><td>offered rate not recorded in the simulator files</td>" in page
+    # these sims record no rate: the first screen says so rather than invent one
+    # (sim_result: 2,500 tok/s, 90% of requests within the SLO: 2,250 tok/s of goodput)
+    assert ("<th>Checked by simulation</th><td>at a rate the runs do not record: 2,250 tok/s (one seed: no "
+            "spread) met the SLO") in page
     # toy assignment: 6 of 15 kernels on d0
     assert "decode: 40% on d0 H100-SXM, 60% on d1 L40S (of 15 kernels, 2 micro-batches" in page
 
@@ -73,7 +75,7 @@ def test_headline_without_a_plan_leads_with_the_largest_gain(tmp_path) -> None:
     cells = tuple(parse_cell(c, "t") for c in compare_cells())
     sims = (parse_sim(sim_result(1.0), "tessera", "t"),)
     page = build_report(ReportData(compare=cells, sims=sims), tmp_path).read_text()
-    assert "<b>llama-3-70b</b> on <b>H100-SXM+L40S</b>" in page and "<b>1.20×</b> the throughput" in page
+    assert "<b>llama-3-70b</b> on <b>H100-SXM+L40S</b>" in page and "<b>1.20×</b> the goodput" in page
     # sim_result(1.0): p99 TPOT 4 × 0.01 s
     assert "lowest p99 time per output token is 40.00 ms (tessera)" in page
 
@@ -95,10 +97,10 @@ def test_cli_builds_report_and_bad_files_exit_2(tmp_path, capsys) -> None:
     (tmp_path / "compare.json").write_text(json.dumps(compare_cells()))
     toy_plan().save(tmp_path / "plan.json")
     toy_graph().save(tmp_path / "graph.json")
-    (tmp_path / "sim_tessera.json").write_text(json.dumps(sim_result(1.0)))
+    (tmp_path / "sim_tessera.json").write_text(json.dumps(of_plan(sim_result(1.0), toy_plan())))
     with pytest.raises(SystemExit) as ok:  # click's standalone mode exits 0 on success
         main(["report", "-q", "--plan", str(tmp_path / "plan.json"), "--graph", str(tmp_path / "graph.json"),
-              "--sim", str(tmp_path / "sim_tessera.json"), "-o", str(tmp_path / "out")])
+              "--sim", str(tmp_path / "sim_tessera.json"), "--out-dir", str(tmp_path / "out")])
     assert ok.value.code == 0
     page = (tmp_path / "out" / "report.html").read_text()
     assert 'alt="placement map, decode"' in page and 'alt="latency percentiles"' in page
@@ -110,7 +112,7 @@ def test_cli_builds_report_and_bad_files_exit_2(tmp_path, capsys) -> None:
                       (["--sim", str(tmp_path / "plan.json")], "field 'requests' must be a number"),
                       ([], "nothing to report")):
         with pytest.raises(SystemExit) as e:
-            main(["report", "-q", *args, "-o", str(tmp_path / "bad")])
+            main(["report", "-q", *args, "--out-dir", str(tmp_path / "bad")])
         assert e.value.code == 2
         err = capsys.readouterr().err.strip()
         assert msg in err and len(err.splitlines()) == 1, err

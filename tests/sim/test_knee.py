@@ -104,12 +104,17 @@ def test_simulate_defaults_to_the_plans_traffic_slo_and_goodput(tmp_path, run_cl
     code, out, err = run_cli(["simulate", str(path), "--requests", "300", "--json"])
     # 90% of 400 tokens/s at 16 output tokens a request: 22.5 requests/s
     assert code == 0 and "90% of the plan's goodput" in err and "22.5 req/s" in err
-    assert json.loads(out) == json.loads(json.dumps(simulate(plan, poisson(22.5), slo=slo).to_json()))
+    got = json.loads(out)
+    prov = got.pop("provenance")  # the file says what it simulated: the plan's traffic and SLO at 22.5 req/s
+    assert got == json.loads(json.dumps(simulate(plan, poisson(22.5), slo=slo).to_json()))
+    assert (prov["prompt"], prov["output"], prov["slo_ttft_s"], prov["slo_tpot_s"], prov["workload"]) == \
+        ("64", "16", 0.5, 0.02, "poisson") and prov["rate_per_s"] == pytest.approx(22.5)
     # a rate alone is poisson at that rate; one SLO flag replaces that target only
     code, out, _ = run_cli(["simulate", str(path), "--requests", "300", "--rate", "5", "--slo-tpot-ms", "15",
                             "--json"])
     want = simulate(plan, poisson(5.0), slo=SLO(ttft_s=0.5, tpot_s=0.015)).to_json()
-    assert code == 0 and json.loads(out) == json.loads(json.dumps(want))
+    got = json.loads(out)
+    assert code == 0 and got.pop("provenance")["rate_per_s"] == 5.0 and got == json.loads(json.dumps(want))
     code, _, err = run_cli(["simulate", str(path), "--requests", "20", "--chunked-prefill"])
     assert code == 0 and "always prefills in chunks" in err
     # without a goodput or a rate: offline
@@ -118,7 +123,9 @@ def test_simulate_defaults_to_the_plans_traffic_slo_and_goodput(tmp_path, run_cl
     offline = WorkloadSpec(kind="offline", requests=30, prompt=LengthSpec(lo=64, hi=64),
                            output=LengthSpec(lo=16, hi=16))
     assert code == 0 and "goodput" not in err
-    assert json.loads(out) == json.loads(json.dumps(simulate(plan, offline, slo=slo).to_json()))
+    got = json.loads(out)
+    assert got.pop("provenance")["workload"] == "offline"
+    assert got == json.loads(json.dumps(simulate(plan, offline, slo=slo).to_json()))
 
 
 def test_simulate_knee_json(tmp_path, run_cli) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from tessera.plan.types import PoolCell, PoolPlan
+from tessera.provenance import fingerprint
 from tessera.sim import LengthSpec, WorkloadSpec, simulate
 from tessera.sim.handplan import hand_plan
 
@@ -34,7 +35,11 @@ def test_simulate_takes_both_file_kinds(tmp_path, run_cli) -> None:
     wl = WorkloadSpec(kind="offline", requests=60, prompt=LengthSpec(lo=128, hi=128), output=LengthSpec(lo=8, hi=8))
     want = simulate(pool, wl).to_json()
     got.pop("sim_wall_s"), want.pop("sim_wall_s")
+    prov = got.pop("provenance")  # what was simulated: this pool, by its fingerprint, offline, seed 0
     assert got == want
+    assert (prov["model"], prov["plan"], prov["workload"], prov["rate_per_s"], prov["seed"]) == \
+        (pool.model, fingerprint(pool), "offline", None, 0)
+    assert (prov["prompt"], prov["output"], prov["output_per_request"]) == ("128", "8", 8.0)
     one = _simulate_json(run_cli, tmp_path / "plan.json")
     assert one["completed"] == 60 and one["lost"] == 0
 

@@ -48,7 +48,8 @@ def test_cli_json_contract_trace_and_gantt(tmp_path, capsys, shared_pair_plan):
               "--slo-ttft-ms", "200", "--slo-tpot-ms", "40", "--trace", str(tr), "--gantt", str(g)])
     assert e.value.code == 0
     d = json.loads(capsys.readouterr().out)
-    assert tuple(d) == CONTRACT_KEYS and d["requests"] == 50 and 0 <= d["slo_attainment"] <= 1
+    assert tuple(d) == (*CONTRACT_KEYS, "provenance") and d["requests"] == 50 and 0 <= d["slo_attainment"] <= 1
+    assert (d["provenance"]["rate_per_s"], d["provenance"]["slo_ttft_s"]) == (20, 0.2)
     ev = json.loads(tr.read_text())["traceEvents"]
     cats = {e.get("cat") for e in ev if e["ph"] == "X"}
     assert cats == {"iteration", "compute"}
