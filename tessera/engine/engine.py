@@ -11,7 +11,7 @@ one iteration per group in flight on worker processes (``tessera.engine.serve``)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -162,6 +162,23 @@ class Engine:
         for r in running:
             self.scheduler.preempt(r)
         return len(running)
+
+    def reconfigure(self, config: EngineConfig) -> None:
+        """Switch to ``config``'s micro-batch count between iterations (none in flight; the adaptive switch,
+        ``tessera.engine.adaptive``); every other setting must stay, the KV pages and slots included."""
+        if replace(config, microbatches=self.config.microbatches) != self.config:
+            raise ValueError(f"only the micro-batch count may change: {self.config} -> {config}")
+        self.config = config
+        self.scheduler.regroup(config)
+        self._turn = 0
+
+    def abort(self, r: Request) -> None:
+        """Drop ``r`` (a client went away): out of the queue or its group, its pages and slot freed, its
+        finish reason ``abort``. The caller makes sure no iteration in flight holds it (its pages would be
+        written after they were handed on)."""
+        if not r.finished:
+            self.scheduler.remove(r)
+            r.finish_reason = "abort"
 
     def _next_batch(self, busy: frozenset[int] = frozenset()) -> tuple[int, list[Scheduled]]:
         """The first group, from this turn on and not busy, with something to compute, and its batch."""

@@ -11,6 +11,7 @@ import torch
 from tessera.engine.config import SamplingParams
 
 FINISH_REASONS = ("stop", "length")  # OpenAI's names: an EOS token or stop string; max_tokens or the context
+# a request may also end as "abort" (Engine.abort: its client went away); it has no Completion
 
 
 @dataclass(eq=False)

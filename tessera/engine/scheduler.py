@@ -121,6 +121,23 @@ class Scheduler:
         self.preempted += 1
         self.waiting.appendleft(r)
 
+    def regroup(self, config: EngineConfig) -> None:
+        """Take ``config``'s group count between iterations (none in flight): the running requests keep
+        their pages and are dealt out in arrival order over the new groups (at most ⌈running / m⌉ each,
+        within ``group_seqs``)."""
+        running = sorted((r for g in self.running for r in g), key=lambda r: r.id)
+        self.config = config
+        self.running = [[] for _ in range(config.microbatches)]
+        for i, r in enumerate(running):
+            r.group = i % config.microbatches
+            self.running[r.group].append(r)
+
+    def remove(self, r: Request) -> None:
+        """Out of the queue, or out of its group with its pages and slot freed."""
+        if r in self.waiting:
+            self.waiting.remove(r)
+        self._release(r)
+
     def finish(self, r: Request) -> None:
         self._release(r)
 

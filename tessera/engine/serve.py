@@ -10,6 +10,10 @@ logits are sampled and its requests advanced. A lost worker (``WorkerFailure``) 
 loading only their new shares), every running request goes back to the queue with nothing cached
 (``Engine.restart``: its prompt and tokens so far are recomputed) and the stream goes on: nothing is lost,
 and greedy tokens are those of an uninterrupted run.
+
+``Loop`` is that loop one step at a time, shared with the HTTP server (``tessera.serve``), which adds
+requests as they come instead of on a clock; ``InProcess`` stands in for the pool when a lone ``cpu`` runs
+the program in this process.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Protocol
 
 import torch
 
@@ -28,6 +34,7 @@ from tessera.engine.cluster import ClusterSettings, EngineCluster
 from tessera.engine.config import EngineConfig, SamplingParams
 from tessera.engine.devices import WorkerKind
 from tessera.engine.engine import Batch, Engine
+from tessera.engine.inputs import IterationInputs
 from tessera.engine.loader import ModelSource
 from tessera.engine.request import Request
 from tessera.engine.routes import Placement
@@ -143,68 +150,172 @@ class WorkerPool:
         return msg
 
 
-def drive(engine: Engine, pool: WorkerPool, arrivals: Sequence[Arrival], *, recover: bool = False,
-          fault: Fault | None = None) -> tuple[list[Request], dict[int, Timing], DriveLog]:
-    """Serve ``arrivals`` (module docstring); the requests in arrival order, each one's timing by id."""
-    clock = time.perf_counter
-    t0 = clock()
+@dataclass(frozen=True)
+class Completed:
+    """One iteration's logits taken: its batch, the requests it finished, and when (seconds from the start)."""
+
+    batch: Batch
+    finished: tuple[Request, ...]
+    at_s: float
+
+
+class InProcess:
+    """The whole program run by this process (a lone ``cpu``), behind the worker pool's interface: an
+    iteration runs when it is submitted and its logits wait for the next poll. It cannot lose a worker."""
+
+    def __init__(self, engine: Engine) -> None:
+        assert engine.executor is not None, "an engine with a program"
+        self.engine = engine
+        self.cluster = self
+        self.original = [0]
+        self.placement: Placement | None = None
+        self.next_id = 0
+        self.done: dict[int, SimpleNamespace] = {}
+
+    def submit(self, inputs: IterationInputs) -> int:
+        start = time.perf_counter()
+        with torch.no_grad():
+            logits = self.engine.executor(inputs)
+        end = time.perf_counter()
+        sid, self.next_id = self.next_id, self.next_id + 1
+        report = {"busy_s": end - start, "idle_s": 0.0, "start_s": start, "end_s": end}
+        self.done[sid] = SimpleNamespace(logits=logits, workers=[report])
+        return sid
+
+    def poll(self, timeout_s: float) -> dict[int, SimpleNamespace]:
+        done, self.done = self.done, {}
+        return done
+
+    def recover(self, failure: WorkerFailure) -> str:
+        raise failure
+
+
+class Switch(Protocol):
+    """A schedule switch the loop consults (``tessera.engine.adaptive.Switcher``): ``gate`` before
+    scheduling (False: drain, schedule nothing new), ``pool`` the pool iterations go to now; times in
+    seconds from the start of the stream."""
+
+    @property
+    def pool(self) -> WorkerPool: ...
+    def gate(self, engine: Engine, inflight: int, now_s: float) -> bool: ...
+    def submitted(self, sid: int, now_s: float) -> None: ...
+    def completed(self, sid: int, now_s: float) -> None: ...
+    def finish(self, end_s: float) -> None: ...
+
+
+class Loop:
+    """The driver's loop, one step at a time, shared by ``drive`` (arrivals on a clock) and the HTTP server
+    (arrivals from requests): a step submits the next groups' iterations while fewer than m are in flight,
+    waits up to ``wait_s`` for finished ones and completes them (sampling, stop checks); a lost worker
+    is recovered from here (``recover``) or raised. Requests are added to ``engine`` by the caller, between
+    steps, from the same thread."""
+
+    def __init__(self, engine: Engine, pool: WorkerPool | InProcess, *, recover: bool = False,
+                 fault: Fault | None = None, start_s: float = 0.0, switch: Switch | None = None) -> None:
+        self.engine, self.pool, self.recover, self.fault = engine, pool, recover, fault
+        self.switch = switch  # the adaptive switch: m and the pool follow its schedule
+        self.clock = time.perf_counter
+        self.t0 = self.clock()
+        self.inflight: dict[int, tuple[Batch, float, float]] = {}  # step id -> (batch, submitted, host s)
+        self.log = DriveLog(start_s=start_s)
+        self.killed = fault is None
+
+    def now(self) -> float:
+        return self.clock() - self.t0
+
+    def busy_groups(self) -> frozenset[int]:
+        return frozenset(b.group for b, _, _ in self.inflight.values())
+
+    def submit(self) -> None:
+        """Schedule and send iterations while fewer than m are in flight and a free group has work."""
+        if self.switch is not None:
+            if not self.switch.gate(self.engine, len(self.inflight), self.now()):
+                return
+            self.pool = self.switch.pool
+        while len(self.inflight) < self.engine.config.microbatches:
+            h0 = self.clock()
+            batch = self.engine.schedule(self.busy_groups())
+            if batch is None:
+                break
+            sid = self.pool.cluster.submit(batch.inputs)
+            self.inflight[sid] = (batch, self.clock(), self.clock() - h0)
+            if self.switch is not None:
+                self.switch.submitted(sid, self.now())
+            self.inject(batch)
+
+    def inject(self, batch: Batch) -> None:
+        f = self.fault
+        if not self.killed and any(s.request.id == f.at_request for s in batch.scheduled):
+            if f.rank in self.pool.original:  # a device the placement left empty runs no worker
+                os.kill(self.pool.cluster.procs[self.pool.original.index(f.rank)].pid, signal.SIGKILL)
+            self.killed = True
+
+    def step(self, wait_s: float) -> list[Completed]:
+        """Submit, then (if anything is in flight) take what finishes within ``wait_s``."""
+        self.submit()
+        if not self.inflight:
+            return []
+        try:
+            done = self.pool.cluster.poll(wait_s)
+        except WorkerFailure as e:
+            if not self.recover:
+                raise
+            self.inflight.clear()
+            self.engine.restart()
+            self.log.recoveries.append(self.pool.recover(e))
+            return []
+        return [self.take(sid, fin) for sid, fin in done.items()]
+
+    def take(self, sid: int, fin: Any) -> Completed:
+        batch, submitted, host = self.inflight.pop(sid)
+        h0 = self.clock()
+        finished = self.engine.complete(batch, fin.logits)
+        at_s = self.now()
+        if self.switch is not None:
+            self.switch.completed(sid, at_s)
+        out, ranks = self.log, self.pool.original
+        out.host_s.append(host + self.clock() - h0)
+        out.wall_s.append(self.clock() - submitted)
+        out.tokens.append(batch.inputs.tokens)
+        out.spans.append((batch.group, submitted, self.clock(), {ranks[d]: (w["start_s"], w["end_s"])
+                                                                 for d, w in enumerate(fin.workers)}))
+        out.busy_s.append({ranks[d]: w["busy_s"] for d, w in enumerate(fin.workers)})
+        out.idle_s.append({ranks[d]: w["idle_s"] for d, w in enumerate(fin.workers)})
+        return Completed(batch=batch, finished=tuple(finished), at_s=at_s)
+
+
+def drive(engine: Engine, pool: WorkerPool | InProcess, arrivals: Sequence[Arrival], *, recover: bool = False,
+          fault: Fault | None = None, switch: Switch | None = None
+          ) -> tuple[list[Request], dict[int, Timing], DriveLog]:
+    """Serve ``arrivals`` (module docstring); the requests in arrival order, each one's timing by id. With
+    ``switch``, the micro-batch count and the pool follow its schedule (``tessera.engine.adaptive``)."""
     pending = deque(sorted(arrivals, key=lambda a: a.arrival_s))
     reqs: list[Request] = []
     timing: dict[int, Timing] = {}
-    inflight: dict[int, tuple[Batch, float, float]] = {}  # step id -> (batch, submitted at, host s so far)
-    out = DriveLog(start_s=min((a.arrival_s for a in arrivals), default=0.0))
-    m = engine.config.microbatches
-    killed = fault is None
-    while pending or inflight or engine.scheduler.has_work():
-        now = clock() - t0
+    loop = Loop(engine, pool, recover=recover, fault=fault, switch=switch,
+                start_s=min((a.arrival_s for a in arrivals), default=0.0))
+    while pending or loop.inflight or engine.scheduler.has_work():
+        now = loop.now()
         while pending and pending[0].arrival_s <= now:
             a = pending.popleft()
             r = engine.add_request(a.prompt_ids, a.params)
             reqs.append(r)
             timing[r.id] = Timing(arrival_s=a.arrival_s)
-        while len(inflight) < m:
-            h0 = clock()
-            batch = engine.schedule(frozenset(b.group for b, _, _ in inflight.values()))
-            if batch is None:
-                break
-            sid = pool.cluster.submit(batch.inputs)
-            inflight[sid] = (batch, clock(), clock() - h0)
-            if not killed and any(s.request.id == fault.at_request for s in batch.scheduled):
-                if fault.rank in pool.original:  # a device the placement left empty runs no worker
-                    os.kill(pool.cluster.procs[pool.original.index(fault.rank)].pid, signal.SIGKILL)
-                killed = True
-        if not inflight:
+        loop.submit()
+        if not loop.inflight:
             if not pending:
                 break
-            time.sleep(max(0.0, min(0.05, pending[0].arrival_s - (clock() - t0))))
+            time.sleep(max(0.0, min(0.05, pending[0].arrival_s - loop.now())))
             continue
-        wait = 0.05 if not pending else max(1e-3, min(0.05, pending[0].arrival_s - (clock() - t0)))
-        try:
-            done = pool.cluster.poll(wait)
-        except WorkerFailure as e:
-            if not recover:
-                raise
-            inflight.clear()
-            engine.restart()
-            out.recoveries.append(pool.recover(e))
-            continue
-        for sid, fin in done.items():
-            batch, submitted, host = inflight.pop(sid)
-            h0 = clock()
-            finished = engine.complete(batch, fin.logits)
-            t = clock() - t0
-            for s in batch.scheduled:
+        wait = 0.05 if not pending else max(1e-3, min(0.05, pending[0].arrival_s - loop.now()))
+        for c in loop.step(wait):
+            for s in c.batch.scheduled:
                 tm = timing[s.request.id]
                 if tm.first_s is None and s.request.output_ids:
-                    tm.first_s = t
-            for r in finished:
-                timing[r.id].finish_s = t
-            out.host_s.append(host + clock() - h0)
-            out.wall_s.append(clock() - submitted)
-            out.tokens.append(batch.inputs.tokens)
-            out.spans.append((batch.group, submitted, clock(), {pool.original[d]: (w["start_s"], w["end_s"])
-                                                                for d, w in enumerate(fin.workers)}))
-            out.busy_s.append({pool.original[d]: w["busy_s"] for d, w in enumerate(fin.workers)})
-            out.idle_s.append({pool.original[d]: w["idle_s"] for d, w in enumerate(fin.workers)})
-    out.end_s = clock() - t0
-    return reqs, timing, out
+                    tm.first_s = c.at_s
+            for r in c.finished:
+                timing[r.id].finish_s = c.at_s
+    loop.log.end_s = loop.now()
+    if switch is not None:
+        switch.finish(loop.log.end_s)
+    return reqs, timing, loop.log
