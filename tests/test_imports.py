@@ -1,0 +1,206 @@
+"""Imports flow one way: no cycle between packages or between modules, counting imports inside functions
+(only `if TYPE_CHECKING:` blocks are left out: they never run), and no import of another package's private
+module or private name. The imports are read from the source with `ast`, nothing is imported."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import tessera
+
+ROOT = Path(tessera.__file__).parent.parent  # the folder holding the tessera package
+
+# Edges (importer module, imported module) that close a cycle and are still to be removed; this list only
+# shrinks (test_every_allowed_edge_still_exists). Empty when every cycle is gone.
+ALLOWED: frozenset[tuple[str, str]] = frozenset({
+    ("tessera.cost.calibrate", "tessera.cost.profiler"),  # the shipped CPU profile read by the profiler
+    ("tessera.hardware.cli", "tessera.cost.aic"),  # `tessera gpus` names each GPU's cost source
+    ("tessera.plan.cli", "tessera.fleet.cli"),  # `tessera plan --pool` is a fleet plan
+    ("tessera.plan.cli", "tessera.provenance"),  # provenance reads plan types
+    ("tessera.fleet.advise", "tessera.report.data"),  # FrontierPoint, a result type kept in report/
+    ("tessera.report.evaluate", "tessera.fleet.fleet"),  # the study runs fleet plans from report/
+    ("tessera.report.evaluate", "tessera.fleet.spec"),
+})
+
+
+@dataclass(frozen=True)
+class Edge:
+    importer: str  # module name, tessera.plan.cli
+    imported: str  # the module the statement loads: a package's __init__ is the package's name
+    name: str | None  # the name taken from it (`from m import name`); None for `import m`
+    line: int
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES: dict[str, Path] = {module_name(p): p for p in sorted((ROOT / "tessera").rglob("*.py"))}
+
+
+def is_package(mod: str) -> bool:
+    return MODULES[mod].name == "__init__.py"
+
+
+def package_of(mod: str) -> str:
+    """The package a module belongs to (a package's __init__ belongs to the package itself)."""
+    return mod if is_package(mod) else mod.rsplit(".", 1)[0]
+
+
+def stage_of(mod: str) -> str:
+    """tessera.plan.baselines.common -> tessera.plan; top-level modules (tessera.cli) are their own."""
+    return ".".join(mod.split(".")[:2])
+
+
+def type_checking_block(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def statements(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, at any depth, outside `if TYPE_CHECKING:` bodies."""
+    out: list[ast.Import | ast.ImportFrom] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            out.append(node)
+        children = node.orelse if type_checking_block(node) else list(ast.iter_child_nodes(node))
+        todo.extend(children)
+    return out
+
+
+def absolute(mod: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = package_of(mod).split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def existing(name: str) -> str:
+    """The longest prefix of a dotted name that is one of our modules."""
+    while name not in MODULES:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def edges_of(mod: str) -> list[Edge]:
+    out = []
+    for node in statements(ast.parse(MODULES[mod].read_text(), filename=str(MODULES[mod]))):
+        if isinstance(node, ast.Import):
+            pairs = [(a.name, None) for a in node.names]
+        else:
+            base = absolute(mod, node)
+            pairs = [(f"{base}.{a.name}", None) if f"{base}.{a.name}" in MODULES else (base, a.name)
+                     for a in node.names]
+        out += [Edge(mod, existing(target), name, node.lineno)
+                for target, name in pairs if target == "tessera" or target.startswith("tessera.")]
+    return out
+
+
+EDGES: list[Edge] = [e for m in MODULES for e in edges_of(m)]
+
+
+def cycles(adj: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(adj):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(adj[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(adj.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on_stack.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def live_edges() -> list[Edge]:
+    return [e for e in EDGES if (e.importer, e.imported) not in ALLOWED and e.importer != e.imported]
+
+
+def describe(comp: list[str], key) -> str:
+    inside = sorted({f"  {e.importer}:{e.line} imports {e.imported}" for e in live_edges()
+                     if key(e.importer) in comp and key(e.imported) in comp and key(e.importer) != key(e.imported)})
+    return f"{' <-> '.join(comp)}:\n" + "\n".join(inside)
+
+
+def test_the_cycle_finder_finds_a_loop_of_three_and_leaves_a_chain_alone() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_imports_inside_functions_are_read_and_type_checking_ones_are_not() -> None:
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\nelse:\n    import y\n"
+                     "def f():\n    import z\n")
+    assert sorted(a.name for n in statements(tree) if isinstance(n, ast.Import) for a in n.names) == ["y", "z"]
+
+
+def test_no_cycle_between_packages() -> None:
+    adj: dict[str, set[str]] = defaultdict(set)
+    for e in live_edges():
+        adj[stage_of(e.importer)]
+        if stage_of(e.importer) != stage_of(e.imported):
+            adj[stage_of(e.importer)].add(stage_of(e.imported))
+    found = cycles(adj)
+    assert not found, "import cycles between packages:\n" + "\n".join(describe(c, stage_of) for c in found)
+
+
+def test_no_cycle_between_modules() -> None:
+    adj: dict[str, set[str]] = defaultdict(set)
+    for e in live_edges():
+        adj[e.importer].add(e.imported)
+    found = cycles(adj)
+    assert not found, "import cycles between modules:\n" + "\n".join(describe(c, lambda m: m) for c in found)
+
+
+def private(part: str | None) -> bool:
+    return part is not None and part.startswith("_") and not part.startswith("__")
+
+
+def test_no_import_of_another_packages_private_module_or_name() -> None:
+    bad = [e for e in EDGES if package_of(e.importer) != package_of(e.imported)
+           and (private(e.name) or any(private(p) for p in e.imported.split(".")))]
+    assert not bad, "private names imported across packages:\n" + "\n".join(
+        f"  {e.importer}:{e.line} imports {e.imported}{'.' + e.name if e.name else ''}" for e in bad)
+
+
+def test_every_allowed_edge_still_exists() -> None:
+    """An edge removed from the code leaves the allow-list too, so that it cannot come back unnoticed."""
+    present = {(e.importer, e.imported) for e in EDGES}
+    assert ALLOWED <= present, f"no longer imported, drop from ALLOWED: {sorted(ALLOWED - present)}"
