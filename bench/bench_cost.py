@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from tessera.cost import CostModel
-from tessera.cost.calibrate import validate
-from tessera.cost.profiler import _capture, fit_kernels, profile_model, time_step
+from tessera.cost.calibrate import fit_kernels, validate
+from tessera.cost.profiler import _capture, profile_model, time_step
 from tessera.cost.profiles import GEMM_OPS, load_profiles
 from tessera.hardware import gpu
 

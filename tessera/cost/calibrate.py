@@ -18,7 +18,7 @@ import numpy as np
 
 from tessera.cost.aic import AicCosts
 from tessera.cost.model import DEFAULT_EFFICIENCY, CostModel, Efficiency, gemm_terms
-from tessera.cost.profiles import OPS, SHIPPED, GemmTable, Sample, load_profiles
+from tessera.cost.profiles import OPS, SHIPPED, GemmTable, KernelTiming, Sample, load_profiles, read_kernels
 from tessera.errors import UserError
 from tessera.graph import KernelKind
 from tessera.hardware import GpuSpec, gpu, resolve_gpu
@@ -71,6 +71,12 @@ def fit_efficiencies(samples: list[Sample]) -> dict[KernelKind, Efficiency]:
     return {kind: fit_kind(ss) for kind, ss in sorted(by_kind.items())}
 
 
+def fit_kernels(timings: list[KernelTiming], device: str = "cpu") -> dict[KernelKind, Efficiency]:
+    """Per-kind efficiencies of ``device`` fitted on per-kernel timings."""
+    return fit_efficiencies([Sample(gpu=device, model=t.model, op=t.kernel.name, tokens=t.tokens,
+                                    time_s=t.time_s, kernel=t.kernel) for t in timings])
+
+
 def calibrated_model(profiles: dict[str, list[Sample]], *, tables: bool = True) -> CostModel:
     """Efficiencies fitted jointly on all GPUs of ``profiles`` (the datasheet-only predictor for other
     GPUs), plus each profiled device's own fit and (with ``tables``) its measured GEMM table."""
@@ -91,8 +97,6 @@ def default_cost_model() -> CostModel:
     """The calibrated model (fitted once per process): AIConfigurator's measured tables (tessera/cost/data/aic)
     first; GPU efficiencies and GEMM tables from the Vidur profiles shipped in tessera/cost/data/vidur; the
     CPU's efficiencies from its shipped per-kernel profile."""
-    from tessera.cost.profiler import fit_kernels, read_kernels  # profiler imports this module
-
     model = replace(calibrated_model(load_profiles(SHIPPED)), aic=AicCosts())
     if CPU_KERNELS.exists():
         model.per_gpu["cpu"] = fit_kernels(read_kernels(CPU_KERNELS))

@@ -5,7 +5,7 @@ operator call per kernel), replays it op by op with one thread, and times each o
 (median over ``repeats`` whole replays, so every op runs at its point in the step on real values). It writes, under ``out/cpu/<model>/``:
 
 * ``kernels.csv``: one row per captured kernel and token count (kind, dims, FLOPs, bytes, seconds):
-  what ``fit_kernels`` fits the CPU's per-kind efficiencies on;
+  what ``calibrate.fit_kernels`` fits the CPU's per-kind efficiencies on;
 * ``mlp.csv``: the same times summed into Vidur's operators (q/k/v -> attn_pre_proj, gate+up ->
   mlp_up_proj, ...), in Vidur's columns and units (ms), so ``tessera cost validate`` reads it too.
 """
@@ -17,19 +17,13 @@ import json
 import statistics
 import time
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from tessera.cost.calibrate import fit_efficiencies
-from tessera.cost.model import Efficiency
-from tessera.cost.profiles import OPS, SHAPE_COLUMNS, Sample
+from tessera.cost.profiles import KERNEL_COLUMNS, OPS, SHAPE_COLUMNS, KernelTiming
 from tessera.graph import Kernel, KernelKind
-
-KERNEL_COLUMNS = ("model", "phase", "tokens", "id", "name", "kind", "module", "dims", "flops", "bytes_read",
-                  "bytes_written", "dtype", "time_s")
 
 
 def measure_cpu(repeats: int = 10) -> tuple[float, float]:
@@ -114,15 +108,6 @@ def vidur_op(k: Kernel) -> str | None:
     return None
 
 
-@dataclass(frozen=True, kw_only=True)
-class KernelTiming:
-    model: str
-    phase: str
-    tokens: int
-    kernel: Kernel
-    time_s: float
-
-
 def profile_model(model: str, *, phase: str = "decode", batches: tuple[int, ...] = (1, 2, 4, 8),
                   context: int = 32, repeats: int = 20) -> list[KernelTiming]:
     """Time every kernel of ``model``'s step at each batch size (tokens = batch for decode)."""
@@ -166,19 +151,3 @@ def write_profile(timings: list[KernelTiming], out: Path, *, config: dict[str, A
             w.writerow({**{f"time_stats.{op}.median": f"{ops[op] * 1e3:.6g}" for op in OPS if op in ops},
                         **shape, "num_tokens": tokens})
     return folder
-
-
-def read_kernels(path: Path) -> list[KernelTiming]:
-    with path.open(newline="") as f:
-        return [KernelTiming(model=r["model"], phase=r["phase"], tokens=int(r["tokens"]), time_s=float(r["time_s"]),
-                             kernel=Kernel(id=int(r["id"]), name=r["name"], kind=KernelKind(r["kind"]),
-                                           module=r["module"], dims=json.loads(r["dims"]), flops=int(r["flops"]),
-                                           bytes_read=int(r["bytes_read"]), bytes_written=int(r["bytes_written"]),
-                                           reads=(), writes=(), dtype=r["dtype"]))
-                for r in csv.DictReader(f)]
-
-
-def fit_kernels(timings: list[KernelTiming], device: str = "cpu") -> dict[KernelKind, Efficiency]:
-    """Per-kind efficiencies of ``device`` fitted on per-kernel timings."""
-    return fit_efficiencies([Sample(gpu=device, model=t.model, op=t.kernel.name, tokens=t.tokens,
-                                    time_s=t.time_s, kernel=t.kernel) for t in timings])

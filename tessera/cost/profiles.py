@@ -10,6 +10,7 @@ m = num_tokens, which override the roofline for captured GEMMs of the same shape
 from __future__ import annotations
 
 import csv
+import json
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -181,3 +182,28 @@ class GemmTable:
         ms, ts = tab
         mc = float(min(max(m, ms[0]), ms[-1]))
         return float(np.interp(mc, ms, ts)), mc
+
+
+# ---- per-kernel timings (`tessera profile`: <dir>/cpu/<model>/kernels.csv) ----------------------------
+
+KERNEL_COLUMNS = ("model", "phase", "tokens", "id", "name", "kind", "module", "dims", "flops", "bytes_read",
+                  "bytes_written", "dtype", "time_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelTiming:
+    model: str
+    phase: str
+    tokens: int
+    kernel: Kernel
+    time_s: float
+
+
+def read_kernels(path: Path) -> list[KernelTiming]:
+    with path.open(newline="") as f:
+        return [KernelTiming(model=r["model"], phase=r["phase"], tokens=int(r["tokens"]), time_s=float(r["time_s"]),
+                             kernel=Kernel(id=int(r["id"]), name=r["name"], kind=KernelKind(r["kind"]),
+                                           module=r["module"], dims=json.loads(r["dims"]), flops=int(r["flops"]),
+                                           bytes_read=int(r["bytes_read"]), bytes_written=int(r["bytes_written"]),
+                                           reads=(), writes=(), dtype=r["dtype"]))
+                for r in csv.DictReader(f)]
