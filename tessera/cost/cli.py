@@ -1,4 +1,5 @@
-"""CLI verbs of the cost stage: `tessera cost calibrate|validate` and `tessera profile`."""
+"""CLI verbs of the cost stage: `tessera gpus` (the catalog with each GPU's cost source), `tessera cost
+calibrate|validate` and `tessera profile`."""
 
 from __future__ import annotations
 
@@ -9,15 +10,30 @@ import typer
 from rich.table import Table
 
 from tessera.cost import calibrate as cal
+from tessera.cost.aic import AicCosts
 from tessera.cost.profiles import SHIPPED, load_profiles
 from tessera.errors import choices_error
+from tessera.hardware import catalog as hw_catalog
 from tessera.hardware import use_catalog
+from tessera.hardware.cli import show_catalog
 from tessera.text import stdout_console
 
 cost_app = typer.Typer(no_args_is_help=True, help="Calibrate the cost model and measure its accuracy.")
 
 PROFILES_HELP = "Directory laid out like <gpu>/<model>/mlp.csv (Vidur format); default: the shipped profiles."
 CATALOG_HELP = "Extra catalog TOML (adds GPUs, overrides prices); same as the TESSERA_CATALOG env var."
+
+
+def cost_sources(specs: list[hw_catalog.GpuSpec]) -> dict[str, str]:
+    """Where each GPU's kernel costs come from: AIConfigurator's tables, this machine, or the roofline."""
+    costs = AicCosts()
+    return {g.name: costs.source(g) or ("measured on this machine" if g.measured else "roofline") for g in specs}
+
+
+def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+    """List the GPU catalog: peak bf16 FLOP/s, memory, bandwidth, price, and where kernel costs come from."""
+    specs = [hw_catalog.gpu(n) for n in hw_catalog.gpu_names()]
+    show_catalog(specs, cost_sources(specs), as_json)
 
 
 def _setup(catalog: Path | None) -> None:
@@ -146,5 +162,6 @@ def profile(
 
 
 def register(app: typer.Typer) -> None:
+    app.command("gpus")(gpus)
     app.add_typer(cost_app, name="cost")
     app.command("profile")(profile)

@@ -1,4 +1,6 @@
-"""CLI verbs of the hardware stage: `tessera gpus`."""
+"""How the GPU catalog is shown. The verb, `tessera gpus`, also names where each GPU's kernel costs come
+from, which is the cost stage's knowledge: tessera/cost/cli.py registers it and calls ``show_catalog``,
+so that the catalog stays free of the cost stage, which reads it."""
 
 from __future__ import annotations
 
@@ -11,25 +13,14 @@ from tessera.hardware import catalog
 from tessera.text import stdout_console
 
 
-def _cost_sources(specs: list[catalog.GpuSpec]) -> dict[str, str]:
-    """Where each GPU's kernel costs come from. The CLI is where stages meet: the catalog itself stays
-    free of the cost stage, which reads it."""
-    from tessera.cost.aic import AicCosts
-
-    costs = AicCosts()
-    return {g.name: costs.source(g) or ("measured on this machine" if g.measured else "roofline") for g in specs}
-
-
 def _bf16(g: catalog.GpuSpec) -> float | None:
     """Datasheet bf16 TFLOP/s; None for a GPU without bf16 (V100, T4: the cost model runs bf16 at fp16's rate)."""
     v = g.peak_flops_per_s.get("bf16")
     return None if v is None else v / 1e12
 
 
-def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
-    """List the GPU catalog: peak bf16 FLOP/s, memory, bandwidth, price, and where kernel costs come from."""
-    specs = [catalog.gpu(n) for n in catalog.gpu_names()]
-    sources = _cost_sources(specs)
+def show_catalog(specs: list[catalog.GpuSpec], sources: dict[str, str], as_json: bool) -> None:
+    """Print ``specs`` as a table or JSON; ``sources``: GPU name -> where its kernel costs come from."""
     if as_json:
         print(json.dumps([{"name": g.name, "bf16_tflops": _bf16(g), "dtypes": sorted(g.peak_flops_per_s),
                            "mem_gb": g.mem_bytes / 1e9,
@@ -49,4 +40,4 @@ def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead 
 
 
 def register(app: typer.Typer) -> None:
-    app.command("gpus")(gpus)
+    """Nothing: the catalog's verb, `tessera gpus`, is registered with the cost stage's (see above)."""
