@@ -118,6 +118,11 @@ def register_serve(app: typer.Typer) -> None:
         output: str = typer.Option("2-6", help="generated tokens per request: N, LO-HI or a trace name"),
         workload_file: Path | None = typer.Option(None, help="explicit requests instead "
                                                   "(bench/workloads/*.json)"),
+        burst: str = typer.Option("gamma", help="bursty shape: gamma (inter-arrival CV --burst-cv) | onoff "
+                                  "(arrivals only in --on-s periods, none in --off-s ones)"),
+        burst_cv: float = typer.Option(3.0, help="gamma bursts: coefficient of variation of inter-arrivals"),
+        on_s: float = typer.Option(10.0, help="onoff bursts: seconds of arrivals"),
+        off_s: float = typer.Option(20.0, help="onoff bursts: seconds without arrivals"),
         max_num_seqs: int = typer.Option(8, help="requests running at once"),
         max_num_batched_tokens: int = typer.Option(64, help="tokens per iteration of a group"),
         microbatches: int = typer.Option(2, help="groups advancing independently (iterations in flight)"),
@@ -138,9 +143,20 @@ def register_serve(app: typer.Typer) -> None:
         predict: bool = typer.Option(False, help="also the planner's and the simulator's throughput for this "
                                      "placement (profiles each worker kind once)"),
         transport: str = typer.Option("auto", help="auto (nccl for distinct GPUs, else gloo), gloo, nccl"),
+        adaptive: bool = typer.Option(False, help="switch between a latency schedule (--latency-microbatches, "
+                                      "--latency-placement) and this one by queue depth, as `tessera simulate "
+                                      "--adaptive`"),
+        latency_microbatches: int = typer.Option(1, help="--adaptive: micro-batches of the latency schedule"),
+        latency_placement: str | None = typer.Option(None, help="--adaptive: placement of the latency "
+                                                     "schedule (default: --placement)"),
+        high_load: int | None = typer.Option(None, help="--adaptive: outstanding requests -> throughput "
+                                             "schedule (default: --max-num-seqs)"),
+        low_load: int | None = typer.Option(None, help="--adaptive: outstanding requests -> latency schedule "
+                                            "(default: half of --high-load)"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON result"),
     ) -> None:
         """Serve a request stream with the engine on worker processes: throughput, TTFT, TPOT, verified."""
+        from tessera.engine.adaptive import AdaptiveSettings
         from tessera.engine.cluster import ClusterSettings
         from tessera.engine.config import EngineConfig
         from tessera.engine.devices import parse_devices
@@ -153,7 +169,7 @@ def register_serve(app: typer.Typer) -> None:
         kinds = parse_devices(devices)
         wl = None if workload_file else WorkloadSpec(
             kind=workload, requests=requests, rate_per_s=rate, prompt=LengthSpec.parse(prompt),
-            output=LengthSpec.parse(output))
+            output=LengthSpec.parse(output), burst=burst, burst_cv=burst_cv, on_s=on_s, off_s=off_s)
         if kill_at is not None and kill_at < 0:
             raise UserError(f"--kill-at {kill_at}: a request index >= 0")
         longest = None if wl is None or wl.prompt.trace or wl.output.trace else wl.prompt.hi + wl.output.hi
@@ -165,7 +181,10 @@ def register_serve(app: typer.Typer) -> None:
                             dtype=dtype,
                             load_format=load_format, seed=seed, verify=verify, recover=recover, replan=replan,
                             fault=Fault(at_request=kill_at, rank=kill_rank) if kill_at is not None else None,
-                            predict=predict, settings=ClusterSettings(transport=transport))
+                            predict=predict, settings=ClusterSettings(transport=transport),
+                            adaptive=AdaptiveSettings(latency_microbatches=latency_microbatches,
+                                                      latency_placement=latency_placement, high_load=high_load,
+                                                      low_load=low_load) if adaptive else None)
         try:
             out = serve_run(spec)
         except WorkerFailure as e:

@@ -19,6 +19,7 @@ import math
 import os
 import statistics
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import numpy as np
 import torch
 
 from tessera.cost.calibrate import default_cost_model
+from tessera.engine.adaptive import AdaptiveSettings, switcher_for
 from tessera.engine.cluster import ClusterSettings
 from tessera.engine.config import EngineConfig, SamplingParams
 from tessera.engine.devices import WorkerKind
@@ -112,8 +114,12 @@ class ServeRunSpec:
     fault: Fault | None = None
     predict: bool = False
     settings: ClusterSettings = ClusterSettings()
+    adaptive: AdaptiveSettings | None = None  # --adaptive: switch with a latency schedule by queue depth
 
     def __post_init__(self) -> None:
+        if self.adaptive is not None and (self.recover or self.fault is not None):
+            raise UserError("--adaptive runs without --recover / --kill-at (a lost worker would leave the "
+                            "other schedule's pool behind)")
         if (self.workload is None) == (self.workload_file is None):
             raise UserError("give a workload (--workload ...) or a --workload-file, not both")
         if self.fault is not None and not (0 <= self.fault.rank < len(self.kinds)):
@@ -291,12 +297,17 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
     pool = WorkerPool(source, dtype, spec.config, spec.kinds, lambda _k: placement,
                       load_format=spec.load_format, seed=spec.seed, settings=spec.settings,
                       replacer=placer_for(spec.replan, source, dtype, spec.config, traffic, costs))
+    lat_pool = latency_pool(spec, source, dtype, traffic, costs)
     load_avg = os.getloadavg()
     t0 = time.monotonic()
-    with pool:
+    with pool, lat_pool or nullcontext():
         start_s = time.monotonic() - t0
         resident = pool.cluster.resident_bytes
-        reqs, timing, log = drive(engine, pool, stream.arrivals, recover=spec.recover, fault=spec.fault)
+        switch = switcher_for(spec.adaptive, spec.config, pool, lat_pool) if spec.adaptive else None
+        if switch is not None:
+            switch.start(engine)
+        reqs, timing, log = drive(engine, pool, stream.arrivals, recover=spec.recover, fault=spec.fault,
+                                  switch=switch)
     verified = verify(spec, source, stream, [r.output_ids for r in reqs]) if spec.verify else None
     plan = predicted_plan(spec, source, dtype, traffic, costs, placement) if spec.predict else placement.plan
     sim = simulated(plan, stream, spec.config) if plan is not None else None
@@ -308,8 +319,25 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
              "iteration_wall_ms": percentiles([x * 1e3 for x in log.wall_s]), "engine": asdict(spec.config),
              "dtype": str(dtype).removeprefix("torch."), "simulated": sim,
              "plan": plan.to_dict() if plan is not None else None,
-             "tokens": {r.id: r.output_ids for r in reqs}, "threads": torch.get_num_threads()}
+             "tokens": {r.id: r.output_ids for r in reqs}, "threads": torch.get_num_threads(),
+             # per request in arrival order: arrival, first token and finish (s from the start), tokens
+             "timing": [[timing[r.id].arrival_s, timing[r.id].first_s, timing[r.id].finish_s,
+                         len(r.output_ids)] for r in reqs],
+             "adaptive": switch.report() if switch is not None else None}
     return result(spec, source, placement, reqs, timing, log, verified, plan, sim, extra)
+
+
+def latency_pool(spec: ServeRunSpec, source: ModelSource, dtype: torch.dtype, traffic: Traffic,
+                 costs: Costs) -> WorkerPool | None:
+    """--adaptive with a --latency-placement other than --placement: the latency schedule's own pool
+    (both kept resident; None: the schedules share the run's pool)."""
+    a = spec.adaptive
+    if a is None or a.latency_placement in (None, spec.placement):
+        return None
+    chosen = placer_for(a.latency_placement, source, dtype, spec.config, traffic, costs)(spec.kinds)
+    check_worker_memory(source, dtype, spec.config, spec.kinds, chosen.assignment)
+    return WorkerPool(source, dtype, spec.config, spec.kinds, lambda _k: chosen, load_format=spec.load_format,
+                      seed=spec.seed, settings=spec.settings)
 
 
 def result(spec: ServeRunSpec, source: ModelSource, placement: Placement, reqs: list,

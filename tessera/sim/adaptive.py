@@ -4,7 +4,8 @@ Load signal: a replica's outstanding requests (waiting + prefilling + decoding).
 mode when that reaches ``high_load`` and back to latency mode when it falls to ``low_load``. Defaults
 come from the latency plan: ``high_load`` = its engine's ``max_num_seqs`` (a plan without engine settings:
 its largest sampled batch; beyond it the latency schedule would queue or run outside the shapes it was
-planned for), ``low_load`` = half of that.
+planned for), ``low_load`` = half of that. Without a latency plan (the engine's switch between two
+micro-batch counts on one placement) ``high_load`` must be given.
 
 Residency rule (a switch must not move weights): the two plans must be for the same model on the same
 devices (same GPU and capacity, in order) with the same KV bytes per token, and then either
@@ -36,17 +37,18 @@ RESIDENT_ROLES = ("weight", "kv", "state")
 
 @dataclass(frozen=True, kw_only=True)
 class AdaptivePolicy:
-    latency_plan: Plan
+    latency_plan: Plan | None = None  # None: thresholds given (the engine's switch between micro-batch counts)
     high_load: int | None = None  # outstanding requests at which a replica goes to throughput mode
     low_load: int | None = None  # outstanding requests at or below which it returns to latency mode
     switch_s: float | None = None  # None: default above
 
     def __post_init__(self) -> None:
-        lat = self.latency_plan
-        lat_batch = lat.engine.max_num_seqs if lat.engine is not None else max(
-            (s.batch for n in ITER_PHASES if n in lat.phases for s in lat.phases[n].points), default=1)
         if self.high_load is None:
-            object.__setattr__(self, "high_load", lat_batch)
+            lat = self.latency_plan
+            if lat is None:
+                raise UserError("adaptive switching without a latency plan needs high_load (--high-load)")
+            object.__setattr__(self, "high_load", lat.engine.max_num_seqs if lat.engine is not None else max(
+                (s.batch for n in ITER_PHASES if n in lat.phases for s in lat.phases[n].points), default=1))
         if self.low_load is None:
             object.__setattr__(self, "low_load", self.high_load // 2)
         if not 0 <= self.low_load < self.high_load:
@@ -65,7 +67,8 @@ class AdaptivePolicy:
     def switch_cost_s(self, throughput_plan: Plan) -> float:
         if self.switch_s is not None:
             return self.switch_s
-        lat = [s.latency_s for p in (throughput_plan, self.latency_plan) for n in ITER_PHASES
+        plans = [p for p in (throughput_plan, self.latency_plan) if p is not None]
+        lat = [s.latency_s for p in plans for n in ITER_PHASES
                if n in p.phases for s in p.phases[n].points]
         return max(lat, default=0.0)
 

@@ -26,6 +26,8 @@ def run(plan: Plan | PoolPlan, workload: WorkloadSpec, *, replicas: int = 1,
     if isinstance(plan, PoolPlan) and policy is not None:
         raise UserError(f"plan switching needs one cell's plan; this is a pool of {len(plan.cells)} different "
                         "cells (each would switch on its own placement)")
+    if policy is not None and policy.latency_plan is None:
+        raise UserError("plan switching in the simulator needs the latency plan (--latency-plan)")
     cells = PoolPlan.of(plan, replicas).sim_cells() if isinstance(plan, PoolPlan) else [(plan, replicas)]
     return run_pool(cells, workload, seed=seed, slo=slo, config=config, failures=failures,
                     policy=policy, window_s=window_s, trace_window_s=trace_window_s)
