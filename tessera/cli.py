@@ -34,7 +34,8 @@ def _root(
     """Kernel-granularity disaggregation over heterogeneous GPU pools."""
 
 # Each stage's `cli` module exposes register(app); the order is the order of `tessera --help`.
-STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "engine", "report")
+STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "engine", "serve",
+          "report")
 
 
 _registered: list[str] = []  # stages already registered (main may run many times in one process: tests)
@@ -55,11 +56,26 @@ def error_line(e: ValueError | OSError) -> str:
     return plain_os_errors(msg)
 
 
+def interrupted(e: BaseException) -> bool:
+    """Whether ``e`` comes of a KeyboardInterrupt (typer turns Ctrl-C into a silent exit 130)."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def main(argv: list[str] | None = None) -> None:
     _register_all()
     try:
         # standalone: click turns usage errors into a message and exit status 2 itself
         app(args=argv, prog_name="tessera")
+    except (SystemExit, KeyboardInterrupt) as e:  # Ctrl-C: one line, exit 130 (128 + SIGINT), as a shell's
+        if not interrupted(e):
+            raise
+        err.print("interrupted", highlight=False)
+        sys.exit(130)
     except (ValueError, OSError) as e:  # user mistakes: one line, exit 2
         # the message is user text (paths, file contents): no markup, no :emoji: codes
         err.print(f"[bold red]error:[/] {escape(error_line(e))}", highlight=False, soft_wrap=True, emoji=False)

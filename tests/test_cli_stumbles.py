@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from html import unescape
 from pathlib import Path
@@ -234,6 +236,67 @@ def test_context_window_of_a_config_and_of_a_plan(tmp_path: Path, run_cli) -> No
     _plan().save(path)
     line = _one_line(*run_cli(["simulate", str(path), "--prompt", "8000", "--output", "500"])[::2])
     assert "context window of 8,192 tokens" in line
+
+
+def _workers(pid: int) -> list[int]:
+    """The worker processes ``pid`` spawned (multiprocessing's spawn: "spawn_main" in the command line)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and b"spawn_main" in (stat.parent / "cmdline").read_bytes():
+                kids.append(int(stat.parent.name))
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return kids
+
+
+def _state(pid: int) -> str:
+    """``pid``'s process state letter (Z: exited, not yet reaped); "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds ``pid`` has used (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# item 7: Ctrl-C at work is one line and exit 130. A terminal sends SIGINT to the whole foreground process
+# group, workers included: the command runs in a group of its own and the group is signalled. "Working": both
+# workers have spent 4 CPU seconds (importing torch takes about 2), with thousands of requests still to go.
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", [
+    ["run", "llama-tiny", "--requests", "100000"],
+    ["serve-run", "llama-tiny", "--placement", "layer_split", "--workload", "poisson", "--rate", "50",
+     "--requests", "100000", "--prompt", "4-16", "--output", "4-16"],
+])
+def test_ctrl_c_is_one_line(argv: list[str]) -> None:
+    env = {**os.environ, "TESSERA_PROGRESS": "off", "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "tessera", *argv, "--devices", "cpu,cpu"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while p.poll() is None and time.monotonic() < deadline:
+            kids = _workers(p.pid)
+            if len(kids) == 2 and min(_cpu_s(k) for k in kids) >= 4.0:
+                break
+            time.sleep(0.2)
+        assert p.poll() is None, p.communicate()[1]
+        kids = _workers(p.pid)
+        os.killpg(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert p.returncode == 130 and err.strip() == "interrupted", err
+    assert all(_cpu_s(k) == 0.0 or _state(k) == "Z" for k in kids)  # the workers are gone too
 
 
 # item 8: flags that would be ignored are refused; mistakes are one line in the user's terms

@@ -7,11 +7,15 @@ WorkerFailure, all within a few seconds, leaving no process behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
 import socket
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +110,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextlib.contextmanager
+def sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process meanwhile (processes started meanwhile inherit it); a no-op off the
+    main thread, where Python cannot set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def _exit_reason(code: int | None) -> str:
     if code is not None and code < 0:
         return f"died: killed by {signal.Signals(-code).name}"
@@ -175,11 +193,17 @@ class Processes:
         saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         try:
+            # Ctrl-C reaches the whole process group: workers are born ignoring SIGINT (an ignored signal
+            # stays ignored through exec, and Python then installs no KeyboardInterrupt handler), so the
+            # driver alone hears it and stops them (close)
+            with sigint_ignored():
+                procs = [ctx.Process(target=target, daemon=True, name=f"{name}-{rank}",
+                                     args=(rank, self.commands[rank], self.results, self.heartbeat, os.getpid()))
+                         for rank in range(n)]
+                for p in procs:
+                    p.start()
             for rank, spec in enumerate(specs):
-                p = ctx.Process(target=target, daemon=True, name=f"{name}-{rank}",
-                                args=(rank, self.commands[rank], self.results, self.heartbeat, os.getpid()))
-                p.start()
-                self.procs.append(p)
+                self.procs.append(procs[rank])
                 self.commands[rank].put(spec)
         finally:
             for k, v in saved.items():
@@ -334,7 +358,12 @@ class Processes:
         self._close_queues()
 
     def close(self) -> None:
+        """Ask every worker to finish and wait for it; while a KeyboardInterrupt (Ctrl-C) propagates
+        through the caller's ``with`` or ``finally``, stop them at once instead."""
         if self._closed:  # a failure already stopped every worker and closed the queues
+            return
+        if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            self.abort()
             return
         if not any(p.is_alive() for p in self.procs):
             self._close_queues()

@@ -13,6 +13,7 @@ import ctypes
 import datetime
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -393,7 +394,9 @@ def worker_process(rank: int, commands: Any, results: Any, heartbeat: Any, paren
                    body: Callable[[Any], None]) -> None:
     """A spawned worker's life (Processes.spawn): beat, take the spec off the command queue, run
     ``body(spec)``; an exception is reported to the driver, which names this worker and stops the
-    others, and the process exits at once."""
+    others, and the process exits at once. SIGINT is ignored (Ctrl-C is the driver's to handle: it stops
+    the workers), should the spawner not have done so already."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_watch, args=(heartbeat, rank, parent), daemon=True).start()
     try:
         body(commands.get())
