@@ -84,7 +84,7 @@ def simulate_at(result: Any, progress: Steps, load: float, seeds: tuple[int, ...
     """Every feasible plan at ``load`` of its own capacity (Poisson, the plan's SLO), per seed (a plan of
     independent replicas, the homogeneous baseline on a mixed pair, is served behind the simulator's router);
     each entry records its operating point beside the simulator's contract."""
-    from tessera.provenance import Provenance, fingerprint
+    from tessera.contracts.provenance import Provenance, fingerprint
     from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
 
     t, slo = result.config.traffic, result.config.slo

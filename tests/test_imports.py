@@ -17,8 +17,6 @@ ROOT = Path(tessera.__file__).parent.parent  # the folder holding the tessera pa
 # shrinks (test_every_allowed_edge_still_exists). Empty when every cycle is gone.
 ALLOWED: frozenset[tuple[str, str]] = frozenset({
     ("tessera.plan.cli", "tessera.fleet.cli"),  # `tessera plan --pool` is a fleet plan
-    ("tessera.plan.cli", "tessera.provenance"),  # provenance reads plan types
-    ("tessera.fleet.advise", "tessera.report.data"),  # FrontierPoint, a result type kept in report/
     ("tessera.report.evaluate", "tessera.fleet.fleet"),  # the study runs fleet plans from report/
     ("tessera.report.evaluate", "tessera.fleet.spec"),
 })

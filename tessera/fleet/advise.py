@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tessera.contracts import FrontierPoint, Provenance, planner_provenance
 from tessera.errors import UserError
 from tessera.fleet.cells import Cell, CellPlanner, candidate_cells, cell_name, is_group
 from tessera.fleet.fleet import cell_planner, config_dict, fleet_config
@@ -28,7 +29,7 @@ from tessera.hardware import gpu_names
 from tessera.plan.pool import resolve_gpu
 from tessera.plan.serve import PlannerConfig
 from tessera.plan.types import PoolCell, PoolPlan
-from tessera.provenance import Provenance, planner_provenance
+from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate_pool
 
 RENT_UP_TO = 8  # same-type GPUs one cell may hold when renting (TP groups of 1, 4, 8 and pairs)
 
@@ -102,9 +103,7 @@ class Advice:
             raise UserError(f"the advice for {self.model} rents nothing that serves it: no plan to write")
         return {**self.pool.to_dict(), "advice": self.to_dict(), "provenance": self.to_dict()["provenance"]}
 
-    def frontier_points(self) -> list[Any]:
-        from tessera.report.data import FrontierPoint
-
+    def frontier_points(self) -> list[FrontierPoint]:
         return [FrontierPoint(label=f"{c.group} {c.label}", group=c.group, usd_per_hour=c.usd_per_hour,
                               throughput_per_s=c.throughput_per_s)
                 for c in (self.mix, self.homogeneous, self.prefill_decode)
@@ -272,9 +271,6 @@ def simulate_mix(cp: CellPlanner, mix: MixChoice) -> dict[str, Any]:
     """The mix's cells (their Tessera plans) behind one router in tessera.sim, Poisson arrivals at 90% of
     the predicted goodput over four request lifetimes (O · the slowest cell's TPOT), so that most of the run
     is steady state; ``steady_per_s`` is the output rate from a quarter of the arrival span to its end."""
-
-    from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate_pool
-
     pool = mix_pool(cp, mix)
     assert pool is not None, "a mix with goodput has plans"
     t, slo = cp.cfg.traffic, cp.cfg.slo
@@ -293,7 +289,7 @@ def simulate_mix(cp: CellPlanner, mix: MixChoice) -> dict[str, Any]:
 
 
 def frontier(model: str, cfg: PlannerConfig | None, budgets: list[float], **kw: Any) -> list[Any]:
-    """FrontierPoints (tessera.report.data) of the mix, homogeneous and prefill/decode choices per budget."""
+    """FrontierPoints of the mix, homogeneous and prefill/decode choices per budget."""
     pts = []
     for b in budgets:
         pts += advise(model, cfg, b, simulate=False, **kw).frontier_points()

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from tessera.contracts.provenance import planner_provenance
 from tessera.errors import UserError
 from tessera.hardware import AUTO
 from tessera.plan.options import (
@@ -38,7 +39,6 @@ from tessera.plan.options import (
 from tessera.plan.report import result_table
 from tessera.plan.serve import plan_serving
 from tessera.progress import Steps
-from tessera.provenance import planner_provenance
 
 out = Console(width=None if Console().is_terminal else 140)
 

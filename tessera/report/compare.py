@@ -18,12 +18,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tessera.contracts.provenance import planner_provenance
 from tessera.errors import UserError
 from tessera.hardware import AUTO, best_link, cell_link
 from tessera.plan.pool import engine_gpu, resolve_gpu
 from tessera.plan.problem import default_cost
 from tessera.plan.serve import STRATEGIES, PlannerConfig, Shapes, StrategyResult, homogeneous, plan_serving
-from tessera.provenance import planner_provenance
 from tessera.report.agreement import knee_check, summary, summary_line
 
 MODELS = ("llama-3-8b", "mixtral-8x7b", "mamba2-2.7b", "qwen2.5-vl-7b", "flux-dev")  # llm moe ssm vlm dit

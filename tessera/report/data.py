@@ -9,10 +9,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tessera.contracts.provenance import Provenance, fingerprint, of_file
+from tessera.contracts.results import FrontierPoint
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
 from tessera.plan.types import Plan, PoolPlan
-from tessera.provenance import Provenance, fingerprint, of_file
 
 # Order in which strategies appear everywhere (tables, bars, legends); unknown names follow, sorted.
 STRATEGIES = ("tessera", "homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
@@ -176,21 +177,6 @@ class SimResult:
         if offered is None or not self.capacity_tokens_per_s:
             return None
         return offered / self.capacity_tokens_per_s
-
-
-@dataclass(frozen=True, kw_only=True)
-class FrontierPoint:
-    """One option on the throughput-cost plane (a strategy in a cell, or an advisor's GPU mix)."""
-
-    label: str
-    group: str  # legend entry: strategy name or "mix"
-    usd_per_hour: float
-    throughput_per_s: float
-
-    def __post_init__(self) -> None:
-        if not (self.usd_per_hour > 0 and self.throughput_per_s > 0):
-            raise ValueError(f"frontier point {self.label!r}: usd_per_hour={self.usd_per_hour} and "
-                             f"throughput_per_s={self.throughput_per_s} must be > 0")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,10 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tessera.contracts.provenance import Provenance, fingerprint
 from tessera.errors import UserError
 from tessera.plan.options import check_context
 from tessera.plan.types import Plan, PoolPlan, read_plan_file
-from tessera.provenance import Provenance, fingerprint
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run
 from tessera.sim.failure import Failure
