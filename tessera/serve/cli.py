@@ -1,0 +1,58 @@
+"""`tessera serve`: the OpenAI-compatible server. Imports are made inside the verb so that `tessera --help`
+does not load torch or FastAPI."""
+
+from __future__ import annotations
+
+import typer
+
+from tessera.engine.cli import DEVICES_HELP, PLACEMENT_HELP
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve")
+    def serve_cmd(
+        model: str = typer.Argument(..., help="a Hugging Face model directory, or a zoo name "
+                                    "(tessera models)"),
+        devices: str = typer.Option("cpu", help=DEVICES_HELP),
+        placement: str = typer.Option("layer_split", help=PLACEMENT_HELP),
+        replan: str = typer.Option("layer_split", help="placement onto the survivors after a lost worker"),
+        host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.0.0: every interface)"),
+        port: int = typer.Option(8000, help="port to listen on (0: any free port, printed)"),
+        served_model_name: str | None = typer.Option(None, help="the name clients send as `model` "
+                                                     "(default: MODEL as given)"),
+        api_key: str | None = typer.Option(None, help="require 'Authorization: Bearer KEY' on /v1"),
+        max_waiting: int = typer.Option(256, help="requests accepted beyond the running ones; more: 429"),
+        dtype: str = typer.Option("auto", help="auto (the checkpoint's), bf16, fp16 or fp32"),
+        load_format: str = typer.Option("auto", help="auto: the directory's safetensors; dummy: random "
+                                        "weights"),
+        max_num_seqs: int = typer.Option(16, help="requests running at once"),
+        max_num_batched_tokens: int = typer.Option(256, help="tokens per iteration (decodes + prompt "
+                                                   "chunks)"),
+        max_model_len: int | None = typer.Option(None, help="longest prompt + output (default: the model's "
+                                                 "context, at most 2048)"),
+        page_size: int = typer.Option(16, help="tokens per KV page"),
+        microbatches: int = typer.Option(1, help="groups of running requests, advancing independently"),
+        transport: str = typer.Option("auto", help="between workers: auto, gloo, nccl"),
+        seed: int = typer.Option(0, help="dummy-weight seed"),
+    ) -> None:
+        """Serve a model over HTTP with OpenAI's API (/v1/completions, /v1/chat/completions), /metrics."""
+        from tessera.engine.cluster import ClusterSettings
+        from tessera.engine.config import EngineConfig
+        from tessera.engine.devices import parse_devices
+        from tessera.engine.loader import open_model
+        from tessera.serve.config import ServerConfig
+        from tessera.serve.launch import ServeSpec, serve
+
+        kinds = parse_devices(devices)
+        context = open_model(model).arch.context_window
+        length = max_model_len or min(x for x in (context, DEFAULT_MODEL_LEN) if x is not None)
+        config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                              page_size=page_size, max_model_len=length, microbatches=microbatches)
+        server = ServerConfig(served_model_name=served_model_name or model, api_key=api_key,
+                              max_waiting=max_waiting, host=host, port=port)
+        serve(ServeSpec(model=model, kinds=kinds, placement=placement, replan=replan, config=config,
+                        dtype=dtype, load_format=load_format, seed=seed,
+                        settings=ClusterSettings(transport=transport), server=server))
+
+
+DEFAULT_MODEL_LEN = 2048  # tokens: keeps the default KV cache (max-num-seqs sequences of it) small
