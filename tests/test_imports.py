@@ -16,7 +16,6 @@ ROOT = Path(tessera.__file__).parent.parent  # the folder holding the tessera pa
 # Edges (importer module, imported module) that close a cycle and are still to be removed; this list only
 # shrinks (test_every_allowed_edge_still_exists). Empty when every cycle is gone.
 ALLOWED: frozenset[tuple[str, str]] = frozenset({
-    ("tessera.plan.cli", "tessera.fleet.cli"),  # `tessera plan --pool` is a fleet plan
     ("tessera.report.evaluate", "tessera.fleet.fleet"),  # the study runs fleet plans from report/
     ("tessera.report.evaluate", "tessera.fleet.spec"),
 })

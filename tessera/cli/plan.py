@@ -1,4 +1,5 @@
-"""CLI verbs of the plan stage: `tessera plan` and `tessera compare`; registered by tessera.cli."""
+"""`tessera plan`: one cell through the plan stage (plan_serving), or with --pool a many-GPU pool through the
+fleet stage; it joins the two, so it lives above both; registered by tessera.cli."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.console import Console
 
 from tessera.contracts.provenance import planner_provenance
 from tessera.errors import UserError
+from tessera.fleet.cli import plan_pool_command
 from tessera.hardware import AUTO
 from tessera.plan.options import (
     IMAGE_S,
@@ -81,8 +83,6 @@ def register(app: typer.Typer) -> None:
             if link != AUTO:
                 raise UserError("--pool plans with the link named in the pool file (its `link = ...` line); "
                                 "drop --link")
-            from tessera.fleet.cli import plan_pool_command
-
             plan_pool_command(model, pool, objective or "throughput", as_json, save, cfg)
             return
         if gpus is None:

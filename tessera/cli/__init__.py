@@ -1,4 +1,6 @@
-"""The `tessera` command: thin, one function per verb; each stage registers its own verbs."""
+"""The `tessera` command: thin, one function per verb. Each stage registers its own verbs from its `cli`
+module; a verb that spans stages (`tessera plan`: one cell, or a pool's fleet plan) lives here, in
+tessera/cli/, above the stages it joins."""
 
 from __future__ import annotations
 
@@ -33,9 +35,11 @@ def _root(
 ) -> None:
     """Kernel-granularity disaggregation over heterogeneous GPU pools."""
 
-# Each stage's `cli` module exposes register(app); the order is the order of `tessera --help`.
+# Each stage's `cli` module exposes register(app); the order is the order of `tessera --help`. A verb that
+# spans stages is registered from tessera/cli/ instead (REGISTRARS).
 STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "engine", "serve",
           "report")
+REGISTRARS = {"plan": "tessera.cli.plan"}  # `tessera plan` joins the plan and fleet stages
 
 
 _registered: list[str] = []  # stages already registered (main may run many times in one process: tests)
@@ -44,7 +48,7 @@ _registered: list[str] = []  # stages already registered (main may run many time
 def _register_all() -> None:
     for stage in STAGES:
         if stage not in _registered:
-            importlib.import_module(f"tessera.{stage}.cli").register(app)
+            importlib.import_module(REGISTRARS.get(stage, f"tessera.{stage}.cli")).register(app)
             _registered.append(stage)
 
 
