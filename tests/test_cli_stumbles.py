@@ -20,6 +20,7 @@ from tessera.fleet.fleet import FleetCell, FleetPlan
 from tessera.hardware import catalog
 from tessera.plan.types import PoolCell, PoolPlan, read_plan_file
 from tessera.provenance import fingerprint
+from tessera.runtime.api import share_line
 from tessera.sim.handplan import PhaseCost, hand_plan
 
 PREFILL = PhaseCost(fixed_s=0.01, per_token_s=2e-5, tokens=(128, 16384), contexts=(128,))
@@ -297,6 +298,43 @@ def test_ctrl_c_is_one_line(argv: list[str]) -> None:
             os.killpg(p.pid, signal.SIGKILL)
     assert p.returncode == 130 and err.strip() == "interrupted", err
     assert all(_cpu_s(k) == 0.0 or _state(k) == "Z" for k in kids)  # the workers are gone too
+
+
+# item 8: `run` names the file it cannot use, what it is, and what it takes; a wrong --weights is one line
+# before any worker starts (it was a worker's failure, exit 1, after 12 s)
+def test_run_names_the_file_and_what_it_takes(tmp_path: Path, run_cli) -> None:
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("garbage")
+    line = _one_line(*run_cli(["run", str(garbage)])[::2])
+    assert f"{garbage} is not JSON" in line and "-o PLAN.json" in line
+    table = tmp_path / "plan-output.json"  # what `plan --json` prints: the strategies side by side
+    table.write_text(json.dumps({"model": "llama-tiny", "gpus": ["H100-SXM"], "chosen": "homogeneous",
+                                 "strategies": {"homogeneous": {"feasible": True}}}))
+    line = _one_line(*run_cli(["run", str(table)])[::2])
+    assert "is the strategy table `tessera plan --json` prints, not a plan" in line and "model_type" not in line
+    line = _one_line(*run_cli(["run", "llama-tiny", "--weights", str(tmp_path / "none")])[::2])
+    assert f"--weights {tmp_path / 'none'} does not exist" in line and "worker" not in line
+
+
+# item 8: each worker's share of the run, and an idle worker named; the shares are whatever the MILP chose
+@pytest.mark.slow
+def test_run_says_each_workers_share(run_cli) -> None:
+    code, out, err = run_cli(["run", "llama-tiny", "--placement", "plan", "--requests", "2", "--prompt", "4",
+                              "--output", "2"])
+    assert code == 0, err
+    share = next(line for line in out.splitlines() if line.startswith("share: "))
+    kernels = [int(k) for k in re.findall(r"\) (\d+)% of kernels", share)]
+    assert len(kernels) == 2 and 99 <= sum(kernels) <= 101  # rounded shares
+    assert ("idle: the placement gives it no kernel" in share) == (0 in kernels)
+
+
+def test_share_line_names_an_idle_worker() -> None:
+    out = {"devices": ["cpu", "cpu"], "kernels_by_worker": [300, 0], "busy_s": [0.2, 0.0]}
+    assert share_line(out) == ("share: worker 0 (cpu) 100% of kernels, 100% of busy time; worker 1 (cpu) 0% of "
+                               "kernels, 0% of busy time; worker 1 idle: the placement gives it no kernel")
+    out = {"devices": ["cpu", "cpu"], "kernels_by_worker": [100, 300], "busy_s": [0.1, 0.3]}
+    assert share_line(out) == ("share: worker 0 (cpu) 25% of kernels, 25% of busy time; worker 1 (cpu) 75% of "
+                               "kernels, 75% of busy time")
 
 
 # item 8: flags that would be ignored are refused; mistakes are one line in the user's terms

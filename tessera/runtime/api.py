@@ -26,7 +26,7 @@ from tessera.runtime.partition import Partition
 from tessera.runtime.program import Program
 from tessera.runtime.recovery import RecoveringExecutor, replan_with
 from tessera.runtime.runner import RoundResult, SwitchPolicy, compare, phase_of, serve
-from tessera.runtime.state import load_weights
+from tessera.runtime.state import load_weights, weight_files
 from tessera.runtime.steps import Job, LocalExecutor, capture_steps
 from tessera.text import plural
 
@@ -51,6 +51,8 @@ class RunSpec:
             raise UserError(f"--microbatches={self.microbatches} and --requests={self.requests} must be >= 1")
         if set(self.plans) != {"latency", "throughput"}:
             raise UserError(f"plans must be named latency and throughput, got {sorted(self.plans)}")
+        if self.weights_dir is not None:
+            weight_files(self.weights_dir)  # a wrong path is one line now, not a worker's failure later
 
     @property
     def policy(self) -> SwitchPolicy:
@@ -155,6 +157,7 @@ def summarise(spec: RunSpec, programs: dict[str, Program], served: Served) -> di
         "overlap": meas.overlap,
         "wait_s": meas.wait_s,
         "busy_s": meas.busy_s,
+        "kernels_by_worker": kernels_by_worker(history, len(served.devices)),
         "transport": served.transport,
         "link_bytes_by_link": {f"{a}->{b}": n for (a, b), n in sorted(meas.link_bytes.items())},
         "predicted_event_step_s": statistics.mean(event_pred[skip:]),
@@ -173,6 +176,27 @@ def summarise(spec: RunSpec, programs: dict[str, Program], served: Served) -> di
     }
 
 
+def kernels_by_worker(history: list[dict[str, Any]], devices: int) -> list[int]:
+    """Kernel launches each worker ran over the run (every micro-batch of every step)."""
+    counts = [0] * devices
+    for h in history:
+        for d, w in enumerate(h["workers"]):
+            counts[d] += len(w["kernels"])
+    return counts
+
+
+def share_line(out: dict[str, Any]) -> str:
+    """Each worker's share of the kernels and of the busy time; a worker given nothing is named idle (a
+    placement may rightly keep a small model on one device: transfers would cost more than they save)."""
+    kernels, busy = out["kernels_by_worker"], out["busy_s"]
+    shares = [f"worker {d} ({dev}) {k / max(1, sum(kernels)):.0%} of kernels, {b / max(1e-12, sum(busy)):.0%} "
+              f"of busy time" for d, (dev, k, b) in enumerate(zip(out["devices"], kernels, busy, strict=True))]
+    idle = [str(d) for d, k in enumerate(kernels) if k == 0]
+    note = (f"; worker{'s' if len(idle) > 1 else ''} {', '.join(idle)} idle: the placement gives "
+            f"{'them' if len(idle) > 1 else 'it'} no kernel" if idle else "")
+    return "share: " + "; ".join(shares) + note
+
+
 CONTRACT = ("devices", "microbatches", "verified", "max_abs_diff", "tokens_identical", "measured_step_s",
             "predicted_step_s", "throughput_tokens_per_s", "link_bytes")
 
@@ -185,5 +209,5 @@ def render(out: dict[str, Any], *, as_json: bool) -> str:
              f"(max |diff| {out['max_abs_diff']:.3g}, tokens identical {out['tokens_identical']})",
              f"step {out['measured_step_s'] * 1e3:.2f} ms measured, {out['predicted_step_s'] * 1e3:.2f} ms "
              f"predicted; {out['throughput_tokens_per_s']:.0f} tokens/s; {out['link_bytes']} link bytes; "
-             f"overlap {out['overlap']:.0%}"]
+             f"overlap {out['overlap']:.0%}", share_line(out)]
     return "\n".join([*lines, *(f"switch: {s}" for s in out["switches"])])

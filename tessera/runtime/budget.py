@@ -76,7 +76,7 @@ def check_fits(mem: RunMemory, available: int | None) -> None:
         f"{available / 1e9:.1f} GB is available: fp32 weights {mem.weight_bytes / 1e9:.1f} GB x "
         f"{mem.steps + 1} (one per captured step, one on the workers), KV/state and activations "
         f"{2 * (mem.cache_bytes + mem.activation_bytes) / 1e9:.2f} GB; run a tiny model "
-        f"(tessera models) or fewer --new-tokens, or plan it with `tessera plan` and `tessera simulate`")
+        f"(tessera models) or fewer --output tokens, or plan it with `tessera plan` and `tessera simulate`")
 
 
 def check_job(job: Job, available: int | None = None) -> RunMemory | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -20,10 +19,13 @@ def register(app: typer.Typer) -> None:
         placement_name: str = typer.Option("layer_split", "--placement",
                                            help=f"for MODEL: {', '.join([*PLACEMENTS, MILP])}"),
         microbatches: int = typer.Option(2, help="micro-batches in flight (throughput mode)"),
-        requests: int = typer.Option(2, help="requests to serve (one micro-batch each)"),
+        requests: int = typer.Option(8, help="requests to serve, one micro-batch each (default 8, as "
+                                     "serve-run; simulate's default is 1000)"),
         batch: int = typer.Option(1, help="sequences per micro-batch"),
-        seq: int = typer.Option(8, help="prompt (or image) tokens"),
-        new_tokens: int = typer.Option(4, help="greedy tokens per sequence"),
+        prompt: int = typer.Option(8, help="prompt (or image) tokens per sequence"),
+        output: int = typer.Option(4, help="output tokens per sequence (greedy)"),
+        seq: int | None = typer.Option(None, hidden=True, help="old name of --prompt"),
+        new_tokens: int | None = typer.Option(None, hidden=True, help="old name of --output"),
         verify: bool = typer.Option(False, help="fail unless outputs equal single-process execution"),
         as_json: bool = typer.Option(False, "--json", help="print the JSON result"),
         trace: Path | None = typer.Option(None, help="write a Perfetto/Chrome trace of the run here"),
@@ -38,24 +40,23 @@ def register(app: typer.Typer) -> None:
         from tessera.runtime.budget import check_job
         from tessera.runtime.cluster import WorkerFailure
         from tessera.runtime.recovery import placement_graphs
+        from tessera.runtime.state import weight_files
         from tessera.runtime.steps import Job, capture_steps
+        from tessera.runtime.target import run_target
 
         devs = tuple(d.strip() for d in devices.split(",") if d.strip())
-        if target.endswith(".json") and Path(target).exists() and any(
-                k in json.loads(Path(target).read_text()) for k in ("phases", "cells")):
-            from tessera.plan.types import PoolPlan, read_plan_file
-
-            plan = read_plan_file(target)
-            if isinstance(plan, PoolPlan):
-                raise ValueError(f"plan {target} is a pool of {plural(len(plan.cells), 'different cell')} "
-                                 f"({plan.strategy}); each runs alone: plan one cell and run that")
+        if weights is not None:
+            weight_files(str(weights))  # a wrong path: one line now, before capture and workers
+        plan = run_target(target)
+        if plan is not None:
             model = plan.model
             by_phase = {ph: tuple(p.assignment) for ph, p in plan.phases.items()}
             if len(plan.devices) != len(devs):
                 raise ValueError(f"plan {target} has {plural(len(plan.devices), 'device')} but --devices names {len(devs)}")
         else:
             model, by_phase = target, {}
-        job = Job(model=model, batch=batch, seq=seq, new_tokens=new_tokens)
+        job = Job(model=model, batch=batch, seq=prompt if seq is None else seq,
+                  new_tokens=output if new_tokens is None else new_tokens)
         check_job(job)  # before any real weights exist: a model too big for this machine is one line
         programs = capture_steps(job)
         if by_phase:  # a Plan file: its graphs were captured by the planner (bf16, fake, fused view): align

@@ -38,14 +38,25 @@ def carry(st: torch.UntypedStorage, old: Buffer, new: Buffer) -> torch.UntypedSt
     return out.untyped_storage()
 
 
+def weight_files(directory: str) -> list[Path]:
+    """The safetensors files of a --weights directory; a missing path, a file, or a directory without any
+    is one UserError (checked by the driver before any worker starts, and by each worker as it loads)."""
+    path = Path(directory)
+    if not path.is_dir():
+        what = "does not exist" if not path.exists() else "is a file, not a directory"
+        raise UserError(f"--weights {directory} {what}; give a directory of *.safetensors files")
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise UserError(f"--weights {directory}: no *.safetensors files there")
+    return files
+
+
 def load_weights(directory: str, wanted: dict[str, Buffer], device: torch.device = HOST
                  ) -> dict[str, torch.UntypedStorage]:
     """Read only the ``wanted`` tensors from the safetensors files in ``directory``, onto ``device``."""
     from safetensors import safe_open
 
-    files = sorted(Path(directory).glob("*.safetensors"))
-    if not files:
-        raise UserError(f"--weights {directory}: no *.safetensors files there")
+    files = weight_files(directory)
     got: dict[str, torch.UntypedStorage] = {}
     for f in files:
         with safe_open(str(f), framework="pt") as fh:
