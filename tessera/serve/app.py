@@ -182,7 +182,7 @@ class Server:
                 ids = list(ev.token_ids) if job.token_ids else None
                 choice = chat_choice(delta, ev.finish_reason, ids, delta=True) if job.chat else \
                     completion_choice(delta, ev.finish_reason, ids)
-                if delta or done or ids:
+                if ev.token_ids or done:  # a chunk per step, its text empty if held back: clients time tokens
                     yield sse(envelope(t.key, obj, self.config.served_model_name, [choice], None, created))
             if job.include_usage:
                 yield sse(envelope(t.key, obj, self.config.served_model_name, [], usage(len(t.prompt_ids), n),

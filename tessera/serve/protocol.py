@@ -179,8 +179,7 @@ def completion_choice(text: str, finish_reason: str | None, token_ids: list[int]
 def chat_choice(text: str, finish_reason: str | None, token_ids: list[int] | None, *, delta: bool,
                 first: bool = False) -> dict[str, Any]:
     if delta:
-        body = ({"role": "assistant", "content": text} if first else {"content": text}) if text or first \
-            else {}
+        body = {"role": "assistant", "content": text} if first else {"content": text}
         c: dict[str, Any] = {"index": 0, "delta": body, "logprobs": None, "finish_reason": finish_reason}
     else:
         c = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
