@@ -337,6 +337,17 @@ def test_share_line_names_an_idle_worker() -> None:
                                "kernels, 75% of busy time")
 
 
+# item 8: every verb the docs name exists (they named a `tessera hardware` that never did)
+def test_every_verb_the_docs_name_exists(run_cli) -> None:
+    root = Path(__file__).parent.parent
+    texts = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    named = {v for t in texts for v in re.findall(r"`tessera ([a-z][a-z-]*)", t.read_text())}
+    code, out, _ = run_cli(["--help"])
+    assert code == 0 and named
+    listed = set(re.findall(r"^[│ ]+([a-z][a-z-]*) ", out, flags=re.M))
+    assert named <= listed, named - listed
+
+
 # item 8: flags that would be ignored are refused; mistakes are one line in the user's terms
 def test_smaller_mistakes_are_one_line(tmp_path: Path, run_cli) -> None:
     path = tmp_path / "plan.json"
