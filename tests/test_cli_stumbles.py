@@ -18,10 +18,10 @@ import pytest
 
 from tessera.fleet.fleet import FleetCell, FleetPlan
 from tessera.hardware import catalog
-from tessera.plan.types import PoolCell, PoolPlan, read_plan_file
+from tessera.plan.types import EngineSettings, PoolCell, PoolPlan, read_plan_file
 from tessera.provenance import fingerprint
 from tessera.runtime.api import share_line
-from tessera.sim.handplan import PhaseCost, hand_plan
+from tessera.sim.handplan import PhaseCost, StretchCost, hand_plan, mixed_plan
 
 PREFILL = PhaseCost(fixed_s=0.01, per_token_s=2e-5, tokens=(128, 16384), contexts=(128,))
 DECODE = PhaseCost(fixed_s=0.02, per_token_s=1e-4, tokens=(1, 64, 128), contexts=(0,))
@@ -346,6 +346,26 @@ def test_every_verb_the_docs_name_exists(run_cli) -> None:
     assert code == 0 and named
     listed = set(re.findall(r"^[│ ]+([a-z][a-z-]*) ", out, flags=re.M))
     assert named <= listed, named - listed
+
+
+# item 8: a flag that one kind of `plan` would ignore is refused the same way for both kinds, naming the flag
+def test_plan_refuses_both_ignored_flags_alike(tmp_path: Path, run_cli) -> None:
+    pool = tmp_path / "pool.toml"
+    pool.write_text('link = "auto"\n[[gpu]]\ntype = "H100"\ncount = 2\n')
+    for argv, flag in ((["--pool", str(pool), "--link", "nvlink4"], "--link"),
+                       (["--gpus", "H100", "--objective", "per_dollar"], "--objective")):
+        line = _one_line(*run_cli(["plan", "llama-tiny", *argv])[::2])
+        assert line.endswith(f"drop {flag}"), line
+
+
+# item 8: --chunked-prefill on a serving-model plan, which always prefills in chunks, says it changes nothing
+def test_chunked_prefill_on_a_mixed_plan_says_it_changes_nothing(tmp_path: Path, run_cli) -> None:
+    plan = mixed_plan(route=(StretchCost(device=0, fixed_s=0.01, per_decode_s=1e-4, per_chunk_token_s=2e-5),),
+                      engine=EngineSettings(max_num_seqs=16, max_num_batched_tokens=256, microbatches=2),
+                      prompt=64, output=16, slo={"ttft_s": 0.5, "tpot_s": 0.02}, goodput_per_s=400.0)
+    plan.save(tmp_path / "plan.json")
+    code, _, err = run_cli(["simulate", str(tmp_path / "plan.json"), "--requests", "20", "--chunked-prefill"])
+    assert code == 0 and "--chunked-prefill changes nothing for it" in err, err
 
 
 # item 8: flags that would be ignored are refused; mistakes are one line in the user's terms
