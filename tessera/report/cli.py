@@ -13,6 +13,7 @@ import typer
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
 from tessera.hardware import AUTO
+from tessera.plan.deploy import launch_lines
 from tessera.plan.options import (
     IMAGE_S,
     OUTPUT,
@@ -123,6 +124,7 @@ def report(
         cost_accuracy=load_cost_accuracy(cost_accuracy) if cost_accuracy is not None else None,
         sweep=sweeps or None,
         gantt_png=gantt, commands=tuple(cmds),
+        deploy=tuple(launch_lines(the_plan, str(plan))) if the_plan is not None and pool is None else (),
         evaluation=load_evaluation(evaluation) if evaluation is not None else None,
         evaluation_maps=evaluation_maps(evaluation) if evaluation is not None else (),
     )
@@ -148,6 +150,8 @@ def report(
             con.print(plan_summary_table(data.plan, data.graphs))
         if data.sims:
             con.print(sim_table(data.sims))
+        for line in data.deploy:
+            con.print(line, highlight=False, soft_wrap=True, markup=False)
     con.print(f"report: {path}", highlight=False, soft_wrap=True)
 
 

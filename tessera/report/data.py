@@ -194,6 +194,7 @@ class ReportData:
     frontier: tuple[FrontierPoint, ...] | None = None  # advisor mixes; else derived from `compare`
     frontier_title: str = "Advisor: GPU mixes on the throughput–cost plane"
     commands: tuple[str, ...] = ()  # shell commands that reproduce the inputs
+    deploy: tuple[str, ...] = ()  # the commands that serve the plan (tessera.plan.deploy.launch_lines)
     options: tuple[RentOption, ...] = ()  # alternatives to the plan's pool (same-size homogeneous, advisor)
     baseline_plans: tuple[Plan | PoolPlan, ...] = ()  # the other strategies' deployments (memory comparison)
     evaluation: dict[str, Any] | None = None  # `tessera evaluate --json` output (the study of shapes × pools)

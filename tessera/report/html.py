@@ -17,6 +17,7 @@ from tessera.plan.types import PoolPlan
 from tessera.report import plots
 from tessera.report.answer import RUNTIME_VENDORS, Answer, Spread, answer_of, matrix_gains, weight_copies
 from tessera.report.data import CompareCell, FrontierPoint, RentOption, ReportData, SimResult, strategy_order
+from tessera.report.deploy import deploy_html
 from tessera.report.tables import (
     PLAN_HEADER,
     SIM_HEADER,
@@ -631,6 +632,7 @@ def build_report(data: ReportData, out_dir: Path, *, on_section: Callable[[str],
         ("frontier", "Throughput–cost frontier", lambda: _frontier_html(data, fig_dir)),
         ("latency", "Latency percentiles", lambda: _latency_html(data, fig_dir)),
         ("memory", "Memory per device", lambda: _memory_html(data, fig_dir)),
+        ("deploy", "Deploy it", lambda: deploy_html(data)),
         ("evaluation", "Evaluation study: families × shapes × pools", lambda: _evaluation_html(data)),
         ("method", "How these numbers were made", lambda: _provenance_html(data)),
     ]

@@ -89,3 +89,14 @@ def test_prefill_decode_plan():
     assert got[("sglang", "router")] == ("python -m sglang_router.launch_router --pd-disaggregation --prefill "
                                          "http://127.0.0.1:8101 --decode http://127.0.0.1:8102 --port 8100")
     assert tessera_launches(pd, "p.json") == []
+
+
+def test_report_prints_the_deploy_commands(tmp_path, run_cli):
+    """`tessera report --plan` prints the serve line and puts it in the page's "Deploy it" section."""
+    code, out, err = run_cli(["report", "--plan", str(SPLIT), "--out-dir", str(tmp_path)])
+    assert code == 0, err
+    want = (f"tessera serve llama-wide --devices cpu,cpu:speed=0.5 --placement {SPLIT} --max-num-seqs 12 "
+            "--max-num-batched-tokens 64 --microbatches 3 --max-model-len 96 --port 8000")
+    assert f"deploy with: {want}" in out and "as vllm" not in out
+    page = (tmp_path / "report.html").read_text()
+    assert '<section id="deploy"><h2>Deploy it</h2>' in page and want in page

@@ -15,7 +15,8 @@ from tessera.report import plots
 from tessera.report.data import ReportData, evaluation_maps, load_evaluation, parse_cell, parse_sim
 from tessera.report.html import build_report
 
-SECTIONS = ("compare", "placement", "gantt", "frontier", "latency", "memory", "evaluation", "method")
+SECTIONS = ("compare", "placement", "gantt", "frontier", "latency", "memory", "deploy", "evaluation",
+            "method")
 STUDY = Path(__file__).parent.parent.parent / "bench" / "results" / "eval.quick.json"  # `tessera evaluate --quick`
 
 
@@ -86,8 +87,8 @@ def test_missing_sections_are_noted_not_dropped(tmp_path) -> None:
     _assert_self_contained(page)
     for sid in SECTIONS:
         assert f'<section id="{sid}">' in page
-    # placement, gantt, latency, memory, evaluation, and mamba/flux's one-price frontier
-    assert page.count('class="note"') == 6
+    # placement, gantt, latency, memory, deploy, evaluation, and mamba/flux's one-price frontier
+    assert page.count('class="note"') == 7
     assert "Placement map omitted" in page and "Latency percentiles omitted" in page
     assert "Evaluation study omitted" in page
     assert "<title>T &lt;&amp;&gt; x</title>" in page
