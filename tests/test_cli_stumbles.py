@@ -20,6 +20,7 @@ from tessera.fleet.fleet import FleetCell, FleetPlan
 from tessera.hardware import catalog
 from tessera.plan.types import EngineSettings, PoolCell, PoolPlan, read_plan_file
 from tessera.provenance import fingerprint
+from tessera.report.evalsummary import markdown
 from tessera.runtime.api import share_line
 from tessera.sim.handplan import PhaseCost, StretchCost, hand_plan, mixed_plan
 
@@ -366,6 +367,16 @@ def test_chunked_prefill_on_a_mixed_plan_says_it_changes_nothing(tmp_path: Path,
     plan.save(tmp_path / "plan.json")
     code, _, err = run_cli(["simulate", str(tmp_path / "plan.json"), "--requests", "20", "--chunked-prefill"])
     assert code == 0 and "--chunked-prefill changes nothing for it" in err, err
+
+
+# item 8: the study's tables give every rate its unit ("ref /s" and "12.3k/s" left tokens or images unsaid)
+def test_study_tables_give_rates_units() -> None:
+    data = json.loads((Path(__file__).parent.parent / "bench" / "results" / "eval.json").read_text())
+    rows = [line for line in markdown(data).splitlines() if line.startswith("| ")]
+    assert rows
+    for line in rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert not any(re.search(r"(^|[\s\d])/s$", c) for c in cells), line
 
 
 # item 8: flags that would be ignored are refused; mistakes are one line in the user's terms

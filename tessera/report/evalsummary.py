@@ -376,12 +376,12 @@ def markdown(data: dict[str, Any]) -> str:
         lines.append(f"| {p['scenario']} | {gt} | {p['beats_same_size']} / {p['cells']} | "
                      f"{p['pair_beats_ref_per_usd']} / {p['checks']} | {p['pair_beats_ref_both']} / {p['checks']} |")
     lines += ["", "## Sensitivity: the link inside a pair (only links the pair can be built with)", "",
-              "| model | shape | pair | link | Tessera goodput | gain (Tessera chose) |",
+              "| model | shape | pair | link | Tessera goodput tok/s (img/s) | gain (Tessera chose) |",
               "|---|---|---|---|---|---|"]
     for lk in s["link_sensitivity"]:
         for name, v in lk["links"].items():
             lines.append(f"| {lk['model']} | {lk['shape']} | {lk['pool']} | {name} | "
-                         f"{_n(v['goodput_per_s'])}/s | {_x(v['gain'])} ({v['chosen']}) |")
+                         f"{_n(v['goodput_per_s'])} | {_x(v['gain'])} ({v['chosen']}) |")
     a = s["agreement"]
     lines += ["", "## Planner vs simulator (SLO knee)", ""]
     if "strategies" not in a:  # a study run before the knee check: its 95%-load figures are not the check
