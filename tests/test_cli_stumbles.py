@@ -424,6 +424,25 @@ def test_one_flag_name_across_verbs(run_cli) -> None:
         assert "--out-dir" in text, verb
 
 
+# item 8: one default per meaning: requests served for real (run, serve-run) 8, said in help; old names of run's
+# --prompt/--output still work
+@pytest.mark.slow
+def test_real_runs_share_the_requests_default_and_flag_names(run_cli) -> None:
+    for verb in ("run", "serve-run"):
+        _, text, _ = run_cli([verb, "-h"])
+        flat = " ".join(text.split())
+        assert "real runs: 8" in flat and "[default: 8]" in flat.split("--requests", 1)[1].split("--", 1)[0], verb
+    _, text, _ = run_cli(["run", "-h"])
+    assert "--prompt" in text and "--output" in text and "--seq" not in text and "--new-tokens" not in text
+    code, new, err = run_cli(["run", "llama-tiny", "--requests", "2", "--prompt", "5", "--output", "2", "--json"])
+    assert code == 0, err
+    code, old, err = run_cli(["run", "llama-tiny", "--requests", "2", "--seq", "5", "--new-tokens", "2", "--json"])
+    assert code == 0, err
+    assert json.loads(new)["extra"]["tokens"] == json.loads(old)["extra"]["tokens"]
+    # 2 requests, each a micro-batch of one sequence of 2 output tokens
+    assert [[len(seq) for seq in t] for t in json.loads(new)["extra"]["tokens"]] == [[2], [2]]
+
+
 def test_report_with_a_sweep_prints_no_warnings(tmp_path: Path, run_cli) -> None:
     path = tmp_path / "plan.json"
     plan = _plan()

@@ -113,7 +113,7 @@ def register_serve(app: typer.Typer) -> None:
         placement: str = typer.Option("layer_split", help=PLACEMENT_HELP),
         workload: str = typer.Option("poisson", help="offline | poisson | bursty (tessera.sim's workloads)"),
         rate: float = typer.Option(20.0, help="mean arrivals per second (poisson, bursty)"),
-        requests: int = typer.Option(8, help="requests in the stream"),
+        requests: int = typer.Option(8, help="requests in the stream (real runs: 8, as run; simulate: 1000)"),
         prompt: str = typer.Option("4-8", help="prompt tokens: N, LO-HI or a length trace name"),
         output: str = typer.Option("2-6", help="generated tokens per request: N, LO-HI or a trace name"),
         workload_file: Path | None = typer.Option(None, help="explicit requests instead "

@@ -19,8 +19,8 @@ def register(app: typer.Typer) -> None:
         placement_name: str = typer.Option("layer_split", "--placement",
                                            help=f"for MODEL: {', '.join([*PLACEMENTS, MILP])}"),
         microbatches: int = typer.Option(2, help="micro-batches in flight (throughput mode)"),
-        requests: int = typer.Option(8, help="requests to serve, one micro-batch each (default 8, as "
-                                     "serve-run; simulate's default is 1000)"),
+        requests: int = typer.Option(8, help="requests to serve, one micro-batch each (real runs: 8, as "
+                                     "serve-run; simulate: 1000)"),
         batch: int = typer.Option(1, help="sequences per micro-batch"),
         prompt: int = typer.Option(8, help="prompt (or image) tokens per sequence"),
         output: int = typer.Option(4, help="output tokens per sequence (greedy)"),
