@@ -14,6 +14,7 @@ from tessera.contracts.provenance import planner_provenance
 from tessera.errors import UserError
 from tessera.fleet.cli import plan_pool_command
 from tessera.hardware import AUTO
+from tessera.plan.deploy import launch_lines
 from tessera.plan.options import (
     IMAGE_S,
     OUTPUT,
@@ -99,6 +100,11 @@ def register(app: typer.Typer) -> None:
             deployment.save(save)  # a PoolPlan file when the answer is several different cells
             kind = "pool plan" if deployment is not r.tessera.plan else "plan"
             print(f"wrote {save} (Tessera's {kind} of {model})", file=sys.stderr)
+            if deployment is r.tessera.plan:
+                print("\n".join(launch_lines(deployment, str(save))), file=sys.stderr)
+            else:
+                print("deploy with: one `tessera serve` per cell of the pool, each with that cell's own plan "
+                      "(`tessera plan MODEL --gpus CELL -o cell.json` prints it)", file=sys.stderr)
         if as_json:
             print(json.dumps({**r.to_json(), "provenance": planner_provenance(model, cfg, deployment, images=r.images).to_dict()}))
         else:

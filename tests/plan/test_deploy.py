@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import typer
 from typer.main import get_command
 
@@ -100,3 +103,25 @@ def test_report_prints_the_deploy_commands(tmp_path, run_cli):
     assert f"deploy with: {want}" in out and "as vllm" not in out
     page = (tmp_path / "report.html").read_text()
     assert '<section id="deploy"><h2>Deploy it</h2>' in page and want in page
+
+
+@pytest.mark.slow
+def test_plan_out_prints_the_serve_commands(tmp_path):
+    """`tessera plan -o` prints one serve line per replica; each parses with `tessera serve`'s options and
+    carries the saved plan's engine settings and traffic (read from the file's JSON)."""
+    path = tmp_path / "p.json"
+    r = subprocess.run([sys.executable, "-m", "tessera", "plan", "llama-tiny", "--gpus", "H100,H100", "--batch",
+                        "2", "--prompt", "16", "--output", "8", "-o", str(path)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(path.read_text())
+    lines = [x.removeprefix("deploy with: ") for x in r.stderr.splitlines() if x.startswith("deploy with: tessera")]
+    assert len(lines) == doc["replicas"] >= 1
+    for i, line in enumerate(lines):
+        got = serve_options(line)
+        assert got["placement"] == str(path) and got["model"] == "llama-tiny" and got["port"] == 8000 + i
+        assert got["devices"].split(",") == [f"cuda:{i * len(doc['devices']) + d}" for d in range(len(doc["devices"]))]
+        e = doc["engine"]
+        assert (got["max_num_seqs"], got["max_num_batched_tokens"], got["microbatches"]) == (
+            e["max_num_seqs"], e["max_num_batched_tokens"], e["microbatches"])
+        assert got["max_model_len"] == 16 + 8
