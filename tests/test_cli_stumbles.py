@@ -391,6 +391,9 @@ def test_smaller_mistakes_are_one_line(tmp_path: Path, run_cli) -> None:
         (["simulate", str(path), "--slo-ttft-ms", "0"], "--slo-ttft-ms 0 must be a positive time"),
         (["plan", "llama-tiny", "--gpus", "H100", "--slo-tpot-ms", "0"], "--slo-tpot-ms 0 must be a positive"),
         (["plan", "llama-tiny", "--gpus", "H1000"], "H100 (= H100-SXM)"),
+        (["simulate", str(path), "--window-s", "0"], "--window-s 0 must be a positive time in seconds"),
+        (["simulate", str(path), "--knee", "--slo-target", "0"], "--slo-target 0 must be a share of requests"),
+        (["simulate", str(path), "--slo-target", "0.95"], "add --knee or drop --slo-target"),
     ]
     for argv, want in cases:
         line = _one_line(*run_cli(argv)[::2])

@@ -178,6 +178,19 @@ def _lost_text(spec: WorkloadSpec, kv: int, stranded: bool) -> str:
             "tokens per cell")
 
 
+def knee_target(given: float | None, knee: bool) -> float:
+    """The share of requests the knee must serve within the SLO (--slo-target, 0.9 unless given); given
+    without --knee it would change nothing, and is refused."""
+    if given is None:
+        return 0.9
+    if not knee:
+        raise UserError(f"--slo-target {given:g} sets the share the SLO knee must meet (--knee); a simulation "
+                        "reports the share it met: add --knee or drop --slo-target")
+    if not 0 < given <= 1:
+        raise UserError(f"--slo-target {given:g} must be a share of requests in (0, 1], e.g. 0.9")
+    return given
+
+
 def _print_knee(k: Knee, json_out: bool, prov: Provenance) -> None:
     if json_out:
         print(json.dumps({**k.to_dict(), "provenance": prov.to_dict()}))
@@ -235,9 +248,11 @@ def register(app: typer.Typer) -> None:
                                                 "independently (default: the plan's engine settings)"),
         chunked_prefill: bool = typer.Option(False, help="two-phase plans: split prompts into chunks mixed "
                                              "with decode (serving-model plans always do)"),
-        knee: bool = typer.Option(False, help="find the SLO knee: the highest poisson rate at which --target "
-                                  "of requests meet the SLO"),
-        target: float = typer.Option(0.9, help="--knee: share of requests that must meet the SLO"),
+        knee: bool = typer.Option(False, help="find the SLO knee: the highest poisson rate at which "
+                                  "--slo-target of requests meet the SLO"),
+        slo_target: float | None = typer.Option(None, help="--knee: share of requests that must meet the SLO "
+                                                "(default 0.9, as plan)"),
+        old_target: float | None = typer.Option(None, "--target", hidden=True, help="old name of --slo-target"),
         adaptive: bool = typer.Option(False, help="switch between --latency-plan and PLAN by queue depth"),
         latency_plan: Path | None = typer.Option(None, help="latency-mode plan for --adaptive"),
         switch_ms: float | None = typer.Option(None, help="switch cost (default: one pipeline fill)"),
@@ -273,6 +288,7 @@ def register(app: typer.Typer) -> None:
         if chunked_prefill and any("mixed" in p.phases for p in _cell_plans(plan)):
             print("note: a serving-model (mixed) plan always prefills in chunks up to its token budget; "
                   "--chunked-prefill changes nothing for it", file=sys.stderr)
+        target = knee_target(slo_target if slo_target is not None else old_target, knee)
         if knee:
             k = find_knee(plan, prompt=p_spec, output=o_spec, slo=slo, scheduler=cfg, replicas=replicas,
                           config=KneeConfig(target=target, requests=requests, seeds=(seed, seed + 1)))
@@ -280,6 +296,8 @@ def register(app: typer.Typer) -> None:
                                                    rate_per_s=k.rate_per_s, seed=seed, target=target))
             return
         window = _trace_window(trace_window_s) if trace is not None else None
+        if window_s is not None and not window_s > 0:
+            raise UserError(f"--window-s {window_s:g} must be a positive time in seconds")
         spec, note = _workload(plan, workload, rate, requests or 1000, p_spec, o_spec, burst, burst_cv,
                                replicas)
         if note:

@@ -137,4 +137,4 @@ def test_simulate_knee_json(tmp_path, run_cli) -> None:
     assert got["rate_per_s"] > 0 and got["seeds"] == [0, 1] and got["requests"] == 500
     assert got["attainment"] >= 0.9 and got["target"] == 0.9 and got["planner_per_s"] is None
     code, _, err = run_cli(["simulate", str(path), "--knee", "--target", "0"])
-    assert code == 2 and "target=0.0" in err and "Traceback" not in err
+    assert code == 2 and "--target 0" not in err and "--slo-target 0 must be a share" in err and "Traceback" not in err
