@@ -21,7 +21,7 @@ test: $(STAMP)
 	TESSERA_PTX_NATIVE=0 $(BIN)/python -m pytest -q tests/ptx  # the pure-Python path the C module replaces
 
 demo: $(STAMP)
-	$(BIN)/python -m tessera.demo
+	$(BIN)/python -m tessera.study.demo --results bench/results
 
 bench: $(STAMP)
 	for f in bench/bench_*.py; do OMP_NUM_THREADS=1 $(BIN)/python $$f || exit 1; done

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tessera.report.evaluate import placement_maps, run_evaluate
+from tessera.study.evaluate import placement_maps, run_evaluate
 
 OUT = Path(__file__).parent / "results"
 

@@ -3,7 +3,7 @@
 For every cell: `plan_serving` (Tessera and each baseline at its best batch, micro-batch count and token
 budget; wall and CPU time, Tessera's chosen placement, plan/LP-bound), then every feasible deployment's
 goodput beside the simulator's SLO knee (the highest Poisson rate at which 90% of requests meet the SLO,
-found by bisection over simulated runs: tessera.report.agreement), and every single-cell plan simulated at
+found by bisection over simulated runs: tessera.study.agreement), and every single-cell plan simulated at
 120% of its predicted capacity (steady-state throughput: the mean of the simulator's throughput series
 between 25% of the arrival span and its end). Checks: the knee within 10% of the planner's goodput; at 120%
 of capacity the simulation saturates within 10% of the predicted capacity.
@@ -25,9 +25,10 @@ from tessera.plan.cell import model_kind
 from tessera.plan.planner import capture_source
 from tessera.plan.problem import default_cost
 from tessera.plan.serve import PlannerConfig, latency_variant, plan_serving
-from tessera.report.agreement import knee_check, summary_line
 from tessera.report.agreement import summary as agreement_summary
+from tessera.report.agreement import summary_line
 from tessera.sim import SLO, AdaptivePolicy, LengthSpec, WorkloadSpec, check_switchable, simulate
+from tessera.study.agreement import knee_check
 
 OUT = Path(__file__).parent / "results"
 MODELS = ("llama-3-8b", "mixtral-8x7b", "mamba2-2.7b", "qwen2.5-7b")

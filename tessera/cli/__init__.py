@@ -38,7 +38,7 @@ def _root(
 # Each stage's `cli` module exposes register(app); the order is the order of `tessera --help`. A verb that
 # spans stages is registered from tessera/cli/ instead (REGISTRARS).
 STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "engine", "serve",
-          "report")
+          "report", "study")
 REGISTRARS = {"plan": "tessera.cli.plan"}  # `tessera plan` joins the plan and fleet stages
 
 

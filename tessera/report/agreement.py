@@ -1,5 +1,5 @@
-"""The planner's goodput against the simulator's SLO knee: the check `tessera compare` and `tessera evaluate`
-run on every strategy they score.
+"""The planner's goodput against the simulator's SLO knee, summarised: the check `tessera compare` and
+`tessera evaluate` run on every strategy they score (tessera.study.agreement.knee_check) is read here.
 
 The planner works its goodput out in closed form (tessera.plan.knee); the simulator is a second engine
 that takes from a plan only what an operator gives an engine (placement costs, sequences, micro-batches,
@@ -13,26 +13,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from tessera.errors import UserError
-from tessera.plan.types import Plan, PoolPlan
-from tessera.sim.knee import KneeConfig, find_knee
-
 TOLERANCE = 0.10  # |simulator knee / planner goodput − 1| the check allows
-KNEE = KneeConfig(rel_tol=0.03)  # bisection to 3% of the rate: a third of the tolerance
-
-
-def knee_check(deployment: Plan | PoolPlan | None, goodput: float) -> dict[str, Any] | None:
-    """The simulator's knee of a strategy's deployment beside the planner's goodput (output tokens/s or
-    images/s); None where the strategy serves nothing."""
-    if deployment is None or goodput <= 0:
-        return None
-    try:
-        k = find_knee(deployment, config=KNEE)
-    except (UserError, ValueError) as e:
-        return {"planner_per_s": goodput, "error": str(e).splitlines()[0]}
-    return {"planner_per_s": goodput, "knee_per_s": k.per_s, "ratio": k.per_s / goodput,
-            "attainment": k.attainment, "rates": k.rates, "requests": k.requests, "wall_s": k.wall_s,
-            "note": k.note or None}
 
 
 def summary(checks: list[dict[str, Any] | None]) -> dict[str, Any]:

@@ -12,24 +12,7 @@ import typer
 
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
-from tessera.hardware import AUTO
 from tessera.plan.deploy import launch_lines
-from tessera.plan.options import (
-    IMAGE_S,
-    OUTPUT,
-    PROMPT,
-    STEPS,
-    TPOT_MS,
-    TTFT_MS,
-    DenoiseSteps,
-    Output,
-    Prompt,
-    SloImageS,
-    SloTpotMs,
-    SloTtftMs,
-    check_context,
-    config_of,
-)
 from tessera.plan.types import PoolPlan, plan_from_dict
 from tessera.progress import Steps
 from tessera.text import stdout_console
@@ -155,38 +138,5 @@ def report(
     con.print(f"report: {path}", highlight=False, soft_wrap=True)
 
 
-def compare(
-    quick: bool = typer.Option(False, "--quick", help="one model per family on three pairs (a few minutes)"),
-    as_json: bool = typer.Option(False, "--json", help="print the cells as JSON"),
-    out_dir: Path = typer.Option(Path("bench/results"), "--out-dir", help="where compare.json/.md go"),
-    prompt: Prompt = PROMPT,
-    output: Output = OUTPUT,
-    steps: DenoiseSteps = STEPS,
-    slo_ttft_ms: SloTtftMs = TTFT_MS,
-    slo_tpot_ms: SloTpotMs = TPOT_MS,
-    slo_image_s: SloImageS = IMAGE_S,
-    link: str = typer.Option(AUTO, "--link", help="link between the GPUs of each pair (catalog name); auto: "
-                                                 "the best each pair can have"),
-    knee: bool = typer.Option(True, "--knee/--no-knee", help="check every strategy's goodput against the "
-                                                           "simulator's SLO knee (a few seconds each)"),
-) -> None:
-    """Tessera vs every baseline at equal SLO, one model per family on GPU pairs: compare.json and compare.md
-    (compare.quick.* with --quick)."""
-    from tessera.report.compare import MODELS, run_compare  # plans and simulates: only when compare runs
-
-    cfg = config_of(None, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link)
-    for m in MODELS:  # every model of the matrix must take the traffic: refused before hours of planning
-        check_context(m, prompt, output)
-    cells, md = run_compare(out_dir=out_dir, cfg=cfg, quick=quick, knee=knee)
-    if as_json:
-        print(json.dumps({"cells": cells}))
-    else:
-        stdout_console().print(md, markup=False, highlight=False)
-
-
 def register(app: typer.Typer) -> None:
     app.command("report")(report)
-    app.command("compare")(compare)
-    from tessera.report.evaluate_cli import evaluate
-
-    app.command("evaluate")(evaluate)

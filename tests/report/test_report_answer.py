@@ -162,7 +162,7 @@ def test_each_plan_at_its_own_rate_and_one_shared_rate_is_flagged(tmp_path) -> N
 
 
 def test_demo_runs_every_plan_at_its_own_operating_point() -> None:
-    from tessera.demo import operating_rates
+    from tessera.study.demo import operating_rates
 
     def outcome(goodput: float, feasible: bool = True) -> SimpleNamespace:
         return SimpleNamespace(feasible=feasible, plan=object() if feasible else None, goodput=goodput)

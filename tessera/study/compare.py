@@ -21,10 +21,21 @@ from typing import Any
 from tessera.contracts.provenance import planner_provenance
 from tessera.errors import UserError
 from tessera.hardware import AUTO, best_link, cell_link
+from tessera.plan.planner import capture_source
 from tessera.plan.pool import engine_gpu, resolve_gpu
 from tessera.plan.problem import default_cost
-from tessera.plan.serve import STRATEGIES, PlannerConfig, Shapes, StrategyResult, homogeneous, plan_serving
-from tessera.report.agreement import knee_check, summary, summary_line
+from tessera.plan.serve import (
+    STRATEGIES,
+    PlannerConfig,
+    Shapes,
+    StrategyResult,
+    homogeneous,
+    model_kind,
+    plan_serving,
+)
+from tessera.plan.units import UnitCost
+from tessera.report.agreement import summary, summary_line
+from tessera.study.agreement import knee_check
 
 MODELS = ("llama-3-8b", "mixtral-8x7b", "mamba2-2.7b", "qwen2.5-vl-7b", "flux-dev")  # llm moe ssm vlm dit
 PAIRS = ("H100,H20", "H100,L40S", "A100,L40S", "H20,L40S", "H100,A100", "H100,H100")
@@ -39,8 +50,6 @@ def _progress(msg: str) -> None:
 
 def same_size_homogeneous(model: str, gpus: tuple[str, ...], cfg: PlannerConfig, cache: dict) -> dict[str, Any]:
     """The best homogeneous deployment of len(gpus) GPUs of one type (each type of the pool, and H100)."""
-    from tessera.plan.planner import capture_source
-
     best: dict[str, Any] | None = None
     for name in dict.fromkeys((*gpus, REFERENCE)):
         key = (model, name, len(gpus))
@@ -58,8 +67,6 @@ def same_size_homogeneous(model: str, gpus: tuple[str, ...], cfg: PlannerConfig,
 
 
 def _images(model: str) -> bool:
-    from tessera.plan.serve import model_kind
-
     return model_kind(model)[0]
 
 
@@ -103,8 +110,6 @@ def placement_summary(r) -> dict[str, Any]:
     s = r.tessera
     if s.point is None or s.plan is None or s.chosen != "milp":
         return {}
-    from tessera.plan.planner import capture_source
-    from tessera.plan.units import UnitCost
 
     shapes = Shapes(r.model, capture_source(r.model), r.config, r.images)
     g = shapes.graph(s.point.batch, s.point.microbatches)

@@ -5,7 +5,7 @@ micro-batch count under the study's planner config (``study_config``); pools of 
 also planned as a fleet (``plan_fleet``: cells of up to 8 GPUs, replicated), and Tessera's answer is the
 better of the two. Beside each cell: the best homogeneous deployment of the same number of GPUs (each type
 of the pool, H100 and H200) for tokens per dollar, and every strategy's goodput beside the simulator's SLO
-knee of the same deployment (planner–simulator agreement, tessera.report.agreement). Cells are appended to a JSON-lines file as they finish, so an
+knee of the same deployment (planner–simulator agreement, tessera.study.agreement). Cells are appended to a JSON-lines file as they finish, so an
 interrupted run is usable and resumes where it stopped. The summary (gains, headline checks, price and
 link sensitivity) is computed from the cells alone (``tessera.report.evalsummary``).
 """
@@ -22,11 +22,22 @@ from pathlib import Path
 from typing import Any
 
 from tessera.errors import UserError
+from tessera.fleet.fleet import plan_fleet
+from tessera.fleet.spec import FleetSpec
 from tessera.hardware import AUTO, IN_SERVER, best_link, buildable, cell_link
 from tessera.hardware import gpu as catalog_gpu
+from tessera.plan.planner import capture_source
+from tessera.plan.pool import engine_gpu, resolve_gpu
+from tessera.plan.problem import default_cost
+from tessera.plan.serve import STRATEGIES, PlannerConfig, Shapes, homogeneous, plan_serving
+from tessera.plan.serving import Traffic
 from tessera.plan.types import PoolPlan
-from tessera.report.agreement import knee_check
-from tessera.report.workloads import Shape, shapes
+from tessera.report.data import placement_map_path
+from tessera.report.evalsummary import became, best_baseline, extremes, markdown, summary
+from tessera.report.placement import plot_placement_map
+from tessera.study.agreement import knee_check
+from tessera.study.compare import placement_summary
+from tessera.study.workloads import Shape, shapes
 
 FAMILIES = {"llama-3-8b": "dense LLM", "mixtral-8x7b": "MoE LLM", "mamba2-2.7b": "state-space LLM",
             "qwen2.5-vl-7b": "vision-language", "flux-dev": "diffusion transformer"}
@@ -96,9 +107,6 @@ QUICK = (("llama-3-8b", "conversation", 0), ("llama-3-8b", "code", 0), ("llama-3
 def study_config(s: Shape, link: str = BASE_LINK):
     """plan_serving's config for one shape: default SLO; micro-batch counts 1, 2, 4 and ≤ 3 s, 2% gap per
     MILP solve (a pair plans in seconds instead of half a minute); the same for every strategy."""
-    from tessera.plan.serve import PlannerConfig
-    from tessera.plan.serving import Traffic
-
     t = Traffic(prompt=s.prompt, output=s.output, steps=s.steps, image_tokens=s.image_tokens)
     return PlannerConfig(traffic=t, link=link, microbatches=(1, 2, 4), time_limit_s=3.0, mip_rel_gap=0.02)
 
@@ -146,11 +154,6 @@ def _strategy(s, knee: bool) -> dict[str, Any]:
 
 def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> dict[str, Any]:
     """n GPUs of one type as vLLM deploys them (best TP × replicas), at list price; cached per process."""
-    from tessera.plan.planner import capture_source
-    from tessera.plan.pool import engine_gpu, resolve_gpu
-    from tessera.plan.problem import default_cost
-    from tessera.plan.serve import Shapes, homogeneous
-
     key = (model, s.name, gpu, n)
     if key not in cache:
         cfg = study_config(s)
@@ -165,9 +168,6 @@ def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> dict[
 def fleet_answer(model: str, pool: StudyPool, cfg) -> tuple[dict[str, Any], PoolPlan | None]:
     """The pool planned as replicated cells of up to 8 GPUs (tessera.fleet): its summary, and its cells'
     plans with their counts (None if nothing serves)."""
-    from tessera.fleet.fleet import plan_fleet
-    from tessera.fleet.spec import FleetSpec
-
     try:
         f = plan_fleet(model, FleetSpec(gpus=pool.gpus, link=cfg.link), cfg, budget_s=20.0, max_gpus=8)
     except UserError as e:
@@ -198,8 +198,6 @@ def sim_of_answer(cell: dict[str, Any], t, fleet_pool: PoolPlan | None) -> dict[
 def replicated_pair(pool: StudyPool, pair: dict[str, Any]) -> dict[str, Any]:
     """k copies of the pair cell's Tessera answer on a pool of k GPUs of each of the pair's two types (the
     replicated cell plan_fleet would weigh, planned once under the study's own config)."""
-    from tessera.report.evalsummary import became, best_baseline
-
     k = pool.gpus[0][1]
     t = pair["tessera"]
     how = became(pair)
@@ -223,8 +221,6 @@ def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, s
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """One cell. ``pair_cell``: for a pool of k GPUs of each of two types, the finished cell of their pair
     (same model, shape, link), whose Tessera answer replicated k times stands for the fleet search."""
-    from tessera.plan.serve import STRATEGIES, plan_serving
-
     t0 = time.perf_counter()
     cfg = study_config(s, link)
     cell: dict[str, Any] = {"model": model, "family": FAMILIES[model], "shape": s.name, "prompt": s.prompt,
@@ -268,8 +264,6 @@ def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, s
 
 
 def _placement_summary(r) -> dict[str, Any]:
-    from tessera.report.compare import placement_summary
-
     try:
         return placement_summary(r)
     except UserError:  # a TP-group device name is not a catalog name: no per-kind times
@@ -304,8 +298,6 @@ def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, sim
                  limit: int | None = None) -> dict[str, Any]:
     """Run (or resume) the matrix, appending each cell to eval[.quick].cells.jsonl; then write
     eval[.quick].json and .md from every cell there. Returns the JSON written."""
-    from tessera.report.evalsummary import markdown, summary
-
     stem = "eval.quick" if quick else "eval"
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = out_dir / f"{stem}.cells.jsonl"
@@ -344,12 +336,6 @@ def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, sim
 
 def placement_maps(data: dict[str, Any], fig_dir: Path, stem: str = "eval") -> list[tuple[str, Path]]:
     """PNG placement maps of the best and worst cells (by goodput gain) that have a single-cell placement."""
-    from tessera.plan.planner import capture_source
-    from tessera.plan.serve import Shapes
-    from tessera.report.data import placement_map_path
-    from tessera.report.evalsummary import extremes
-    from tessera.report.placement import plot_placement_map
-
     fig_dir.mkdir(parents=True, exist_ok=True)
     out = []
     for label, c in extremes(data["cells"]):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tessera.plan.serve import STRATEGIES, PlannerConfig
-from tessera.report.compare import gains, markdown
+from tessera.study.compare import gains, markdown
 
 
 def _cell(gpus: list[str], usd: float, good: dict[str, float], chosen: str, ref_per_usd: float) -> dict:

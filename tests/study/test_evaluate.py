@@ -13,7 +13,7 @@ import pytest
 from tessera.cli import main
 from tessera.errors import UserError
 from tessera.report import evalsummary as es
-from tessera.report.evaluate import (
+from tessera.study.evaluate import (
     BASE_LINK,
     MODEL_SHAPES,
     POOLS,
@@ -22,7 +22,7 @@ from tessera.report.evaluate import (
     matrix,
     sensitivity_links,
 )
-from tessera.report.workloads import Shape, shapes, trace_shape
+from tessera.study.workloads import Shape, shapes, trace_shape
 
 DATA = Path(__file__).parents[2] / "tessera" / "sim" / "data"
 
@@ -173,7 +173,7 @@ def test_milp_within_margin_is_a_tie_and_html_section_escapes() -> None:
 
 
 def test_k_plus_k_pool_replicates_the_pair_and_its_best_baseline() -> None:
-    from tessera.report.evaluate import StudyPool, pair_of, replicated_pair
+    from tessera.study.evaluate import StudyPool, pair_of, replicated_pair
 
     big = StudyPool(name="8xH100-SXM+8xL40S", gpus=(("H100-SXM", 8), ("L40S", 8)))
     pair = {**PAIR, "gpus": [["H100-SXM", 1], ["L40S", 1]]}

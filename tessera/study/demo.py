@@ -7,11 +7,15 @@
    at 50–125% of it (one seed) for goodput-vs-rate curves;
 4. advise a GPU mix for llama-3-8b at three budgets (throughput–cost frontier, alternatives to rent);
 5. build the self-contained HTML report, with the compare matrix `tessera compare` wrote to
-   bench/results/compare.json (that matrix takes ~10 min here, so the demo reads it rather than redo it).
+   RESULTS/compare.json (that matrix takes ~10 min here, so the demo reads it rather than redo it).
+
+Run as `python -m tessera.study.demo --results bench/results` (the Makefile's `make demo`): the folder of
+results files is the caller's to name, not a path inside the package.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -23,13 +27,32 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tessera.capture import capture_model, summarize
+from tessera.contracts.provenance import Provenance, fingerprint
+from tessera.fleet.advise import advise
+from tessera.plan.planner import capture_source
+from tessera.plan.pool import resolve_gpu
+from tessera.plan.report import result_table
+from tessera.plan.serve import PlannerConfig, Shapes, plan_serving
+from tessera.plan.types import PoolPlan
 from tessera.progress import Steps
+from tessera.report.answer import answer_of
+from tessera.report.data import (
+    RentOption,
+    ReportData,
+    evaluation_maps,
+    load_compare,
+    load_cost_accuracy,
+    load_evaluation,
+    parse_sim,
+)
+from tessera.report.html import build_report
+from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
 
 OUT = Path(os.environ.get("TESSERA_DEMO_OUT", "out"))
-COMPARE = Path(__file__).resolve().parent.parent / "bench" / "results" / "compare.json"
-# the evaluation study (`tessera evaluate`, about an hour here), read like the compare matrix
-EVALUATION = COMPARE.with_name("eval.json")
-COST_ACCURACY = COMPARE.with_name("cost_aic.json")  # the cost model's measured error (bench_cost_aic.py)
+# Files read from the results folder (--results): the compare matrix, the evaluation study (`tessera
+# evaluate`, about an hour here) and the cost model's measured error (bench_cost_aic.py).
+COMPARE, EVALUATION, COST_ACCURACY = "compare.json", "eval.json", "cost_aic.json"
 MODEL, GPUS, LINK = "llama-3-8b", ("H100", "L40S"), "auto"  # auto: the pair's best link (PCIe 4)
 # Each plan is simulated at SIM_LOAD of its own predicted goodput (its capacity at the SLO), once per seed:
 # the spread over seeds is the report's "how sure". The sweep runs each plan at SWEEP_LOADS of its capacity
@@ -58,8 +81,6 @@ def _step(step: Steps, title: str, fn: Callable[[], Any]) -> Any:
 
 
 def capture_families(progress: Steps) -> Table:
-    from tessera.capture import capture_model, summarize
-
     t = Table(title="1. Capture: one model of each family (fake tensors, bf16, no weights allocated)")
     for c in ("model", "phase", "shape", "kernels", "layers", "GFLOP", "weights GB", "KV+state GB", "capture s"):
         t.add_column(c, justify="left" if c in ("model", "phase", "shape") else "right")
@@ -84,9 +105,6 @@ def simulate_at(result: Any, progress: Steps, load: float, seeds: tuple[int, ...
     """Every feasible plan at ``load`` of its own capacity (Poisson, the plan's SLO), per seed (a plan of
     independent replicas, the homogeneous baseline on a mixed pair, is served behind the simulator's router);
     each entry records its operating point beside the simulator's contract."""
-    from tessera.contracts.provenance import Provenance, fingerprint
-    from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
-
     t, slo = result.config.traffic, result.config.slo
     sims = []
     for name, rate in operating_rates(result, load).items():
@@ -119,8 +137,6 @@ def sim_table(sims: list[dict[str, Any]]) -> Table:
 
 def advise_options(progress: Steps) -> list[Any]:
     """The advisor's choices (its mix, the best homogeneous and prefill/decode mixes) at each budget."""
-    from tessera.fleet.advise import advise
-
     return [_step(progress, f"advise GPU mixes for {ADVISE_MODEL} at ${b:.0f}/h",
                   lambda b=b: advise(ADVISE_MODEL, None, b, simulate=False)) for b in BUDGETS_USD_PER_HOUR]
 
@@ -128,9 +144,6 @@ def advise_options(progress: Steps) -> list[Any]:
 def rent_options(advice: list[Any], compare: Any) -> tuple[Any, ...]:
     """Alternatives to the demo's pair for the report's first screen: the best same-size homogeneous pool
     of the compare matrix's cell for this model and pair, and every advisor choice."""
-    from tessera.plan.pool import resolve_gpu
-    from tessera.report.data import RentOption
-
     pair = sorted(resolve_gpu(g).name for g in GPUS)
     out = [c.reference for c in compare or () if c.model == MODEL and sorted(c.gpus) == pair and c.reference]
     for a in advice:
@@ -143,12 +156,8 @@ def rent_options(advice: list[Any], compare: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def main() -> None:
-    from tessera.plan.planner import capture_source
-    from tessera.plan.report import result_table
-    from tessera.plan.serve import PlannerConfig, Shapes, plan_serving
-    from tessera.report.html import build_report
-
+def main(results: Path) -> None:
+    """The demo, reading the compare matrix, the study and the cost accuracy from the folder ``results``."""
     OUT.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     with Steps("make demo", stream=sys.stdout) as progress:
@@ -174,7 +183,7 @@ def main() -> None:
     if "mixed" in plan.phases:  # the iteration graph at the plan's operating point (its assignment's kernels)
         graphs = (Shapes(MODEL, capture_source(MODEL), cfg, images=False).graph(plan.batch, plan.microbatches),)
     baselines = tuple(o.deployment for n, o in result.strategies.items() if n != "tessera" and o.feasible and o.plan is not None)
-    data = report_data(deployment, baselines, graphs, sims, sweep, advice)
+    data = report_data(deployment, baselines, graphs, sims, sweep, advice, results)
     with Steps("report", stream=sys.stdout) as step:
         path = build_report(data, OUT, on_section=step)
     console.print(answer_text(data), highlight=False, soft_wrap=True)
@@ -182,34 +191,25 @@ def main() -> None:
 
 
 def report_data(deployment: Any, baselines: tuple[Any, ...], graphs: tuple[Any, ...], sims: list[dict[str, Any]],
-                sweep: list[dict[str, Any]], advice: list[Any]) -> Any:
+                sweep: list[dict[str, Any]], advice: list[Any], results: Path) -> Any:
     """What the report is built from: the demo's plan (or pool plan), its baselines' plans, the runs and the
-    advisor's choices, with the compare matrix bench/results/compare.json, the study bench/results/eval.json
-    and the cost model's error bench/results/cost_aic.json hold."""
-    from tessera.plan.types import PoolPlan
-    from tessera.report.data import (
-        ReportData,
-        evaluation_maps,
-        load_compare,
-        load_cost_accuracy,
-        load_evaluation,
-        parse_sim,
-    )
-
-    compare = load_compare(COMPARE) if COMPARE.exists() else None
+    advisor's choices, with what the compare matrix, the study and the cost model's error in ``results``
+    (compare.json, eval.json, cost_aic.json) hold."""
+    compare_json, evaluation, cost_accuracy = results / COMPARE, results / EVALUATION, results / COST_ACCURACY
+    compare = load_compare(compare_json) if compare_json.exists() else None
     budgets = ", ".join(f"${b:.0f}" for b in BUDGETS_USD_PER_HOUR)
     return ReportData(
         title=f"Tessera: {MODEL} on {' + '.join(GPUS)}", compare=compare,
         plan=deployment.lead if isinstance(deployment, PoolPlan) else deployment,
         pool=deployment if isinstance(deployment, PoolPlan) else None, graphs=graphs or None,
-        cost_accuracy=load_cost_accuracy(COST_ACCURACY) if COST_ACCURACY.exists() else None,
+        cost_accuracy=load_cost_accuracy(cost_accuracy) if cost_accuracy.exists() else None,
         sims=tuple(parse_sim(s, s["label"], "demo") for s in sims),
         sweep=tuple(parse_sim(s, s["label"], "demo sweep") for s in sweep),
         frontier=tuple(p for a in advice for p in a.frontier_points()),
         frontier_title=f"Advisor: GPU mixes for {ADVISE_MODEL} at {budgets} per hour",
         options=rent_options(advice, compare), baseline_plans=baselines,
-        evaluation=load_evaluation(EVALUATION) if EVALUATION.exists() else None,
-        evaluation_maps=evaluation_maps(EVALUATION) if EVALUATION.exists() else (),
+        evaluation=load_evaluation(evaluation) if evaluation.exists() else None,
+        evaluation_maps=evaluation_maps(evaluation) if evaluation.exists() else (),
         commands=(f"tessera plan {MODEL} --gpus {','.join(GPUS)} --link {LINK} -o plan.json",
                   "tessera simulate plan.json --workload poisson --rate R --requests 20000 --prompt 1024 "
                   "--output 256 --slo-ttft-ms 2000 --slo-tpot-ms 100 --seed S",
@@ -224,8 +224,6 @@ def report_data(deployment: Any, baselines: tuple[Any, ...], graphs: tuple[Any, 
 
 def answer_text(data: Any) -> str:
     """The report's first screen in a few plain lines for the terminal."""
-    from tessera.report.answer import answer_of
-
     a = answer_of(data)
     own = a.predicted_usd_per_million_tokens if a is not None else None
     if a is None or a.capacity_tokens_per_s is None or own is None:
@@ -244,5 +242,12 @@ def answer_text(data: Any) -> str:
     return "\n".join(lines)
 
 
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tessera.study.demo", description=__doc__.splitlines()[0])
+    p.add_argument("--results", type=Path, required=True,
+                   help="folder of compare.json, eval.json and cost_aic.json (the repository's bench/results)")
+    return p.parse_args(argv)
+
+
 if __name__ == "__main__":
-    main()
+    main(parse_args().results)

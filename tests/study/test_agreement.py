@@ -1,10 +1,11 @@
-"""The planner's goodput against the simulator's SLO knee (tessera.report.agreement)."""
+"""The planner's goodput against the simulator's SLO knee (tessera.study.agreement, summarised by tessera.report.agreement)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tessera.report.agreement import knee_check, summary, summary_line
+from tessera.report.agreement import summary, summary_line
+from tessera.study.agreement import knee_check
 
 
 def test_summary_counts_by_hand() -> None:

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tessera.errors import UserError, choices_error
+from tessera.sim.workload import traces
 
 
 @dataclass(frozen=True, kw_only=True)
 class Shape:
     """One kind of traffic: tokens per request (or an image step count), and where the numbers come from."""
-
     name: str
     prompt: int = 1  # tokens per request (LLMs; for a VLM, image tokens + text)
     output: int = 1  # generated tokens per request
@@ -54,8 +54,6 @@ def trace_shape(name: str, rows: np.ndarray, source: str) -> Shape:
 
 
 def _trace(name: str) -> np.ndarray:
-    from tessera.sim.workload import traces
-
     return traces()[name]
 
 
