@@ -213,6 +213,10 @@ def test_compare_only_lead_compares_per_dollar_with_same_size_homogeneous(tmp_pa
     lead = _lead((tmp_path / "r" / "report.html").read_text())
     # (917.6 / 4.09) / (6133.2 / 5.98) = 0.219
     assert "0.22× the goodput per dollar of the best same-size homogeneous deployment (2×H100-SXM)" in lead
+    # what to rent: 4.09e6 / (917.6 × 3600) = $1.238/M against 5.98e6 / (6133.2 × 3600) = $0.271/M, 4.57×
+    assert ("Per token, rent 2×H100-SXM rather than this pair: 6,133 tok/s for $5.98/h, $0.271/M tokens against "
+            "$1.238/M, 4.57× cheaper.") in lead
+    assert "These are the planner's predictions at the matrix's SLO; not simulated." in lead
 
 
 # item 6: prompt + output beyond the model's context window is one line, exit 2, before any planning

@@ -15,7 +15,15 @@ from tessera.errors import UserError
 from tessera.hardware import catalog
 from tessera.plan.types import PoolPlan
 from tessera.report import plots
-from tessera.report.answer import RUNTIME_VENDORS, Answer, Spread, answer_of, matrix_gains, weight_copies
+from tessera.report.answer import (
+    RUNTIME_VENDORS,
+    Answer,
+    Spread,
+    answer_of,
+    matrix_gains,
+    runtime_covers,
+    weight_copies,
+)
 from tessera.report.data import CompareCell, FrontierPoint, RentOption, ReportData, SimResult, strategy_order
 from tessera.report.deploy import deploy_html
 from tessera.report.tables import (
@@ -293,6 +301,29 @@ def _gains_html(data: ReportData) -> str:
             f"<th>worst</th><th>cells</th></tr>{rows}</table>")
 
 
+def _rent_sentence(cell: CompareCell) -> str:
+    """What to rent for the cell's model: the pair under Tessera or the same-size homogeneous pool, whichever
+    serves a token for less (a pool the runtime cannot run is named as such), and how sure: planner
+    predictions, with the simulator's knee check of Tessera's plan where the matrix has one."""
+    t, ref = cell.strategies["tessera"], cell.reference
+    own = t.usd_per_hour / (t.throughput_per_s * 3600) * 1e6 if t.throughput_per_s else None
+    if own is None or cell.unit != "tokens/s":
+        return ""
+    if ref is not None and ref.usd_per_million_tokens < own:
+        runs = all(runtime_covers(g) for g in ref.gpus)
+        text = (f"Per token, rent <b>{escape(ref.label)}</b> rather than this pair: "
+                f"{escape(fmt_rate(ref.goodput_tokens_per_s, cell.unit))} for ${ref.usd_per_hour:.2f}/h, "
+                f"${ref.usd_per_million_tokens:.3f}/M tokens against ${own:.3f}/M, "
+                f"{own / ref.usd_per_million_tokens:.2f}× cheaper"
+                + ("." if runs else " (planned from transferred costs; Tessera's runtime does not run it)."))
+    else:
+        text = f"Per token this pair is the cheaper of the two: ${own:.3f}/M tokens."
+    sure = ("These are the planner's predictions at the matrix's SLO"
+            + (f"; the simulator's SLO knee of this plan is {t.knee_ratio:.2f}× the planner's goodput."
+               if t.knee_ratio is not None else "; not simulated."))
+    return text + " " + sure
+
+
 def headline(data: ReportData) -> str:
     """Without a plan: the question and the compare matrix's answer in one paragraph, with the numbers."""
     parts = ["The question: <em>for this model, these GPUs and this traffic, which placement of the model's "
@@ -314,6 +345,7 @@ def headline(data: ReportData) -> str:
             ref = cell.reference
             parts[-1] += (f", and <b>{g:.2f}×</b> the goodput per dollar of the best same-size homogeneous "
                           f"deployment ({escape(ref.label)})." if g is not None and ref is not None else ".")
+            parts.append(_rent_sentence(cell))
         elif t is not None:
             parts.append(f"Tessera found no placement of <b>{escape(cell.model)}</b> on <b>{escape(cell.pool)}</b>: "
                          f"{escape(t.reason or 'infeasible')}.")
