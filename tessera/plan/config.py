@@ -11,7 +11,6 @@ from tessera.hardware import AUTO, check_link_name
 from tessera.plan.serving import BUDGETS, Point, Slo, Traffic
 from tessera.plan.types import Plan, PoolCell, PoolPlan
 
-STRATEGIES = ("tessera", "homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
 MICROBATCHES = (1, 2, 4, 8)
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from tessera.contracts.enums import STRATEGIES
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec, cell_link
@@ -32,7 +33,7 @@ from tessera.plan.baselines.homogeneous import homogeneous
 from tessera.plan.baselines.prefill_decode import prefill_decode
 from tessera.plan.bound import period_floor
 from tessera.plan.cell import Shapes, best_of, cell_strategy, make_plan, model_kind
-from tessera.plan.config import STRATEGIES, PlannerConfig, ServingResult, StrategyResult
+from tessera.plan.config import PlannerConfig, ServingResult, StrategyResult
 from tessera.plan.pool import Pool, engine_gpu, resolve_gpu
 from tessera.plan.problem import default_cost
 from tessera.plan.serving import Traffic, closeness, score_point, slo_period_cap

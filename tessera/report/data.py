@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tessera.contracts.enums import STRATEGIES
 from tessera.contracts.provenance import Provenance, fingerprint, of_file
 from tessera.contracts.results import FrontierPoint
 from tessera.errors import UserError
@@ -16,7 +17,6 @@ from tessera.graph.ir import KernelGraph
 from tessera.plan.types import Plan, PoolPlan
 
 # Order in which strategies appear everywhere (tables, bars, legends); unknown names follow, sorted.
-STRATEGIES = ("tessera", "homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
 BASELINES = STRATEGIES[1:]
 
 
