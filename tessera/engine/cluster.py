@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from tessera.engine import remote
 from tessera.engine.config import EngineConfig
 from tessera.engine.devices import WorkerKind
 from tessera.engine.inputs import IterationInputs
@@ -99,7 +100,11 @@ class EngineCluster(Processes):
 
     def start(self) -> None:
         t0 = time.monotonic()
-        self.spawn(worker_main, self.specs(), name="tessera-engine-worker")
+        link = remote.installed()  # torchrun's rank 0: the workers are the other ranks, on their hosts
+        if link is not None:
+            link.spawn(self, self.specs())
+        else:
+            self.spawn(worker_main, self.specs(), name="tessera-engine-worker")
         got = self.ready()
         self.ready_info = [got[r] for r in range(len(self.procs))]
         self.link = got[0]["link"]
