@@ -128,8 +128,8 @@ def sim_table(sims: list[dict[str, Any]]) -> Table:
     for c in ("strategy", "seed", "req/s", "tokens/s", "TTFT p99 s", "TPOT p50 ms", "TPOT p99 ms", "SLO met", "$/1M tok"):
         t.add_column(c, justify="left" if c == "strategy" else "right")
     for s in sims:
-        usd = s["usd_per_million_tokens"]
-        t.add_row(s["label"], str(s["seed"]), f"{s['rate_per_s']:.1f}", f"{s['throughput_tokens_per_s']:,.0f}",
+        usd, prov = s["usd_per_million_tokens"], s["provenance"]  # seed and rate: where every JSON file has them
+        t.add_row(s["label"], str(prov["seed"]), f"{prov['rate_per_s']:.1f}", f"{s['throughput_tokens_per_s']:,.0f}",
                   f"{s['ttft_s']['p99']:.2f}", f"{s['tpot_s']['p50'] * 1e3:.1f}", f"{s['tpot_s']['p99'] * 1e3:.1f}",
                   f"{(s['slo_attainment'] or 0) * 100:.0f}%", f"{usd:.3f}" if usd else "")
     return t
