@@ -34,8 +34,19 @@ def register(app: typer.Typer) -> None:
         microbatches: int = typer.Option(1, help="groups of running requests, advancing independently"),
         transport: str = typer.Option("auto", help="between workers: auto, gloo, nccl"),
         seed: int = typer.Option(0, help="dummy-weight seed"),
+        adaptive: bool = typer.Option(False, help="switch between a latency schedule "
+                                      "(--latency-microbatches, --latency-placement) and this one by queue "
+                                      "depth (workers only; no recovery from a lost worker meanwhile)"),
+        latency_microbatches: int = typer.Option(1, help="--adaptive: micro-batches of the latency schedule"),
+        latency_placement: str | None = typer.Option(None, help="--adaptive: placement of the latency "
+                                                     "schedule (default: --placement)"),
+        high_load: int | None = typer.Option(None, help="--adaptive: outstanding requests -> throughput "
+                                             "schedule (default: --max-num-seqs)"),
+        low_load: int | None = typer.Option(None, help="--adaptive: outstanding requests -> latency schedule "
+                                            "(default: half of --high-load)"),
     ) -> None:
         """Serve a model over HTTP with OpenAI's API (/v1/completions, /v1/chat/completions), /metrics."""
+        from tessera.engine.adaptive import AdaptiveSettings
         from tessera.engine.cluster import ClusterSettings
         from tessera.engine.config import EngineConfig
         from tessera.engine.devices import parse_devices
@@ -52,7 +63,10 @@ def register(app: typer.Typer) -> None:
                               max_waiting=max_waiting, host=host, port=port)
         serve(ServeSpec(model=model, kinds=kinds, placement=placement, replan=replan, config=config,
                         dtype=dtype, load_format=load_format, seed=seed,
-                        settings=ClusterSettings(transport=transport), server=server))
+                        settings=ClusterSettings(transport=transport), server=server,
+                        adaptive=AdaptiveSettings(latency_microbatches=latency_microbatches,
+                                                  latency_placement=latency_placement, high_load=high_load,
+                                                  low_load=low_load) if adaptive else None))
 
 
 DEFAULT_MODEL_LEN = 2048  # tokens: keeps the default KV cache (max-num-seqs sequences of it) small

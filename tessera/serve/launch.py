@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import uvicorn
 from uvicorn.server import HANDLED_SIGNALS
 
+from tessera.engine.adaptive import AdaptiveSettings, Switcher, switcher_for
 from tessera.engine.cluster import ClusterSettings
 from tessera.engine.config import EngineConfig
 from tessera.engine.devices import WorkerKind
@@ -48,20 +49,42 @@ class ServeSpec:
     seed: int = 0
     settings: ClusterSettings = field(default_factory=ClusterSettings)
     server: ServerConfig
+    adaptive: AdaptiveSettings | None = None  # --adaptive: a latency schedule, switched to by queue depth
 
     def __post_init__(self) -> None:
         if not self.kinds:
             raise UserError("--devices names no device; e.g. cpu or cpu,cpu")
+        if self.adaptive is not None and in_process(self.kinds):
+            raise UserError("--adaptive switches the schedules of worker processes; a lone cpu runs in this "
+                            "process: give --devices cpu,cpu (or cpu:threads=1 for one worker)")
 
 
-def open_engine(spec: ServeSpec) -> tuple[Engine, WorkerPool | InProcess]:
-    """The driver engine and its started pool (the caller closes a WorkerPool)."""
+@dataclass
+class Opened:
+    """The engine and what runs its iterations: the pool, the adaptive switch and every pool to close."""
+
+    engine: Engine
+    pool: WorkerPool | InProcess
+    switch: Switcher | None = None
+    pools: list[WorkerPool] = field(default_factory=list)
+
+    def close(self) -> None:
+        for p in self.pools:
+            p.__exit__(None, None, None)
+
+
+def in_process(kinds: tuple[WorkerKind, ...]) -> bool:
+    return len(kinds) == 1 and kinds[0].name == "cpu"
+
+
+def open_engine(spec: ServeSpec) -> Opened:
+    """The driver engine and its started pools (the caller closes them: ``Opened.close``)."""
     source = open_model(spec.model)
     codec = tokenizer_for(source)
-    if len(spec.kinds) == 1 and spec.kinds[0].name == "cpu":
+    if in_process(spec.kinds):
         engine = load_engine(source, spec.config, dtype=spec.dtype, load_format=spec.load_format,
                              seed=spec.seed, codec=codec)
-        return engine, InProcess(engine)
+        return Opened(engine=engine, pool=InProcess(engine))
     if spec.load_format == "auto" and not source.has_weights:
         raise UserError(f"{source.name} has no safetensors weights to load; use --load-format dummy")
     dtype = resolve_dtype(spec.dtype, source)
@@ -77,8 +100,22 @@ def open_engine(spec: ServeSpec) -> tuple[Engine, WorkerPool | InProcess]:
     pool = WorkerPool(source, dtype, spec.config, spec.kinds, lambda _k: placement,
                       load_format=spec.load_format, seed=spec.seed, settings=spec.settings,
                       replacer=placer_for(spec.replan, source, dtype, spec.config, traffic, costs))
+    opened = Opened(engine=engine, pool=pool, pools=[pool])
     pool.__enter__()
-    return engine, pool
+    a = spec.adaptive
+    if a is None:
+        return opened
+    latency = None
+    if a.latency_placement not in (None, spec.placement):
+        chosen = placer_for(a.latency_placement, source, dtype, spec.config, traffic, costs)(spec.kinds)
+        check_worker_memory(source, dtype, spec.config, spec.kinds, chosen.assignment)
+        latency = WorkerPool(source, dtype, spec.config, spec.kinds, lambda _k: chosen,
+                             load_format=spec.load_format, seed=spec.seed, settings=spec.settings)
+        opened.pools.append(latency)
+        latency.__enter__()
+    opened.switch = switcher_for(a, spec.config, pool, latency)
+    opened.switch.start(engine)
+    return opened
 
 
 class Uvicorn(uvicorn.Server):
@@ -124,11 +161,11 @@ class Running:
     pool)."""
 
     def __init__(self, engine: Engine, pool: WorkerPool | InProcess, config: ServerConfig, *,
-                 recover: bool = True, quiet: bool = False) -> None:
+                 recover: bool = True, quiet: bool = False, switch: Switcher | None = None) -> None:
         self.metrics = Metrics(engine.devices)
         self.thread = EngineThread(engine, pool, self.metrics,
                                    max_outstanding=engine.config.max_num_seqs + config.max_waiting,
-                                   recover=recover)
+                                   recover=recover and switch is None, switch=switch)
         self.server = Server(engine, self.thread, config, draining=lambda: self.uv.should_exit)
         self.app = build_app(self.server)
         banner = (f"serving {config.served_model_name} ({engine.source.name} on {','.join(engine.devices)}, "
@@ -168,9 +205,8 @@ class Running:
 
 def serve(spec: ServeSpec) -> None:
     """``tessera serve``: until SIGTERM/SIGINT, then drained."""
-    engine, pool = open_engine(spec)
+    opened = open_engine(spec)
     try:
-        Running(engine, pool, spec.server).serve_forever()
+        Running(opened.engine, opened.pool, spec.server, switch=opened.switch).serve_forever()
     finally:
-        if isinstance(pool, WorkerPool):
-            pool.__exit__(None, None, None)
+        opened.close()

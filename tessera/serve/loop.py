@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from tessera.engine.adaptive import Switcher
 from tessera.engine.config import SamplingParams
 from tessera.engine.engine import Engine
 from tessera.engine.request import Request
@@ -68,9 +69,11 @@ class EngineThread:
     """Owns ``engine`` and ``pool``; at most ``max_outstanding`` requests accepted and not finished."""
 
     def __init__(self, engine: Engine, pool: WorkerPool | InProcess, metrics: Metrics, *,
-                 max_outstanding: int, recover: bool = True) -> None:
-        self.engine, self.metrics = engine, metrics
-        self.loop = Loop(engine, pool, recover=recover)
+                 max_outstanding: int, recover: bool = True, switch: Switcher | None = None) -> None:
+        self.engine, self.metrics, self.switch = engine, metrics, switch
+        # with the adaptive switch, iterations go to the pool of its current schedule
+        self.loop = Loop(engine, switch.pool if switch else pool, recover=recover, switch=switch)
+        self.switches_seen = 0
         self.max_outstanding = max_outstanding
         self.commands: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
         self.lock = threading.Lock()
@@ -218,6 +221,10 @@ class EngineThread:
                     log_.recoveries):
             lst.clear()
         self.engine.history.clear()
+        if self.switch is not None:
+            self.metrics.throughput_mode.set(1 if self.switch.mode == "throughput" else 0)
+            self.metrics.switches.inc(len(self.switch.switches) - self.switches_seen)
+            self.switches_seen = len(self.switch.switches)
         self.metrics.roll_window()
 
     def drain_commands_after_error(self) -> None:

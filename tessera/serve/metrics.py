@@ -41,6 +41,9 @@ class Metrics:
         self.rejected = Counter("tessera_requests_rejected", "Requests answered at once with an error, by "
                                 "reason (invalid, full, draining)", ["reason"], registry=r)
         self.recoveries = Counter("tessera_worker_recoveries", "Lost workers recovered from", registry=r)
+        self.throughput_mode = Gauge("tessera_adaptive_throughput_mode", "--adaptive: 1 on the throughput "
+                                     "schedule, 0 on the latency one", registry=r)
+        self.switches = Counter("tessera_adaptive_switches", "--adaptive: schedule switches", registry=r)
         self._window_start = time.perf_counter()
         self._window_busy: dict[int, float] = {}
         for d, name in enumerate(self.devices):

@@ -209,3 +209,28 @@ def test_a_worker_lost_mid_stream_costs_no_token(subprocess_server):
     text = httpx.get(f"{server.url}/metrics").text
     assert "tessera_worker_recoveries_total 1.0" in text
     assert len(worker_pids(server.proc.pid)) == 1 and a not in worker_pids(server.proc.pid)
+
+
+@pytest.mark.slow
+def test_adaptive_switches_schedules_without_changing_tokens(subprocess_server):
+    """--adaptive on two workers: latency schedule (m=1) until more than 2 requests are outstanding, then
+    the throughput one (m=2); eight requests at once make it switch, and each gets the engine's tokens."""
+    server = subprocess_server(["llama-tiny", "--load-format", "dummy", "--dtype", "fp32", "--devices",
+                                "cpu,cpu", "--max-model-len", "64", "--max-num-seqs", "4", "--microbatches",
+                                "2", "--adaptive", "--latency-microbatches", "1", "--high-load", "2",
+                                "--low-load", "1"])
+    import concurrent.futures as cf
+
+    prompts = [[9 + i, 4, 7] for i in range(8)]
+    bodies = [{"model": "llama-tiny", "prompt": p, "max_tokens": 12, "ignore_eos": True, "temperature": 0}
+              for p in prompts]
+    with cf.ThreadPoolExecutor(8) as ex:
+        got = list(ex.map(lambda b: stream_ids(server.url, b), bodies))
+    engine = reference("llama-tiny", "dummy", EngineConfig(max_num_seqs=4, max_num_batched_tokens=256,
+                                                           max_model_len=64))
+    want = engine.generate(prompts, SamplingParams(max_tokens=12, ignore_eos=True))
+    assert [g[0] for g in got] == [list(w.token_ids) for w in want]
+    text = httpx.get(f"{server.url}/metrics").text
+    switches = next(s.value for f in text_string_to_metric_families(text) for s in f.samples
+                    if s.name == "tessera_adaptive_switches_total")
+    assert switches >= 1
