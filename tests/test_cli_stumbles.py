@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 from html import unescape
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -23,6 +24,7 @@ from tessera.provenance import fingerprint
 from tessera.report.evalsummary import markdown
 from tessera.runtime.api import share_line
 from tessera.sim.handplan import PhaseCost, StretchCost, hand_plan, mixed_plan
+from tessera.study.demo import sim_table, simulate_at
 
 PREFILL = PhaseCost(fixed_s=0.01, per_token_s=2e-5, tokens=(128, 16384), contexts=(128,))
 DECODE = PhaseCost(fixed_s=0.02, per_token_s=1e-4, tokens=(1, 64, 128), contexts=(0,))
@@ -448,6 +450,19 @@ def test_real_runs_share_the_requests_default_and_flag_names(run_cli) -> None:
     assert json.loads(new)["extra"]["tokens"] == json.loads(old)["extra"]["tokens"]
     # 2 requests, each a micro-batch of one sequence of 2 output tokens
     assert [[len(seq) for seq in t] for t in json.loads(new)["extra"]["tokens"]] == [[2], [2]]
+
+
+# must show: make demo's table of runs reads what simulate_at writes (seed and rate in each run's provenance; the
+# demo ended in KeyError 'seed' after its eight minutes of work)
+def test_demo_table_reads_the_runs_it_made() -> None:
+    plan = _plan()
+    result = SimpleNamespace(model=plan.model, config=SimpleNamespace(
+        traffic=SimpleNamespace(prompt=128, output=16), slo=SimpleNamespace(ttft_s=1.0, tpot_s=0.1)),
+        strategies={"tessera": SimpleNamespace(feasible=True, plan=plan, deployment=plan, goodput=1000.0)})
+    sims = simulate_at(result, lambda _title: None, 0.5, (7,), 50)
+    # 0.5 × 1000 tok/s / 16 output tokens = 31.25 req/s, seed 7
+    row = [c._cells[0] for c in sim_table(sims).columns]
+    assert row[:3] == ["tessera", "7", "31.2"]
 
 
 def test_report_with_a_sweep_prints_no_warnings(tmp_path: Path, run_cli) -> None:
