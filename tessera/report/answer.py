@@ -12,7 +12,7 @@ from tessera.graph.ir import KernelGraph, Role
 from tessera.hardware import catalog
 from tessera.plan.types import Plan, PoolPlan
 from tessera.report.agreement import TOLERANCE
-from tessera.report.data import CompareCell, CostAccuracy, RentOption, ReportData, SimResult
+from tessera.report.data import CompareCell, CostAccuracy, RentOption, ReportData, SimRun
 from tessera.sim.traffic import plan_capacity_per_s, plan_goodput_per_s
 
 
@@ -138,7 +138,7 @@ class Answer:
         return (max(ok) if ok else None, min(bad) if bad else None)
 
 
-def runs_of(sims: Sequence[SimResult] | None, label: str) -> list[SimResult]:
+def runs_of(sims: Sequence[SimRun] | None, label: str) -> list[SimRun]:
     return [s for s in sims or () if s.label == label]
 
 
@@ -152,7 +152,7 @@ def deployment_gpus(d: Plan | PoolPlan) -> tuple[str, ...]:
     return tuple(dev.gpu for p, n in cells for _ in range(n * p.replicas) for dev in p.devices)
 
 
-def capacity_of(d: Plan | PoolPlan, runs: Sequence[SimResult]) -> float | None:
+def capacity_of(d: Plan | PoolPlan, runs: Sequence[SimRun]) -> float | None:
     """The one capacity: the planner's goodput at the SLO (all cells and replicas); a plan file without one
     (written before goodput was planned) falls back on what its runs recorded, then on its throughput."""
     good = plan_goodput_per_s(d)
@@ -227,7 +227,7 @@ def answer_of(data: ReportData) -> Answer | None:
         model=d.model, gpus=gpus, strategy=d.strategy, usd_per_hour=usd, capacity_tokens_per_s=capacity,
         rate_per_s=rates[0] if len(rates) == 1 else None, load=statistics.median(loads) if loads else None,
         goodput=Spread.of(goodputs),
-        attainment=Spread.of([s.slo_attainment for s in runs if s.slo_attainment is not None]),
+        attainment=Spread.of([s.result.slo_attainment for s in runs if s.result.slo_attainment is not None]),
         slo_ttft_s=(first.slo_ttft_s if first else None) or slo.get("ttft_s"),
         slo_tpot_s=(first.slo_tpot_s if first else None) or slo.get("tpot_s"),
         prompt=prov.prompt if prov else (str(work["prompt"]) if work.get("prompt") else None),
@@ -235,11 +235,11 @@ def answer_of(data: ReportData) -> Answer | None:
         cheaper=cheaper, homogeneous=homog, left_out=left_out,
         best_baseline=_best_baseline(data, d.model, gpus), knee=knee_gap(data.compare, d.model, gpus),
         cost_accuracy=data.cost_accuracy,
-        worst_ttft_p99_s=max((s.ttft_s.p99 for s in runs), default=None),
-        worst_tpot_p99_s=max((s.tpot_s.p99 for s in runs), default=None),
-        sweep=tuple(sorted((s.offered_tokens_per_s / capacity, s.slo_attainment)
+        worst_ttft_p99_s=max((s.result.ttft_s["p99"] for s in runs), default=None),
+        worst_tpot_p99_s=max((s.result.tpot_s["p99"] for s in runs), default=None),
+        sweep=tuple(sorted((s.offered_tokens_per_s / capacity, s.result.slo_attainment)
                            for s in runs_of(data.sweep, d.strategy)
-                           if s.offered_tokens_per_s is not None and capacity and s.slo_attainment is not None)),
+                           if s.offered_tokens_per_s is not None and capacity and s.result.slo_attainment is not None)),
     )
 
 

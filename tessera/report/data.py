@@ -11,7 +11,7 @@ from typing import Any
 
 from tessera.contracts.enums import STRATEGIES
 from tessera.contracts.provenance import Provenance, fingerprint, of_file
-from tessera.contracts.results import FrontierPoint
+from tessera.contracts.results import FrontierPoint, SimResult
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
 from tessera.plan.types import Plan, PoolPlan
@@ -120,25 +120,12 @@ class CompareCell:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LatencyPercentiles:
-    p50: float
-    p90: float
-    p99: float
+class SimRun:
+    """One simulation as the report shows it: the simulator's ``result``, read with its own serializer, under
+    a ``label`` (which plan it simulated: a strategy name, usually) at its operating point."""
 
-
-@dataclass(frozen=True, kw_only=True)
-class SimResult:
-    label: str  # which plan this run simulated (a strategy name, usually)
-    requests: int
-    completed: int
-    lost: int
-    sim_wall_s: float
-    throughput_tokens_per_s: float
-    ttft_s: LatencyPercentiles
-    tpot_s: LatencyPercentiles
-    e2e_s: LatencyPercentiles
-    slo_attainment: float | None
-    usd_per_million_tokens: float | None
+    label: str
+    result: SimResult
     # The run's operating point, from the file's provenance (or, in a file written before it had one, the
     # keys `make demo` wrote beside the contract): offered request rate, the seed, the plan's predicted
     # goodput (its capacity at the SLO, output tokens/s; `make demo` only), output tokens per request, and the
@@ -152,17 +139,19 @@ class SimResult:
     provenance: Provenance | None = None  # what the file says it simulated (None: a file from before it did)
 
     def __post_init__(self) -> None:
-        if self.completed > self.requests or min(self.requests, self.completed, self.lost) < 0:
-            raise UserError(f"simulator result {self.label!r}: completed={self.completed}, lost={self.lost} "
-                            f"and requests={self.requests} must be counts with completed <= requests")
+        r = self.result
+        if r.completed > r.requests or min(r.requests, r.completed, r.lost) < 0:
+            raise UserError(f"simulator result {self.label!r}: completed={r.completed}, lost={r.lost} "
+                            f"and requests={r.requests} must be counts with completed <= requests")
 
     @property
     def goodput_tokens_per_s(self) -> float | None:
         """Output tokens/s of the requests that met the SLO: every request has the same output length in
         these runs, so it is the throughput times the share of *completed* requests meeting it."""
-        if self.slo_attainment is None or self.completed == 0:
+        r = self.result
+        if r.slo_attainment is None or r.completed == 0:
             return None
-        return self.throughput_tokens_per_s * self.slo_attainment * self.requests / self.completed
+        return r.throughput_tokens_per_s * r.slo_attainment * r.requests / r.completed
 
     @property
     def offered_tokens_per_s(self) -> float | None:
@@ -188,8 +177,8 @@ class ReportData:
     plan: Plan | None = None  # one cell's plan: what the placement pictures draw
     pool: PoolPlan | None = None  # the whole deployment when it is several different cells (``plan``: its lead)
     graphs: tuple[KernelGraph, ...] | None = None  # phases of `plan`, for the placement map
-    sims: tuple[SimResult, ...] | None = None  # each plan at its operating point, one entry per seed
-    sweep: tuple[SimResult, ...] | None = None  # each plan at several offered rates: goodput-vs-rate curves
+    sims: tuple[SimRun, ...] | None = None  # each plan at its operating point, one entry per seed
+    sweep: tuple[SimRun, ...] | None = None  # each plan at several offered rates: goodput-vs-rate curves
     gantt_png: Path | None = None  # `tessera simulate --gantt` output; None: drawn from `plan` if given
     frontier: tuple[FrontierPoint, ...] | None = None  # advisor mixes; else derived from `compare`
     frontier_title: str = "Advisor: GPU mixes on the throughput–cost plane"
@@ -313,26 +302,15 @@ def _reference(d: Any, where: str) -> RentOption | None:
                       source="planner prediction, same-size homogeneous (tessera compare)")
 
 
-def _percentiles(d: dict[str, Any], key: str, where: str) -> LatencyPercentiles:
-    p = d.get(key)
-    if not isinstance(p, dict):
-        raise UserError(f"{where}: field {key!r} must be an object with p50, p90, p99")
-    return LatencyPercentiles(**{q: _num(p, q, f"{where} {key}") for q in ("p50", "p90", "p99")})  # type: ignore[arg-type]
-
-
-def parse_sim(d: dict[str, Any], label: str, where: str) -> SimResult:
-    if not isinstance(d, dict):
-        raise UserError(f"{where}: expected a simulator result object")
-    return SimResult(
-        label=label, requests=int(_num(d, "requests", where) or 0), completed=int(_num(d, "completed", where) or 0),
-        lost=int(_num(d, "lost", where) or 0), sim_wall_s=_num(d, "sim_wall_s", where) or 0.0,
-        throughput_tokens_per_s=_num(d, "throughput_tokens_per_s", where) or 0.0,
-        ttft_s=_percentiles(d, "ttft_s", where), tpot_s=_percentiles(d, "tpot_s", where),
-        e2e_s=_percentiles(d, "e2e_s", where),
-        slo_attainment=_num(d, "slo_attainment", where, optional=True),
-        usd_per_million_tokens=_num(d, "usd_per_million_tokens", where, optional=True),
-        **_operating_point(d, where),
-    )
+def parse_sim(d: dict[str, Any], label: str, where: str) -> SimRun:
+    """A `tessera simulate --json` object (or a `make demo` sims.json entry) with its operating point; every
+    latency percentile must be a number (a run that completed nothing has none to draw)."""
+    result = SimResult.from_dict(d, where)
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        q = next((q for q, v in getattr(result, key).items() if v is None), None)
+        if q is not None:
+            raise UserError(f"{where} {key}: field {q!r} must be a number, got None")
+    return SimRun(label=label, result=result, **_operating_point(d, where))
 
 
 def _operating_point(d: dict[str, Any], where: str) -> dict[str, Any]:
@@ -355,7 +333,7 @@ def _operating_point(d: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def sims_of_plan(deployment: Plan | PoolPlan, plan_path: Path | str,
-                 sims: tuple[SimResult, ...]) -> tuple[SimResult, ...]:
+                 sims: tuple[SimRun, ...]) -> tuple[SimRun, ...]:
     """The simulations shown beside ``deployment`` (read from ``plan_path``): each must say it simulated
     this model, and those of this very plan (by fingerprint) are labelled with its strategy, whatever their
     file's label; a run labelled with the plan's strategy (or with no other strategy's name) that simulated
@@ -423,7 +401,7 @@ def evaluation_maps(path: Path) -> tuple[tuple[str, Path], ...]:
     return tuple((label, png) for label, png in found if png.is_file())
 
 
-def load_sim(spec: str) -> SimResult:
+def load_sim(spec: str) -> SimRun:
     """`LABEL=path.json` or `path.json` (label: the file stem, e.g. sim_tessera.json -> tessera)."""
     label, _, path = spec.rpartition("=")
     p = Path(path)
@@ -431,7 +409,7 @@ def load_sim(spec: str) -> SimResult:
     return parse_sim(read_json(p, "simulator result"), label, str(p))
 
 
-def load_sims(spec: str) -> tuple[SimResult, ...]:
+def load_sims(spec: str) -> tuple[SimRun, ...]:
     """As load_sim, and also a JSON list of results each with a "label" (what `make demo` writes to sims.json);
     a LABEL= prefix on a list is put before each entry's own label."""
     prefix, _, path = spec.rpartition("=")

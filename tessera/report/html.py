@@ -24,7 +24,7 @@ from tessera.report.answer import (
     runtime_covers,
     weight_copies,
 )
-from tessera.report.data import CompareCell, FrontierPoint, RentOption, ReportData, SimResult, strategy_order
+from tessera.report.data import CompareCell, FrontierPoint, RentOption, ReportData, SimRun, strategy_order
 from tessera.report.deploy import deploy_html
 from tessera.report.tables import (
     PLAN_HEADER,
@@ -350,9 +350,9 @@ def headline(data: ReportData) -> str:
             parts.append(f"Tessera found no placement of <b>{escape(cell.model)}</b> on <b>{escape(cell.pool)}</b>: "
                          f"{escape(t.reason or 'infeasible')}.")
     if data.sims:
-        best = min(data.sims, key=lambda s: s.tpot_s.p99)
+        best = min(data.sims, key=lambda s: s.result.tpot_s["p99"])
         parts.append(f"Simulated, the lowest p99 time per output token is "
-                     f"{best.tpot_s.p99 * 1e3:.2f} ms ({escape(best.label)}).")
+                     f"{best.result.tpot_s['p99'] * 1e3:.2f} ms ({escape(best.label)}).")
     return '<div class="lead"><p>' + " ".join(parts) + "</p>" + _gains_html(data) + "</div>"
 
 
@@ -446,7 +446,7 @@ OPERATING_HEADER = ["plan", "offered req/s", "of its capacity", "seeds", "goodpu
                     "TTFT p99 ms", "TPOT p99 ms", "lost", "$/M tokens"]
 
 
-def operating_rows(sims: tuple[SimResult, ...]) -> list[list[str]]:
+def operating_rows(sims: tuple[SimRun, ...]) -> list[list[str]]:
     """One row per plan: median over seeds, the lowest and highest seed in brackets."""
     rows = []
     for label, runs in plots.by_label(sims).items():
@@ -456,11 +456,11 @@ def operating_rows(sims: tuple[SimResult, ...]) -> list[list[str]]:
             _spread_cell([r.load for r in runs if r.load is not None], lambda v: f"{100 * v:.0f}%"),
             str(len(runs)),
             _spread_cell([g for g in (r.goodput_tokens_per_s for r in runs) if g is not None], lambda v: f"{v:,.0f}"),
-            _spread_cell([r.slo_attainment for r in runs if r.slo_attainment is not None], lambda v: f"{100 * v:.1f}%"),
-            _spread_cell([r.ttft_s.p99 * 1e3 for r in runs], lambda v: f"{v:,.0f}"),
-            _spread_cell([r.tpot_s.p99 * 1e3 for r in runs], lambda v: f"{v:,.1f}"),
-            str(sum(r.lost for r in runs)),
-            _spread_cell([r.usd_per_million_tokens for r in runs if r.usd_per_million_tokens], lambda v: f"{v:.3g}"),
+            _spread_cell([r.result.slo_attainment for r in runs if r.result.slo_attainment is not None], lambda v: f"{100 * v:.1f}%"),
+            _spread_cell([r.result.ttft_s["p99"] * 1e3 for r in runs], lambda v: f"{v:,.0f}"),
+            _spread_cell([r.result.tpot_s["p99"] * 1e3 for r in runs], lambda v: f"{v:,.1f}"),
+            str(sum(r.result.lost for r in runs)),
+            _spread_cell([r.result.usd_per_million_tokens for r in runs if r.result.usd_per_million_tokens], lambda v: f"{v:.3g}"),
         ])
     return rows
 

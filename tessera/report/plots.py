@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tessera.plan.types import Plan  # noqa: E402
-from tessera.report.data import CompareCell, FrontierPoint, SimResult, strategy_order  # noqa: E402
+from tessera.report.data import CompareCell, FrontierPoint, SimRun, strategy_order  # noqa: E402
 from tessera.report.placement import DPI, device_colours, plot_placement_map  # noqa: E402
 
 __all__ = ["DPI", "plot_placement_map", "pareto_frontier", "plot_frontier", "plot_compare_matrix",
@@ -152,15 +152,15 @@ def plot_compare_matrix(cells: tuple[CompareCell, ...] | list[CompareCell], path
     return Path(path)
 
 
-def by_label(sims: tuple[SimResult, ...] | list[SimResult]) -> dict[str, list[SimResult]]:
+def by_label(sims: tuple[SimRun, ...] | list[SimRun]) -> dict[str, list[SimRun]]:
     """Runs grouped by plan label, in strategy order (one entry per seed)."""
-    groups: dict[str, list[SimResult]] = {}
+    groups: dict[str, list[SimRun]] = {}
     for r in sims:
         groups.setdefault(r.label, []).append(r)
     return {k: groups[k] for k in strategy_order(list(groups))}
 
 
-def operating_label(label: str, runs: list[SimResult]) -> str:
+def operating_label(label: str, runs: list[SimRun]) -> str:
     """'tessera\n27.8 req/s, 90% of capacity': the rate each plan was run at, under its name."""
     rates = sorted({r.rate_per_s for r in runs if r.rate_per_s is not None})
     loads = [r.load for r in runs if r.load is not None]
@@ -172,7 +172,7 @@ def operating_label(label: str, runs: list[SimResult]) -> str:
     return text
 
 
-def plot_latency_percentiles(sims: tuple[SimResult, ...] | list[SimResult], path: Path, *,
+def plot_latency_percentiles(sims: tuple[SimRun, ...] | list[SimRun], path: Path, *,
                              slo_ttft_s: float | None = None, slo_tpot_s: float | None = None) -> Path:
     """Three panels (TTFT, TPOT, end-to-end): per plan, bars of p50 / p90 / p99 in ms, the median over seeds
     with whiskers from the lowest to the highest seed; the SLO as a red line on the TTFT and TPOT panels
@@ -180,7 +180,7 @@ def plot_latency_percentiles(sims: tuple[SimResult, ...] | list[SimResult], path
     return _save(latency_figure(sims, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s), path)
 
 
-def latency_figure(sims: tuple[SimResult, ...] | list[SimResult], *, slo_ttft_s: float | None = None,
+def latency_figure(sims: tuple[SimRun, ...] | list[SimRun], *, slo_ttft_s: float | None = None,
                    slo_tpot_s: float | None = None) -> plt.Figure:
     """The figure plot_latency_percentiles saves."""
     groups = by_label(sims)
@@ -193,7 +193,7 @@ def latency_figure(sims: tuple[SimResult, ...] | list[SimResult], *, slo_ttft_s:
                                           ("e2e_s", "end-to-end latency")), strict=True):
         allv = []
         for j, (q, alpha) in enumerate(shades.items()):
-            vals = [np.array([getattr(getattr(r, metric), q) * 1e3 for r in groups[k]]) for k in labels]
+            vals = [np.array([getattr(r.result, metric)[q] * 1e3 for r in groups[k]]) for k in labels]
             mid = np.array([np.median(v) for v in vals])
             err = np.array([mid - [v.min() for v in vals], [v.max() for v in vals] - mid])
             xs = np.arange(len(labels)) + (j - 1) * 0.27
@@ -223,7 +223,7 @@ def latency_figure(sims: tuple[SimResult, ...] | list[SimResult], *, slo_ttft_s:
     return fig
 
 
-def plot_goodput_curves(sweep: tuple[SimResult, ...] | list[SimResult], path: Path) -> Path:
+def plot_goodput_curves(sweep: tuple[SimRun, ...] | list[SimRun], path: Path) -> Path:
     """Goodput against offered rate per plan: where a curve leaves the 'all served in SLO' diagonal the plan
     saturates; each plan's predicted capacity is a dotted vertical line in its colour."""
     groups = by_label(sweep)

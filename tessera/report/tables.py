@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from tessera.contracts.results import SimResult
 from tessera.graph.ir import KernelGraph
 from tessera.plan.types import Plan
-from tessera.report.data import CompareCell, SimResult, strategy_order
+from tessera.report.data import CompareCell, SimRun, strategy_order
 from tessera.text import plural
 
 MEMORY_ROLES = ("weight", "kv", "state", "activation")
@@ -138,15 +139,20 @@ def _ms(v_s: float) -> str:
     return f"{ms:,.0f}" if ms >= 1000 else (f"{ms:.1f}" if ms >= 100 else f"{ms:.2f}")
 
 
-def sim_rows(sims: tuple[SimResult, ...] | list[SimResult]) -> list[list[str]]:
-    return [[s.label, f"{s.completed} / {s.requests}", str(s.lost), f"{s.throughput_tokens_per_s:,.0f}",
-             f"{_ms(s.ttft_s.p50)} / {_ms(s.ttft_s.p99)}", f"{_ms(s.tpot_s.p50)} / {_ms(s.tpot_s.p99)}",
-             f"{s.e2e_s.p50:.2f} / {s.e2e_s.p99:.2f}",
-             "—" if s.slo_attainment is None else f"{100 * s.slo_attainment:.1f}%",
-             "—" if s.usd_per_million_tokens is None else f"{s.usd_per_million_tokens:.3g}"] for s in sims]
+def sim_rows(sims: tuple[SimRun, ...] | list[SimRun]) -> list[list[str]]:
+    return [_sim_row(s.label, s.result) for s in sims]
 
 
-def sim_table(sims: tuple[SimResult, ...] | list[SimResult]) -> Table:
+def _sim_row(label: str, r: SimResult) -> list[str]:
+    ttft, tpot, e2e = r.ttft_s, r.tpot_s, r.e2e_s  # {p50, p90, p99} s, numbers in a run the report reads
+    return [label, f"{r.completed} / {r.requests}", str(r.lost), f"{r.throughput_tokens_per_s:,.0f}",
+            f"{_ms(ttft['p50'])} / {_ms(ttft['p99'])}", f"{_ms(tpot['p50'])} / {_ms(tpot['p99'])}",
+            f"{e2e['p50']:.2f} / {e2e['p99']:.2f}",
+            "—" if r.slo_attainment is None else f"{100 * r.slo_attainment:.1f}%",
+            "—" if r.usd_per_million_tokens is None else f"{r.usd_per_million_tokens:.3g}"]
+
+
+def sim_table(sims: tuple[SimRun, ...] | list[SimRun]) -> Table:
     t = Table(title="Simulated serving (same workload for every plan)")
     for h in SIM_HEADER:
         t.add_column(h, justify="left" if h == "plan" else "right")

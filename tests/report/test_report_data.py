@@ -67,7 +67,7 @@ def test_sim_labels_and_errors(tmp_path) -> None:
     p = tmp_path / "sim_tessera.json"
     p.write_text(json.dumps(sim_result(2.0)))
     s = load_sim(str(p))
-    assert s.label == "tessera" and s.tpot_s.p99 == pytest.approx(0.08) and s.e2e_s.p50 == 2.0
+    assert s.label == "tessera" and s.result.tpot_s["p99"] == pytest.approx(0.08) and s.result.e2e_s["p50"] == 2.0
     assert load_sim(f"pd on A100={p}").label == "pd on A100"
     bad = sim_result(1.0)
     del bad["ttft_s"]["p90"]

@@ -128,3 +128,17 @@ def test_steady_rate_by_hand() -> None:
     assert r.steady_per_s(3.0, 10.0) == pytest.approx(50.0)
     assert r.steady_per_s(9.0, 9.5) == pytest.approx(5.0)
     assert r.steady_per_s(11.0, 12.0, default=0.0) == 0.0
+
+
+def test_the_result_reads_back_what_it_wrote(shared_pair_plan):
+    """One serializer: ``from_dict`` of ``to_dict`` is the same result (every field, detail included), and
+    of ``to_json`` the same contract; the JSON text round-trips too."""
+    import json
+
+    from tessera.contracts.results import SimResult
+
+    w = WorkloadSpec(kind="poisson", requests=60, rate_per_s=20, prompt=LengthSpec(lo=64, hi=64),
+                     output=LengthSpec(lo=4, hi=12))
+    r = simulate(shared_pair_plan, w, replicas=2, seed=3, slo=SLO(ttft_s=0.5, tpot_s=0.05))
+    assert SimResult.from_dict(json.loads(json.dumps(r.to_dict())), "t") == r
+    assert SimResult.from_dict(r.to_json(), "t").to_json() == r.to_json()

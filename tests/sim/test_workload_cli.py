@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from tessera.cli import main
+from tessera.contracts.results import CONTRACT_KEYS
 from tessera.errors import UserError
-from tessera.sim.metrics import CONTRACT_KEYS
 from tessera.sim.workload import LengthSpec, WorkloadSpec, generate, traces
 
 
