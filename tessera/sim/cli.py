@@ -102,7 +102,8 @@ def _replica_plan(plan: Plan | PoolPlan, replica: int, replicas: int) -> Plan:
 
 
 def _workload(plan: Plan | PoolPlan, kind: str | None, rate: float | None, requests: int, prompt: LengthSpec,
-              output: LengthSpec, burst: str, burst_cv: float, replicas: int) -> tuple[WorkloadSpec, str]:
+              output: LengthSpec, burst: str, burst_cv: float, replicas: int, on_s: float = 10.0,
+              off_s: float = 20.0) -> tuple[WorkloadSpec, str]:
     """The workload the flags ask for; a rate without --workload is poisson; neither (or an open workload
     without a rate) is poisson at 90% of the plan's goodput where it has one, offline otherwise. The second
     value says which default was taken ("" when none)."""
@@ -120,7 +121,7 @@ def _workload(plan: Plan | PoolPlan, kind: str | None, rate: float | None, reque
         elif kind is None:
             kind = "offline"
     spec = WorkloadSpec(kind=kind, requests=requests, rate_per_s=rate or 0.0, prompt=prompt, output=output,
-                        burst=burst, burst_cv=burst_cv)
+                        burst=burst, burst_cv=burst_cv, on_s=on_s, off_s=off_s)
     return spec, note
 
 
@@ -231,6 +232,8 @@ def register(app: typer.Typer) -> None:
                                           "--prompt (default: the plan's traffic, else 128)"),
         burst: str = typer.Option("gamma", help="bursty shape: gamma | onoff"),
         burst_cv: float = typer.Option(3.0, help="gamma: coefficient of variation of inter-arrival times"),
+        on_s: float = typer.Option(10.0, help="onoff: seconds of arrivals"),
+        off_s: float = typer.Option(20.0, help="onoff: seconds without arrivals"),
         seed: int = typer.Option(0, help="random seed (same seed, same metrics; --knee: seeds S and S+1)"),
         slo_ttft_ms: float | None = typer.Option(None, help="TTFT target (default: the plan's SLO)"),
         slo_tpot_ms: float | None = typer.Option(None, help="TPOT target (default: the plan's SLO)"),
@@ -299,7 +302,7 @@ def register(app: typer.Typer) -> None:
         if window_s is not None and not window_s > 0:
             raise UserError(f"--window-s {window_s:g} must be a positive time in seconds")
         spec, note = _workload(plan, workload, rate, requests or 1000, p_spec, o_spec, burst, burst_cv,
-                               replicas)
+                               replicas, on_s, off_s)
         if note:
             print(f"note: simulating {note}", file=sys.stderr)
         _warn_overload(plan, spec, replicas)
