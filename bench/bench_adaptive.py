@@ -146,6 +146,16 @@ def ms(d: dict, k: str) -> str:
     return "-" if d.get(k) is None else f"{d[k] * 1e3:.0f}"
 
 
+def sim_command(doc: dict[str, object]) -> str:
+    m, p = doc["meta"], doc["plans"]
+    w = m["workload_spec"]
+    rate, requests, on_s, off_s = w["rate_per_s"], w["requests"], w["on_s"], w["off_s"]
+    return (f"tessera simulate {p['throughput']['path']} --adaptive --latency-plan {p['latency']['path']} "
+            f"--workload bursty --burst onoff --on-s {on_s:g} --off-s {off_s:g} --rate {rate:g} --requests "
+            f"{requests} --prompt 16-32 --output 16-32 --slo-ttft-ms {m['slo_ttft_ms']:g} --slo-tpot-ms "
+            f"{m['slo_tpot_ms']:g} --high-load {m['thresholds'][0]} --low-load {m['thresholds'][1]} --seed 0")
+
+
 def reading(doc: dict[str, object]) -> str:
     """What the table says about the two schedules, from its own figures."""
     runs, sim = doc["runs"], doc["simulated"]
@@ -193,6 +203,8 @@ def markdown(doc: dict[str, object]) -> str:
         f"{num(sc['first_done_ms_p50'])} ms. Seconds in latency / throughput mode per run: "
         f"{modes(sc['mode_s'])}.", "",
         reading(doc), "",
+        f"The simulated adaptive row is `{sim_command(doc)}` (fixed rows: the same without `--adaptive`, on "
+        "each Plan file).", *([m["note"], ""] if m.get("note") else [""]),
         f"Greedy tokens of every run equal the single-process engine's (first run of each schedule "
         f"verified): {doc['verified']}; the adaptive runs' tokens equal the fixed runs': {doc['same_tokens']}.",
         ""]) + "\n"
@@ -238,7 +250,7 @@ def main() -> None:
                     "nodes": plans["nodes"], "workload": f"{w.requests} requests, on/off bursts ({w.on_s:g} s "
                     f"on, {w.off_s:g} s off, {w.rate_per_s:g} req/s on average), prompts {w.prompt}, outputs "
                     f"{w.output}", "slo_ttft_ms": args.slo_ttft_ms, "slo_tpot_ms": args.slo_tpot_ms,
-                    "thresholds": list(thresholds), "repeats": args.repeats, "load_start": load_start,
+                    "thresholds": list(thresholds), "repeats": args.repeats, "workload_spec": asdict(w), "load_start": load_start,
                     "load_end": os.getloadavg()[0], "cpu": "AMD EPYC, 2 vCPU",
                     "omp": os.environ.get("OMP_NUM_THREADS"), "threads": torch.get_num_threads(),
                     "command": "OMP_NUM_THREADS=1 .venv/bin/python bench/bench_adaptive.py "
