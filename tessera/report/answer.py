@@ -90,6 +90,7 @@ class Answer:
     model: str
     gpus: tuple[str, ...]  # every GPU the deployment rents
     strategy: str
+    how: str  # how the deployment serves, in words (placement_words)
     usd_per_hour: float
     capacity_tokens_per_s: float | None  # the planner's predicted goodput at the SLO (saturation)
     rate_per_s: float | None  # offered requests/s in the simulation (same for every seed)
@@ -150,6 +151,15 @@ def deployment_gpus(d: Plan | PoolPlan) -> tuple[str, ...]:
     """Every GPU a deployment rents: each cell's devices × count × replicas."""
     cells = [(c.plan, c.count) for c in d.cells] if isinstance(d, PoolPlan) else [(d, 1)]
     return tuple(dev.gpu for p, n in cells for _ in range(n * p.replicas) for dev in p.devices)
+
+
+def placement_words(d: Plan | PoolPlan) -> str:
+    """How the deployment serves, in a reader's words: a plan whose every cell is one GPU runs whole-model
+    replicas behind a router whatever strategy produced it (Tessera's answer is then no split at all)."""
+    plans = [c.plan for c in d.cells] if isinstance(d, PoolPlan) else [d]
+    if all(len(p.devices) == 1 for p in plans):
+        return "one whole-model replica per GPU behind a router (no kernel split)"
+    return "Tessera's kernel placement" if d.strategy == "tessera" else f"the {d.strategy} plan"
 
 
 def capacity_of(d: Plan | PoolPlan, runs: Sequence[SimRun]) -> float | None:
@@ -224,7 +234,7 @@ def answer_of(data: ReportData) -> Answer | None:
     prov = first.provenance if first is not None else None
     cheaper, homog, left_out = _options(data, d.model, _usd_per_mtok(usd, capacity or 0.0))
     return Answer(
-        model=d.model, gpus=gpus, strategy=d.strategy, usd_per_hour=usd, capacity_tokens_per_s=capacity,
+        model=d.model, gpus=gpus, strategy=d.strategy, how=placement_words(d), usd_per_hour=usd, capacity_tokens_per_s=capacity,
         rate_per_s=rates[0] if len(rates) == 1 else None, load=statistics.median(loads) if loads else None,
         goodput=Spread.of(goodputs),
         attainment=Spread.of([s.result.slo_attainment for s in runs if s.result.slo_attainment is not None]),

@@ -269,12 +269,11 @@ def _answer_html(data: ReportData) -> str:
     a = answer_of(data)
     if a is None:
         return headline(data)
-    how = "Tessera's kernel placement" if a.strategy == "tessera" else f"the {a.strategy} plan"
     own = a.predicted_usd_per_million_tokens
     cap = (f": <b>{escape(_tok(a.capacity_tokens_per_s))}</b> at the SLO, <b>{escape(_usd_mtok(own))}</b>"
            if a.capacity_tokens_per_s and own else ": no capacity at the SLO in the plan")
     verdict = (f"Rent <b>{escape(_rent_text(a.gpus))}</b> (${a.usd_per_hour:.2f}/h) and serve "
-               f"<b>{escape(a.model)}</b> with {escape(how)}{cap}.")
+               f"<b>{escape(a.model)}</b> with {escape(a.how)}{cap}.")
     best = a.cheaper or a.homogeneous
     if best is not None and own is not None and best.usd_per_million_tokens < own:
         verdict += (f"<br>If you can rent other GPUs: <b>{escape(_rent_text(best.gpus))}</b> serves a token "

@@ -14,7 +14,7 @@ from report_inputs import compare_cells, of_plan, sim_result, toy_plan
 
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
 from tessera.plan.types import PoolCell, PoolPlan
-from tessera.report.answer import Spread, answer_of, matrix_gains, weight_copies
+from tessera.report.answer import Spread, answer_of, matrix_gains, placement_words, weight_copies
 from tessera.report.data import RentOption, ReportData, parse_cell, parse_sim
 from tessera.report.html import build_report
 
@@ -213,3 +213,16 @@ def test_weights_held_per_strategy_against_the_model(tmp_path) -> None:
     assert "<td>tessera</td><td class=num>42.0</td><td class=num>10.50×</td><td class=num>38.0</td>" in page
     assert "<td>prefill_decode</td><td class=num>8.0</td><td class=num>2.00×</td><td class=num>4.0</td>" in page
     assert "<td>homogeneous</td><td class=num>8.0</td><td class=num>2.00×</td><td class=num>4.0</td>" in page
+
+
+def test_a_pool_of_one_gpu_replicas_is_not_called_a_kernel_placement() -> None:
+    """Tessera's answer on a pair is often a replica per GPU (its plans still say strategy "tessera"): the
+    first screen must say so, not "Tessera's kernel placement"."""
+    split = toy_plan()  # kernels over an H100 and an L40S
+    phases = {k: replace(v, assignment=(0,) * len(v.assignment)) for k, v in split.phases.items()}
+    one = replace(split, devices=split.devices[:1], phases=phases)
+    other = replace(one, devices=(replace(split.devices[1], index=0),))
+    pool = PoolPlan(cells=(PoolCell(plan=one, count=1), PoolCell(plan=other, count=1)))
+    assert placement_words(split) == "Tessera's kernel placement"
+    assert placement_words(pool) == "one whole-model replica per GPU behind a router (no kernel split)"
+    assert placement_words(replace(split, strategy="layer_pipeline")) == "the layer_pipeline plan"
