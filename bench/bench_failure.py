@@ -20,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from tessera.sim import SLO, Failure, LengthSpec, SchedulerConfig, WorkloadSpec, simulate_pool
+from tessera.sim import Failure, LatencyTargets, LengthSpec, SchedulerConfig, WorkloadSpec, simulate_pool
 from tessera.sim.handplan import PhaseCost, hand_plan
 
 OUT = Path(__file__).parent / "results"
@@ -47,7 +47,7 @@ def main() -> None:
                          gpus=("H100-SXM",), kv_capacity_tokens=200_000, usd_per_hour=2.99)
     w = WorkloadSpec(kind="poisson", requests=REQUESTS, rate_per_s=RATE_PER_S,
                      prompt=LengthSpec(trace="azure_conv_2023"), output=LengthSpec(trace="azure_conv_2023"))
-    slo = SLO(ttft_s=2.0, tpot_s=0.06)
+    slo = LatencyTargets(ttft_s=2.0, tpot_s=0.06)
     at_s = REQUESTS / RATE_PER_S / 2
     rows: dict[str, dict] = {}
     base = simulate_pool([(pair, 8)], w, slo=slo, window_s=WINDOW_S)

@@ -27,7 +27,7 @@ from tessera.plan.problem import default_cost
 from tessera.plan.serve import PlannerConfig, latency_variant, plan_serving
 from tessera.report.agreement import summary as agreement_summary
 from tessera.report.agreement import summary_line
-from tessera.sim import SLO, AdaptivePolicy, LengthSpec, WorkloadSpec, check_switchable, simulate
+from tessera.sim import AdaptivePolicy, LatencyTargets, LengthSpec, WorkloadSpec, check_switchable, simulate
 from tessera.study.agreement import knee_check
 
 OUT = Path(__file__).parent / "results"
@@ -43,7 +43,7 @@ def sim_point(plan, cfg: PlannerConfig, base: float, load: float) -> dict:
     rate = load * base / t.output
     wl = WorkloadSpec(kind="poisson", requests=REQUESTS, rate_per_s=rate, prompt=LengthSpec(lo=t.prompt, hi=t.prompt),
                       output=LengthSpec(lo=t.output, hi=t.output))
-    res = simulate(plan, wl, seed=0, slo=SLO(ttft_s=cfg.slo.ttft_s, tpot_s=cfg.slo.tpot_s))
+    res = simulate(plan, wl, seed=0, slo=LatencyTargets.of(cfg.slo))
     span = REQUESTS / rate
     thr = res.steady_per_s(0.25 * span, span)
     return {"load": load, "rate_per_s": rate, "steady_tokens_per_s": thr, "vs_offered": thr / (load * base),
@@ -159,7 +159,7 @@ def online_switch(model: str = "llama-3-8b", gpus: str = "H100,L40S") -> dict:
         switch_milp = check_switchable(thr, lat_milp)
     except UserError as e:  # both placements resident at once is the simulator's condition for a switch
         switch_milp = f"refused: {e}"
-    t, slo = cfg.traffic, SLO(ttft_s=cfg.slo.ttft_s, tpot_s=cfg.slo.tpot_s)
+    t, slo = cfg.traffic, LatencyTargets.of(cfg.slo)
     rows = []
     for load in (0.4, 0.6):
         wl = WorkloadSpec(kind="bursty", burst="onoff", on_s=10.0, off_s=20.0, requests=REQUESTS,

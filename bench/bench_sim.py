@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from tessera.sim import SLO, AdaptivePolicy, LengthSpec, WorkloadSpec, simulate
+from tessera.sim import AdaptivePolicy, LatencyTargets, LengthSpec, WorkloadSpec, simulate
 from tessera.sim.handplan import PhaseCost, hand_plan
 
 OUT = Path(__file__).parent / "results"
@@ -31,7 +31,7 @@ def pool_speed() -> dict:
     w = WorkloadSpec(kind="poisson", requests=10_000, rate_per_s=120.0, prompt=LengthSpec(trace="azure_conv_2023"),
                      output=LengthSpec(trace="azure_conv_2023"))
     t0 = time.perf_counter()
-    r = simulate(plan, w, replicas=8, seed=0, slo=SLO(ttft_s=2.0, tpot_s=0.06))
+    r = simulate(plan, w, replicas=8, seed=0, slo=LatencyTargets(ttft_s=2.0, tpot_s=0.06))
     wall = time.perf_counter() - t0
     return {"what": "10,000 requests, poisson 120 req/s, azure_conv_2023 lengths, 8 replicas of a pair (16 GPUs)",
             "wall_s": wall, "target_wall_s": 20.0, "result": r.to_dict()}
@@ -63,7 +63,7 @@ def adaptive() -> dict:
                      prompt=LengthSpec(lo=64, hi=512), output=LengthSpec(lo=32, hi=256))
     rows = {}
     for tpot_ms in (30, 40, 50):
-        slo = SLO(ttft_s=1.0, tpot_s=tpot_ms / 1e3)
+        slo = LatencyTargets(ttft_s=1.0, tpot_s=tpot_ms / 1e3)
         for name, plan, pol in (("latency plan", lat, None), ("throughput plan", thr, None),
                                 ("adaptive", thr, AdaptivePolicy(latency_plan=lat))):
             r = simulate(plan, w, policy=pol, seed=0, slo=slo)

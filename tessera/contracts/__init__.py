@@ -1,14 +1,16 @@
 """The contracts between stages: the typed values one stage hands the next, each with one serializer.
 
 This package sits below every stage and imports none of them at run time; a stage imports the contracts
-it reads or writes from here. Today it holds ``Provenance`` (what every JSON file Tessera writes carries),
-the report's ``FrontierPoint`` and the strategies' names (``Strategy``, a StrEnum, and ``STRATEGIES``);
-the IR, the Plan and the result types are to follow.
+it reads or writes from here. It holds ``Provenance`` (what every JSON file Tessera writes carries), the
+simulator's ``SimResult``, the SLO as planned (``Slo``) and as judged (``LatencyTargets``), the report's
+``FrontierPoint`` and the strategies' names (``Strategy``, a StrEnum, and ``STRATEGIES``); the IR and the
+Plan types are to follow.
 """
 
 from tessera.contracts.enums import STRATEGIES, Strategy
 from tessera.contracts.provenance import FINGERPRINT_HEX, Provenance, fingerprint, of_file, planner_provenance
-from tessera.contracts.results import FrontierPoint
+from tessera.contracts.results import FrontierPoint, SimResult
+from tessera.contracts.slo import SLO_TARGET, LatencyTargets, Slo
 
-__all__ = ["FINGERPRINT_HEX", "STRATEGIES", "FrontierPoint", "Provenance", "Strategy", "fingerprint", "of_file",
-           "planner_provenance"]
+__all__ = ["FINGERPRINT_HEX", "SLO_TARGET", "STRATEGIES", "FrontierPoint", "LatencyTargets", "Provenance",
+           "SimResult", "Slo", "Strategy", "fingerprint", "of_file", "planner_provenance"]

@@ -29,7 +29,7 @@ from tessera.hardware import gpu_names
 from tessera.plan.pool import resolve_gpu
 from tessera.plan.serve import PlannerConfig
 from tessera.plan.types import PoolCell, PoolPlan
-from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate_pool
+from tessera.sim import LatencyTargets, LengthSpec, WorkloadSpec, simulate_pool
 
 RENT_UP_TO = 8  # same-type GPUs one cell may hold when renting (TP groups of 1, 4, 8 and pairs)
 
@@ -280,7 +280,7 @@ def simulate_mix(cp: CellPlanner, mix: MixChoice) -> dict[str, Any]:
     requests = max(500, int(rate * 4 * life_s))
     spec = WorkloadSpec(kind="poisson", requests=requests, rate_per_s=rate,
                         prompt=LengthSpec(lo=t.prompt, hi=t.prompt), output=LengthSpec(lo=t.output, hi=t.output))
-    sim_slo = None if cp.images else SLO(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)
+    sim_slo = None if cp.images else LatencyTargets.of(slo)
     res = simulate_pool(pool.sim_cells(), spec, slo=sim_slo)
     span = requests / rate
     steady = res.steady_per_s(0.25 * span, span, default=0.0)

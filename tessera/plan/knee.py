@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-SLO_TARGET = 0.9  # share of requests that must meet the SLO for an arrival rate to count as goodput
+from tessera.contracts.slo import SLO_TARGET
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,10 +22,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tessera.contracts.slo import Slo
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
-from tessera.plan.knee import SLO_TARGET, Engine, Fit, IterCosts, Knee, Load, image_knee, token_knee
+from tessera.plan.knee import Engine, Fit, IterCosts, Knee, Load, image_knee, token_knee
 from tessera.plan.shapes import IterShape
 from tessera.plan.verify import (
     POLICIES,
@@ -37,26 +38,6 @@ from tessera.plan.verify import (
 
 # Batch sizes searched (sequences or images in flight): powers of two and the halfway points.
 BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Slo:
-    """Service-level objective; defaults as in `tessera plan --help`. ``target``: the share of requests that
-    must meet it for an arrival rate to count as goodput."""
-
-    ttft_s: float = 2.0  # time to first token
-    tpot_s: float = 0.1  # time per output token
-    image_s: float = 60.0  # latency of one image (diffusion)
-    target: float = SLO_TARGET
-
-    def __post_init__(self) -> None:
-        for k in ("ttft_s", "tpot_s", "image_s"):
-            v = getattr(self, k)
-            if not (isinstance(v, int | float) and v > 0 and math.isfinite(v)):
-                raise UserError(f"SLO {k.replace('_s', '')} of {v!r} s must be a positive number of seconds")
-        if not (isinstance(self.target, int | float) and 0 < self.target < 1):
-            raise UserError(f"SLO target {self.target!r} must be a share of requests between 0 and 1 "
-                            "(e.g. 0.9)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError
 from tessera.plan.types import Plan, PoolPlan
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.failure import Failure
-from tessera.sim.metrics import SLO, SimResult
+from tessera.sim.metrics import SimResult
 from tessera.sim.model import SchedulerConfig
 from tessera.sim.pool import Run, run_pool
 from tessera.sim.workload import WorkloadSpec
@@ -18,7 +19,7 @@ __all__ = ["Run", "run", "simulate"]
 
 
 def run(plan: Plan | PoolPlan, workload: WorkloadSpec, *, replicas: int = 1,
-        policy: AdaptivePolicy | None = None, seed: int = 0, slo: SLO | None = None,
+        policy: AdaptivePolicy | None = None, seed: int = 0, slo: LatencyTargets | None = None,
         config: SchedulerConfig | None = None, trace_window_s: tuple[float, float] | None = None,
         failures: Sequence[Failure] = (), window_s: float | None = None) -> Run:
     if replicas < 1:
@@ -34,7 +35,7 @@ def run(plan: Plan | PoolPlan, workload: WorkloadSpec, *, replicas: int = 1,
 
 
 def simulate(plan: Plan | PoolPlan, workload: WorkloadSpec, *, replicas: int = 1, policy: AdaptivePolicy | None = None,
-             seed: int = 0, slo: SLO | None = None, config: SchedulerConfig | None = None,
+             seed: int = 0, slo: LatencyTargets | None = None, config: SchedulerConfig | None = None,
              failures: Sequence[Failure] = ()) -> SimResult:
     """Serve ``workload`` on ``replicas`` copies of ``plan`` (each itself ``plan.replicas`` cells; a PoolPlan:
     every cell ``count`` × ``replicas`` times) behind a router; with ``policy``, each replica switches between

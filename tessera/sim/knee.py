@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError
 from tessera.plan.types import Plan, PoolPlan
 from tessera.sim.api import run
-from tessera.sim.metrics import SLO, meets_slo
+from tessera.sim.metrics import meets_slo
 from tessera.sim.model import ITER_PHASES, SchedulerConfig
 from tessera.sim.traffic import (
     images,
@@ -122,7 +123,7 @@ class _Search:
     plan: Plan | PoolPlan
     prompt: LengthSpec
     output: LengthSpec
-    slo: SLO
+    slo: LatencyTargets
     cfg: KneeConfig
     requests: int
     scheduler: SchedulerConfig | None
@@ -211,7 +212,7 @@ def _bisect(s: _Search) -> tuple[float | None, float | None, str]:
 
 
 def find_knee(plan: Plan | PoolPlan, *, prompt: LengthSpec | None = None, output: LengthSpec | None = None,
-              slo: SLO | None = None, config: KneeConfig | None = None,
+              slo: LatencyTargets | None = None, config: KneeConfig | None = None,
               scheduler: SchedulerConfig | None = None, replicas: int = 1) -> Knee:
     """The SLO knee of ``plan`` (``replicas`` copies behind the router) under Poisson arrivals of ``prompt``
     and ``output`` lengths (default: the plan's traffic) and ``slo`` (default: the plan's)."""

@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tessera.contracts.results import SimResult
-from tessera.errors import UserError
+from tessera.contracts.slo import LatencyTargets
+
+# The simulator's former name for LatencyTargets, kept while tessera/sim/cli.py and bench/bench_adaptive.py
+# (under another engineer's uncommitted edits) import it; to go once they import LatencyTargets.
+SLO = LatencyTargets
 
 
-@dataclass(frozen=True, kw_only=True)
-class SLO:
-    ttft_s: float | None = None
-    tpot_s: float | None = None
-    e2e_s: float | None = None  # arrival to completion: an image plan's latency per image
-
-    def __post_init__(self) -> None:
-        for k in ("ttft_s", "tpot_s", "e2e_s"):
-            v = getattr(self, k)
-            if v is not None and not v > 0:
-                raise UserError(f"SLO {k}={v} must be > 0")
-
-    @property
-    def given(self) -> bool:
-        return any(v is not None for v in (self.ttft_s, self.tpot_s, self.e2e_s))
-
-
-def meets_slo(slo: SLO, arrival: np.ndarray, first_s: np.ndarray, done_s: np.ndarray,
+def meets_slo(slo: LatencyTargets, arrival: np.ndarray, first_s: np.ndarray, done_s: np.ndarray,
               output: np.ndarray) -> np.ndarray:
     """Per request, whether it completed within every target ``slo`` gives (a request never completed
     misses; TPOT = (E2E − TTFT)/(output − 1) is judged only where output > 1)."""
@@ -53,7 +39,7 @@ def percentiles(x: np.ndarray) -> dict[str, float | None]:
 
 
 def summarise(*, arrival: np.ndarray, first_s: np.ndarray, done_s: np.ndarray, output: np.ndarray,
-              lost: int, image: bool, slo: SLO | None, usd_per_hour: float,
+              lost: int, image: bool, slo: LatencyTargets | None, usd_per_hour: float,
               busy_s: list[tuple[np.ndarray, int]], preemptions: int, switches: int, replicas: int,
               runtime_s: float, **extra: Any) -> SimResult:
     """``busy_s``: per cell entry, (device-seconds per device summed over its replicas, replica count)."""

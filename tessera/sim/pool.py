@@ -11,12 +11,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError, choices_error
 from tessera.plan.types import Plan
 from tessera.sim.adaptive import AdaptivePolicy, check_switchable
 from tessera.sim.engine import FAIL, JOIN, Engine
 from tessera.sim.failure import Cell, Failure, check_failures, failure_report, window_rates
-from tessera.sim.metrics import SLO, SimResult, summarise
+from tessera.sim.metrics import SimResult, summarise
 from tessera.sim.mixed import MixedReplica
 from tessera.sim.model import PlanModel, SchedulerConfig
 from tessera.sim.replica import LOST, Replica, State
@@ -90,7 +91,7 @@ def _models(plan: Plan, cfg: SchedulerConfig, policy: AdaptivePolicy | None) -> 
     return models
 
 
-def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, slo: SLO | None = None,
+def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, slo: LatencyTargets | None = None,
              config: SchedulerConfig | None = None, failures: Sequence[Failure] = (),
              policy: AdaptivePolicy | None = None, window_s: float | None = None,
              trace_window_s: tuple[float, float] | None = None) -> Run:
@@ -164,7 +165,7 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
     return Run(result=res, models=built[id(cells[0][0])], trace=st.trace, spans=st.spans, requests=per)
 
 
-def simulate_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, slo: SLO | None = None,
+def simulate_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, slo: LatencyTargets | None = None,
                   config: SchedulerConfig | None = None, router: str | None = None,
                   failures: Sequence[Failure] = (), window_s: float | None = None) -> SimResult:
     """Serve ``workload`` on a pool of cells ``[(plan, count), ...]`` (each plan itself ``plan.replicas``

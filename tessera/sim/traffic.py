@@ -4,8 +4,8 @@ goodput)."""
 
 from __future__ import annotations
 
+from tessera.contracts.slo import LatencyTargets
 from tessera.plan.types import Plan, PoolPlan
-from tessera.sim.metrics import SLO
 from tessera.sim.workload import LengthSpec, traces
 
 DEFAULT_PROMPT, DEFAULT_OUTPUT = 512, 128  # tokens, for a plan that names no traffic
@@ -34,7 +34,7 @@ def plan_lengths(plan: Plan | PoolPlan) -> tuple[LengthSpec, LengthSpec]:
     return spec("prompt", DEFAULT_PROMPT), spec(out_key, DEFAULT_OUTPUT)
 
 
-def plan_slo(plan: Plan | PoolPlan) -> SLO | None:
+def plan_slo(plan: Plan | PoolPlan) -> LatencyTargets | None:
     """The SLO the plan was made under (``Plan.slo``): TTFT and TPOT, or an image plan's latency per image;
     None where it names none."""
     s = _lead(plan).slo
@@ -43,7 +43,8 @@ def plan_slo(plan: Plan | PoolPlan) -> SLO | None:
         v = s.get(key)
         return float(v) if isinstance(v, int | float) and v > 0 else None
 
-    slo = SLO(e2e_s=pos("image_s")) if images(plan) else SLO(ttft_s=pos("ttft_s"), tpot_s=pos("tpot_s"))
+    slo = (LatencyTargets(e2e_s=pos("image_s")) if images(plan)
+           else LatencyTargets(ttft_s=pos("ttft_s"), tpot_s=pos("tpot_s")))
     return slo if slo.given else None
 
 

@@ -47,7 +47,7 @@ from tessera.report.data import (
     parse_sim,
 )
 from tessera.report.html import build_report
-from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
+from tessera.sim import LatencyTargets, LengthSpec, WorkloadSpec, simulate
 
 OUT = Path(os.environ.get("TESSERA_DEMO_OUT", "out"))
 # Files read from the results folder (--results): the compare matrix, the evaluation study (`tessera
@@ -113,7 +113,7 @@ def simulate_at(result: Any, progress: Steps, load: float, seeds: tuple[int, ...
                           prompt=LengthSpec(lo=t.prompt, hi=t.prompt), output=LengthSpec(lo=t.output, hi=t.output))
         for seed in seeds:
             r = _step(progress, f"simulate {name} at {rate:.1f} req/s ({load:.0%} of its capacity), seed {seed}",
-                      lambda p=o.deployment, w=wl, s=seed: simulate(p, w, seed=s, slo=SLO(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s)))
+                      lambda p=o.deployment, w=wl, s=seed: simulate(p, w, seed=s, slo=LatencyTargets.of(slo)))
             prov = Provenance(model=result.model, plan=fingerprint(o.deployment), prompt=str(t.prompt),
                               output=str(t.output), output_per_request=float(t.output), slo_ttft_s=slo.ttft_s,
                               slo_tpot_s=slo.tpot_s, workload="poisson", rate_per_s=rate, seed=seed)

@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 
 from tessera.errors import UserError
-from tessera.sim import SLO, AdaptivePolicy, LengthSpec, WorkloadSpec, check_switchable, simulate
+from tessera.sim import AdaptivePolicy, LatencyTargets, LengthSpec, WorkloadSpec, check_switchable, simulate
 from tessera.sim.handplan import PhaseCost, hand_plan
 
 from .conftest import PREFILL
@@ -50,5 +50,5 @@ def test_adaptive_switches_under_bursts_and_completes_everything():
     lat, thr = plans()
     w = WorkloadSpec(kind="bursty", burst="onoff", on_s=2.0, off_s=6.0, requests=300, rate_per_s=12,
                      prompt=LengthSpec(lo=128, hi=128), output=LengthSpec(lo=64, hi=64))
-    r = simulate(thr, w, policy=AdaptivePolicy(latency_plan=lat), slo=SLO(ttft_s=1.0, tpot_s=0.03))
+    r = simulate(thr, w, policy=AdaptivePolicy(latency_plan=lat), slo=LatencyTargets(ttft_s=1.0, tpot_s=0.03))
     assert r.completed == 300 and r.switches >= 2

@@ -1,6 +1,6 @@
 import pytest
 
-from tessera.sim import SLO, LengthSpec, SchedulerConfig, WorkloadSpec, simulate
+from tessera.sim import LatencyTargets, LengthSpec, SchedulerConfig, WorkloadSpec, simulate
 from tessera.sim.handplan import PhaseCost, hand_plan
 
 from .conftest import DECODE, PREFILL, d_s, p_s
@@ -34,9 +34,9 @@ def test_offline_throughput_matches_prediction_within_5_percent(plan):
 def test_same_seed_same_metrics_bit_for_bit(shared_pair_plan):
     w = WorkloadSpec(kind="bursty", requests=400, rate_per_s=30, prompt=LengthSpec(trace="azure_conv_2023"),
                      output=LengthSpec(trace="azure_conv_2023"))
-    a = simulate(shared_pair_plan, w, replicas=2, seed=7, slo=SLO(ttft_s=0.5, tpot_s=0.05)).to_json()
-    b = simulate(shared_pair_plan, w, replicas=2, seed=7, slo=SLO(ttft_s=0.5, tpot_s=0.05)).to_json()
-    c = simulate(shared_pair_plan, w, replicas=2, seed=8, slo=SLO(ttft_s=0.5, tpot_s=0.05)).to_json()
+    a = simulate(shared_pair_plan, w, replicas=2, seed=7, slo=LatencyTargets(ttft_s=0.5, tpot_s=0.05)).to_json()
+    b = simulate(shared_pair_plan, w, replicas=2, seed=7, slo=LatencyTargets(ttft_s=0.5, tpot_s=0.05)).to_json()
+    c = simulate(shared_pair_plan, w, replicas=2, seed=8, slo=LatencyTargets(ttft_s=0.5, tpot_s=0.05)).to_json()
     assert a == b
     assert a != c
 
@@ -63,7 +63,7 @@ def test_kv_exhaustion_preempts_and_every_request_still_completes():
 
 def test_requests_that_can_never_fit_are_lost_not_dropped():
     plan = hand_plan(phases={"prefill": PREFILL, "decode": DECODE}, kv_capacity_tokens=1000)
-    r = simulate(plan, fixed(5, 900, 200), slo=SLO(ttft_s=10.0))
+    r = simulate(plan, fixed(5, 900, 200), slo=LatencyTargets(ttft_s=10.0))
     assert (r.requests, r.completed, r.lost) == (5, 0, 5)
     assert r.slo_attainment == 0.0
 
@@ -139,6 +139,6 @@ def test_the_result_reads_back_what_it_wrote(shared_pair_plan):
 
     w = WorkloadSpec(kind="poisson", requests=60, rate_per_s=20, prompt=LengthSpec(lo=64, hi=64),
                      output=LengthSpec(lo=4, hi=12))
-    r = simulate(shared_pair_plan, w, replicas=2, seed=3, slo=SLO(ttft_s=0.5, tpot_s=0.05))
+    r = simulate(shared_pair_plan, w, replicas=2, seed=3, slo=LatencyTargets(ttft_s=0.5, tpot_s=0.05))
     assert SimResult.from_dict(json.loads(json.dumps(r.to_dict())), "t") == r
     assert SimResult.from_dict(r.to_json(), "t").to_json() == r.to_json()

@@ -11,7 +11,7 @@ import pytest
 
 from tessera.errors import UserError
 from tessera.plan.types import EngineSettings, PoolPlan
-from tessera.sim import SLO, LengthSpec, WorkloadSpec, simulate
+from tessera.sim import LatencyTargets, LengthSpec, WorkloadSpec, simulate
 from tessera.sim.handplan import StretchCost, mixed_plan
 from tessera.sim.knee import KneeConfig, find_knee
 
@@ -81,7 +81,7 @@ def test_a_pool_and_the_edges_of_the_search() -> None:
     two = find_knee(PoolPlan.of(plan, 2), config=KneeConfig(requests=1000, seeds=(0,)))
     assert two.rate_per_s > 1.5 * one.rate_per_s  # two queues behind the least-loaded router
     # a TTFT below one iteration is missed by every request at every rate: no knee
-    none = find_knee(plan, slo=SLO(ttft_s=TAU_S / 2), config=KneeConfig(requests=200, seeds=(0,)))
+    none = find_knee(plan, slo=LatencyTargets(ttft_s=TAU_S / 2), config=KneeConfig(requests=200, seeds=(0,)))
     assert none.rate_per_s == 0.0 and none.attainment is None and "even at" in none.note
     with pytest.raises(UserError, match="names no SLO"):
         find_knee(replace(plan, slo={}))
@@ -95,7 +95,7 @@ def test_simulate_defaults_to_the_plans_traffic_slo_and_goodput(tmp_path, run_cl
                       prompt=64, output=16, slo={"ttft_s": 0.5, "tpot_s": 0.02}, goodput_per_s=400.0)
     path = tmp_path / "plan.json"
     plan.save(path)
-    slo = SLO(ttft_s=0.5, tpot_s=0.02)
+    slo = LatencyTargets(ttft_s=0.5, tpot_s=0.02)
 
     def poisson(rate: float) -> WorkloadSpec:
         return WorkloadSpec(kind="poisson", requests=300, rate_per_s=rate, prompt=LengthSpec(lo=64, hi=64),
@@ -112,7 +112,7 @@ def test_simulate_defaults_to_the_plans_traffic_slo_and_goodput(tmp_path, run_cl
     # a rate alone is poisson at that rate; one SLO flag replaces that target only
     code, out, _ = run_cli(["simulate", str(path), "--requests", "300", "--rate", "5", "--slo-tpot-ms", "15",
                             "--json"])
-    want = simulate(plan, poisson(5.0), slo=SLO(ttft_s=0.5, tpot_s=0.015)).to_json()
+    want = simulate(plan, poisson(5.0), slo=LatencyTargets(ttft_s=0.5, tpot_s=0.015)).to_json()
     got = json.loads(out)
     assert code == 0 and got.pop("provenance")["rate_per_s"] == 5.0 and got == json.loads(json.dumps(want))
     code, _, err = run_cli(["simulate", str(path), "--requests", "20", "--chunked-prefill"])
