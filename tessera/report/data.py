@@ -26,7 +26,12 @@ def strategy_order(names: set[str] | list[str]) -> list[str]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StrategyResult:
+class StrategyFigures:
+    """What a `tessera plan --json` or `tessera compare --json` file records about one strategy: its figures
+    (throughput or goodput, price, latency, memory per device), not its plans. The planner's own answer is
+    ``tessera.plan.config.StrategyResult``, which holds the deployment itself; a file carries only what
+    ``strategy_json`` (and compare's) wrote of it, so the report reads these figures and never the plans."""
+
     name: str
     applicable: bool
     reason: str | None = None
@@ -83,14 +88,14 @@ class CompareCell:
     solve_s: float | None
     bound_ratio: float | None
     unit: str  # "tokens/s" | "images/s"
-    strategies: dict[str, StrategyResult] = field(hash=False)
+    strategies: dict[str, StrategyFigures] = field(hash=False)
     reference: RentOption | None = None  # `tessera compare`: the best same-size homogeneous deployment
 
     @property
     def pool(self) -> str:
         return "+".join(self.gpus)
 
-    def best_baseline(self) -> StrategyResult | None:
+    def best_baseline(self) -> StrategyFigures | None:
         """The scored baseline with the highest throughput (None when no baseline applies)."""
         scored = [r for n, r in self.strategies.items() if n != "tessera" and r.scored]
         return max(scored, key=lambda r: r.throughput_per_s or 0.0, default=None)
@@ -253,7 +258,7 @@ def _num(d: dict[str, Any], key: str, where: str, *, optional: bool = False) -> 
     return float(v)
 
 
-def parse_strategy(name: str, d: dict[str, Any], where: str) -> StrategyResult:
+def parse_strategy(name: str, d: dict[str, Any], where: str) -> StrategyFigures:
     where = f"{where} strategy {name!r}"
     if not isinstance(d, dict) or "applicable" not in d:
         raise UserError(f"{where}: expected an object with 'applicable', got {str(d)[:60]!r}")
@@ -263,7 +268,7 @@ def parse_strategy(name: str, d: dict[str, Any], where: str) -> StrategyResult:
     mem = d.get("memory_bytes") or {}
     if not isinstance(mem, dict):
         raise UserError(f"{where}: 'memory_bytes' must map device -> bytes")
-    return StrategyResult(
+    return StrategyFigures(
         name=name, applicable=bool(d["applicable"]), reason=d.get("reason"),
         feasible=bool(d.get("feasible", True)),
         throughput_per_s=_num(d, tp_key, where, optional=True),
