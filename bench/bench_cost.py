@@ -15,9 +15,10 @@ from pathlib import Path
 
 import torch
 
+from tessera.capture import capture_program
 from tessera.cost import CostModel
 from tessera.cost.calibrate import fit_kernels, validate
-from tessera.cost.profiler import _capture, profile_model, time_step
+from tessera.cost.profiler import profile_model, time_step
 from tessera.cost.profiles import GEMM_OPS, load_profiles
 from tessera.hardware import gpu
 
@@ -31,7 +32,7 @@ def cpu_decode(model: str = "llama-tiny", profile_batches: tuple[int, ...] = (1,
     cm = CostModel(per_gpu={"cpu": fit_kernels(timings)})
     rows = []
     for b in check_batches:
-        cap = _capture(model, "decode", b, None, context)
+        cap = capture_program(model, "decode", batch=b, context=context)
         measured_s = time_step(cap, repeats=50)
         predicted_s = sum(cm.kernel_time_s(k, gpu("cpu")) for k in cap.graph.kernels)
         rows.append({"batch": b, "context": context, "kernels": len(cap.graph.kernels), "measured_s": measured_s,

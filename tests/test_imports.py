@@ -196,3 +196,19 @@ def test_every_allowed_edge_still_exists() -> None:
     """An edge removed from the code leaves the allow-list too, so that it cannot come back unnoticed."""
     present = {(e.importer, e.imported) for e in EDGES}
     assert ALLOWED <= present, f"no longer imported, drop from ALLOWED: {sorted(ALLOWED - present)}"
+
+
+def test_bench_scripts_import_no_private_tessera_module_or_name() -> None:
+    """bench/ stands outside the package: it uses the public surface only."""
+    bad: set[str] = set()
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        for node in statements(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            bad |= {f"  {path.name}:{node.lineno} imports {n}" for n in names
+                    if n.startswith("tessera.") and any(private(p) for p in n.split("."))}
+    assert not bad, "private tessera names imported by bench scripts:\n" + "\n".join(sorted(bad))
