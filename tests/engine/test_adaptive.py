@@ -137,3 +137,21 @@ def test_serve_run_adaptive_tokens_equal_fixed(run_cli):
     code, out, err = run_cli(args)
     assert code == 0, err
     assert json.loads(out)["extra"]["tokens"] == got["extra"]["tokens"]
+
+
+def test_serve_run_adaptive_between_two_placements(run_cli):
+    """The latency schedule on another placement (both pools running): to layer_split with m = 2 at the
+    first iteration (nothing running yet: nothing restarted), back to interleave with m = 1 when one request
+    is left (it recomputes there); every request verified."""
+    code, out, err = run_cli(["serve-run", "llama-tiny", "--devices", "cpu,cpu", "--workload", "offline",
+                              "--requests", "12", "--prompt", "4-10", "--output", "3-8", "--microbatches", "2",
+                              "--max-num-batched-tokens", "16", "--page-size", "4", "--dtype", "fp32",
+                              "--placement", "layer_split", "--adaptive", "--latency-placement", "interleave",
+                              "--high-load", "3", "--low-load", "1", "--verify", "--json"])
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["completed"] == 12 and got["verified"] is True
+    rep = got["extra"]["adaptive"]
+    assert rep["placements"] == {"latency": "interleave", "throughput": "layer_split"}
+    assert [(r["to"], r["load"]) for r in rep["switches"]] == [("throughput", 12), ("latency", 1)]
+    assert rep["switches"][0]["restarted"] == 0 and rep["switches"][1]["restarted"] <= 1
