@@ -2,7 +2,7 @@
 (`--nnodes 2`, c10d rendezvous): the same `serve-run` command on both, rank 0 the driver, the three other
 ranks workers (one beside the driver, two on the other agent), activations crossing between the agents' workers;
 every request completes with the single-process engine's greedy tokens (`--verify`); and `tessera serve` as
-rank 0 answering over HTTP."""
+rank 0 answering over HTTP; and `tessera run`'s SPMD program across the two agents."""
 
 from __future__ import annotations
 
@@ -96,3 +96,21 @@ def test_serve_over_two_torchrun_agents(run_cli):
     assert code == 0, err
     assert got["choices"][0]["text"] == json.loads(out)["text"] and got["usage"]["completion_tokens"] == 8
     assert codes == [0, 0]
+
+
+@pytest.mark.slow
+def test_runtime_spmd_over_two_torchrun_agents():
+    """`tessera run`'s SPMD program (every rank a worker, no driver) over two agents, one rank each: the
+    split run's outputs equal single-device execution."""
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    agents = [subprocess.Popen([str(TORCHRUN), "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+                                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "-m",
+                                "tessera.runtime.launch", "llama-tiny", "--placement", "layer_split", "--verify",
+                                "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+              for node in (0, 1)]
+    outs = [a.communicate(timeout=300) for a in agents]
+    assert [a.returncode for a in agents] == [0, 0], [e[-2000:] for _, e in outs]
+    (line,) = [o for o, _ in outs if o.strip()]
+    got = json.loads(line)
+    assert got["verified"] is True and got["tokens_identical"] is True and got["max_abs_diff"] == 0.0
