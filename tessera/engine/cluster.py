@@ -17,11 +17,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from tessera.engine import remote
 from tessera.engine.config import EngineConfig
 from tessera.engine.devices import WorkerKind
 from tessera.engine.inputs import IterationInputs
 from tessera.engine.loader import ModelSource
+from tessera.engine.remote import RemoteLink
 from tessera.engine.shard import value_layouts
 from tessera.engine.worker import IterCmd, ProfileCmd, WorkerSpec, worker_main
 from tessera.errors import UserError
@@ -64,8 +64,11 @@ class EngineCluster(Processes):
 
     def __init__(self, source: ModelSource, dtype: torch.dtype, config: EngineConfig,
                  kinds: tuple[WorkerKind, ...], assignment: tuple[int, ...], *, load_format: str, seed: int,
-                 settings: ClusterSettings = ClusterSettings()) -> None:
+                 settings: ClusterSettings = ClusterSettings(), link: RemoteLink | None = None) -> None:
+        """``link``: run the workers on torchrun's other ranks (tessera.engine.remote) instead of spawning
+        them here; the serving pool passes it, profiling clusters run on the driver's host."""
         self.devices = tuple(k.device for k in kinds)
+        self.remote = link
         super().__init__(Watch(devices=self.devices, heartbeat_timeout_s=settings.heartbeat_timeout_s,
                                wedged_timeout_s=settings.wedged_timeout_s, step_timeout_s=settings.step_timeout_s,
                                start_timeout_s=settings.start_timeout_s))
@@ -100,9 +103,8 @@ class EngineCluster(Processes):
 
     def start(self) -> None:
         t0 = time.monotonic()
-        link = remote.installed()  # torchrun's rank 0: the workers are the other ranks, on their hosts
-        if link is not None:
-            link.spawn(self, self.specs())
+        if self.remote is not None:  # torchrun's rank 0: the workers are the other ranks, on their hosts
+            self.remote.spawn(self, self.specs())
         else:
             self.spawn(worker_main, self.specs(), name="tessera-engine-worker")
         got = self.ready()

@@ -264,6 +264,9 @@ class RemoteLink:
     def spawn(self, processes: Any, specs: list[Any]) -> None:
         """Start ``specs`` (engine ranks 0..n-1) on workers 0..n-1 of this link, as Processes.spawn would
         on this host: worker 0 hosts the data plane's rendezvous."""
+        if any(p.is_alive() for p in self.procs):
+            raise UserError("under torchrun the worker ranks run one placement at a time; --latency-placement "
+                            "(two resident pools) needs a run on one host")
         if len(specs) > self.workers:
             raise UserError(f"{len(specs)} engine workers but torchrun started {self.workers} worker ranks; "
                             f"give --devices with {self.workers} entries (one per rank after the driver)")

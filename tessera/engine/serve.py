@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 import torch
 
+from tessera.engine import remote
 from tessera.engine.cluster import ClusterSettings, EngineCluster
 from tessera.engine.config import EngineConfig, SamplingParams
 from tessera.engine.devices import WorkerKind
@@ -126,7 +127,8 @@ class WorkerPool:
         self.original = [self.devices[d] for d in used]
         self.cluster = EngineCluster(self.source, self.dtype, self.config, tuple(self.kinds[d] for d in used),
                                      tuple(rank[d] for d in placement.assignment),
-                                     load_format=self.load_format, seed=self.seed, settings=self.settings)
+                                     load_format=self.load_format, seed=self.seed, settings=self.settings,
+                                     link=remote.installed())
         self.cluster.start()
 
     def recover(self, failure: WorkerFailure) -> str:
