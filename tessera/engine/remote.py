@@ -101,6 +101,9 @@ def bootstrap(env: RankEnv) -> tuple[Listener | None, list[Any]]:
     infos: list[Any] = [None] * env.world
     dist.all_gather_object(infos, mine)
     dist.destroy_process_group()
+    # every later group (the workers' own, or one a driver spawns on its host to profile) hosts its store
+    # at its rank 0, not at torchrun's agent, whose store this exchange used
+    os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     return listener, infos
 
 
@@ -152,9 +155,6 @@ def worker_loop(conn: Connection, target: Any) -> None:
             return
         _, data_env, spec = msg
         os.environ.update(data_env)
-        # the workers' own group hosts its store at worker 0, not at torchrun's agent (whose store the
-        # start-up exchange used)
-        os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
         target(spec.rank, _Commands(conn, spec), sender, _Beat(sender), os.getppid())
         sender.put(("bye", free_port(address)))
 
