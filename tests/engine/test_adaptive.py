@@ -15,6 +15,7 @@ from tessera.engine.engine import Engine
 from tessera.engine.loader import open_model
 from tessera.engine.tokenizer import tokenizer_for
 from tessera.errors import UserError
+from tessera.sim.adaptive import AdaptivePolicy
 
 
 def driver_engine(m: int = 1) -> Engine:
@@ -115,6 +116,10 @@ def test_settings_mistakes():
         switcher_for(AdaptiveSettings(latency_microbatches=1), engine.config, pool("x"))
     with pytest.raises(UserError, match="low=4, high=4"):
         AdaptiveSettings(high_load=4, low_load=4).policy(engine.config)
+    with pytest.raises(UserError, match="needs high_load"):
+        AdaptivePolicy()  # neither a latency plan nor thresholds
+    assert AdaptiveSettings().policy(engine.config).high_load == 8  # max_num_seqs, as a latency plan's
+    assert AdaptiveSettings().policy(engine.config).low_load == 4
     with pytest.raises(UserError, match="valid latency, throughput"):
         Switcher(AdaptiveSettings().policy(engine.config), {"latency": Schedule(microbatches=1, pool=pool("x"))})
 
