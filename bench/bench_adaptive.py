@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tessera.contracts.slo import LatencyTargets
 from tessera.engine.adaptive import AdaptiveSettings
 from tessera.engine.config import EngineConfig
 from tessera.engine.devices import parse_devices
@@ -46,7 +47,7 @@ from tessera.plan.serving import Traffic
 from tessera.plan.types import Plan
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run as sim_run
-from tessera.sim.metrics import SLO, meets_slo
+from tessera.sim.metrics import meets_slo
 from tessera.sim.model import SchedulerConfig
 from tessera.sim.workload import LengthSpec, WorkloadSpec
 
@@ -78,7 +79,7 @@ def make_plans(model: str, kinds, config: EngineConfig, w: WorkloadSpec, folder:
     return out
 
 
-def judged(timing: list[list[float | None]], slo: SLO) -> dict[str, float]:
+def judged(timing: list[list[float | None]], slo: LatencyTargets) -> dict[str, float]:
     """SLO attainment and goodput from per-request [arrival, first, finish, tokens] (seconds)."""
     a = np.array([[np.nan if x is None else x for x in t] for t in timing], dtype=float)
     ok = meets_slo(slo, a[:, 0], a[:, 1], a[:, 2], a[:, 3])
@@ -87,7 +88,7 @@ def judged(timing: list[list[float | None]], slo: SLO) -> dict[str, float]:
 
 
 def serve(model: str, kinds, config: EngineConfig, w: WorkloadSpec, plan_path: str, schedule: str,
-          slo: SLO, thresholds: tuple[int, int], verify: bool) -> dict[str, object]:
+          slo: LatencyTargets, thresholds: tuple[int, int], verify: bool) -> dict[str, object]:
     m = 1 if schedule == "latency" else 2
     adaptive = AdaptiveSettings(latency_microbatches=1, high_load=thresholds[0],
                                 low_load=thresholds[1]) if schedule == "adaptive" else None
@@ -102,7 +103,7 @@ def serve(model: str, kinds, config: EngineConfig, w: WorkloadSpec, plan_path: s
             "timing": e["timing"], "tokens": e["tokens"]}
 
 
-def simulate(plans: dict[str, object], w: WorkloadSpec, slo: SLO, thresholds: tuple[int, int]
+def simulate(plans: dict[str, object], w: WorkloadSpec, slo: LatencyTargets, thresholds: tuple[int, int]
              ) -> dict[str, dict[str, object]]:
     lat, thr = (Plan.load(plans[n]["path"]) for n in ("latency", "throughput"))
     policy = AdaptivePolicy(latency_plan=lat, high_load=thresholds[0], low_load=thresholds[1])
@@ -231,7 +232,7 @@ def main() -> None:
                      output=LengthSpec(lo=16, hi=32))
     config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, page_size=16, max_model_len=64,
                           microbatches=2)
-    slo = SLO(ttft_s=args.slo_ttft_ms / 1e3, tpot_s=args.slo_tpot_ms / 1e3)
+    slo = LatencyTargets(ttft_s=args.slo_ttft_ms / 1e3, tpot_s=args.slo_tpot_ms / 1e3)
     thresholds = (args.high_load, args.low_load)
     load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
