@@ -20,6 +20,7 @@ from tessera.capture.program import Capture
 from tessera.capture.recorder import Recorder
 from tessera.capture.triton_launch import capturing
 from tessera.capture.zoo import PHASES, ModelSpec, resolve
+from tessera.contracts.enums import Phase
 from tessera.errors import UserError, choices_error
 from tessera.graph import KernelGraph, Role, build_graph
 
@@ -58,9 +59,9 @@ def _check_shape(spec: ModelSpec, phase: str, batch: int, seq: int | None, conte
 def _make_step(spec: ModelSpec, model: nn.Module, phase: str, batch: int, seq: int | None,
                context: int | None, real: bool) -> steps.Step:
     seq = seq or DEFAULT_SEQ[phase]
-    if spec.family == "vlm" and phase == "encode":
+    if spec.family == "vlm" and phase == Phase.ENCODE:
         return vlm.encode_step(model, batch, seq)
-    if spec.family == "vlm" and phase == "prefill":  # context: image patches per prompt
+    if spec.family == "vlm" and phase == Phase.PREFILL:  # context: image patches per prompt
         return vlm.prefill_step(model, batch, seq, context or DEFAULT_IMAGE_PATCHES, real)
     context = context or DEFAULT_CONTEXT.get(phase, 0)
     if spec.family in ("llm", "moe", "vlm"):

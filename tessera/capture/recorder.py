@@ -16,6 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from tessera.capture.classify import dims_of, flops_of, kernel_dtype, kind_of
+from tessera.contracts.enums import Phase
 from tessera.graph import Buffer, Kernel, KernelKind, Role
 
 # Allocate without touching memory: their outputs are buffers, not kernels.
@@ -245,7 +246,7 @@ class Recorder(TorchDispatchMode):
                 fresh: list[torch.Tensor]) -> None:
         kind, indirect = kind_of(func)
         dims = dims_of(kind, func, args, outs)
-        if kind is KernelKind.ATTENTION and (dims["q_len"] == 1 or self.phase == "decode"):
+        if kind is KernelKind.ATTENTION and (dims["q_len"] == 1 or self.phase == Phase.DECODE):
             kind = KernelKind.ATTENTION_DECODE
             if dims["q_len"] > 1 and dims["heads"] == dims["kv_heads"]:
                 # transformers packs the query heads of one KV head into q_len for a 1-token step

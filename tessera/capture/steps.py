@@ -15,6 +15,7 @@ from torch import nn
 from tessera.capture import anymodel, quant
 from tessera.capture.triton_launch import unrecorded
 from tessera.capture.zoo import ModelSpec
+from tessera.contracts.enums import Phase
 from tessera.errors import UserError
 from tessera.graph import Role
 
@@ -126,7 +127,7 @@ def llm_step(model: nn.Module, phase: str, batch: int, seq: int, context: int, r
     token against ``context`` cached tokens (cache of context+1 slots, so the new token's K/V is written).
     A Qwen2.5-VL decode token is text: its 2-D positions stand for all three mrope axes."""
     cfg = model.config.get_text_config(decoder=True)
-    length, past = (seq if phase == "prefill" else 1), context
+    length, past = (seq if phase == Phase.PREFILL else 1), context
     step = Step(run=lambda: (), shape={"batch": batch, "seq": length, "context": past})
     cache = static_cache(model, step, batch=batch, past=past, length=length, real=real)
     ids = torch.randint(0, cfg.vocab_size, (batch, length))
@@ -146,7 +147,7 @@ def ssm_step(model: nn.Module, phase: str, batch: int, seq: int, context: int, r
     from transformers import DynamicCache
 
     cfg = model.config
-    length = seq if phase == "prefill" else 1
+    length = seq if phase == Phase.PREFILL else 1
     cache = DynamicCache(config=cfg)
     inner = cfg.expand * cfg.hidden_size
     conv_dim = inner + 2 * cfg.n_groups * cfg.state_size

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from tessera.contracts.enums import Phase
 from tessera.cost.profiles import KERNEL_COLUMNS, OPS, SHAPE_COLUMNS, KernelTiming
 from tessera.graph import Kernel, KernelKind
 
@@ -114,8 +115,8 @@ def profile_model(model: str, *, phase: str = "decode", batches: tuple[int, ...]
     torch.set_num_threads(1)
     out = []
     for b in batches:
-        cap = _capture(model, phase, b, None if phase == "decode" else context, context if phase == "decode" else None)
-        tokens = b if phase == "decode" else b * context
+        cap = _capture(model, phase, b, None if phase == Phase.DECODE else context, context if phase == Phase.DECODE else None)
+        tokens = b if phase == Phase.DECODE else b * context
         for k, t in zip(cap.graph.kernels, time_kernels(cap, repeats), strict=True):
             out.append(KernelTiming(model=model, phase=phase, tokens=tokens, kernel=k, time_s=t))
     return out

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from tessera.contracts.enums import Objective
 from tessera.plan.highs import INFEASIBLE, Model
 from tessera.plan.problem import PhaseProblem
 
@@ -40,10 +41,10 @@ class BoundPhase:
     devices: frozenset[int] | None = None  # the devices the phase may use (None: all)
 
 
-def lp_bound_joint(phases: list[BoundPhase], *, mode: str = "throughput") -> float | None:
+def lp_bound_joint(phases: list[BoundPhase], *, mode: Objective = Objective.THROUGHPUT) -> float | None:
     """min Σ_p n_p·objective_p over the joint relaxation (seconds per cycle); inf when nothing fits, None
     when HiGHS did not finish (a time limit)."""
-    assert phases and mode in ("throughput", "latency"), mode
+    assert phases and mode in (Objective.THROUGHPUT, Objective.LATENCY), mode
     D = phases[0].prob.D  # noqa: N806
     m = Model("bound[joint]")
     size: dict[str, float] = {}
@@ -59,7 +60,7 @@ def lp_bound_joint(phases: list[BoundPhase], *, mode: str = "throughput") -> flo
         for g in range(p.G):
             m.row(f"assign[{pi},{g}]", {x[g][d]: 1.0 for d in range(D)}, lb=1.0, ub=1.0)
         # ---- step 2: T[p] and compute[p,d] (throughput: (m−1)·T in the objective) ----
-        if mode == "throughput" and ph.m > 1:
+        if mode == Objective.THROUGHPUT and ph.m > 1:
             t_col = m.var(f"T[{pi}]", cost=ph.steps * float(ph.m - 1))
             for d in range(D):
                 m.row(f"compute[{pi},{d}]", {**{x[g][d]: float(p.t[g, d]) for g in range(p.G)}, t_col: -1.0},
@@ -85,7 +86,7 @@ def lp_bound_joint(phases: list[BoundPhase], *, mode: str = "throughput") -> flo
     return sol.objective if sol.status == "optimal" else None  # no bound rather than a wrong one
 
 
-def cycle_bound(phases: list[BoundPhase], *, mode: str = "throughput") -> float | None:
+def cycle_bound(phases: list[BoundPhase], *, mode: Objective = Objective.THROUGHPUT) -> float | None:
     """Lower bound on Σ n·objective (phases sharing devices) and on max n·objective (two phases on
     disjoint device sets, prefill/decode disaggregation, whose cycle overlaps them): the smaller of the
     joint bound and, for every split of the pool, the larger of the two phases' bounds on their sides."""

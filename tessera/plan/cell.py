@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
+from tessera.contracts.enums import Objective
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.bound import async_bound
@@ -115,7 +116,7 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
     sync_s = sync_period_s(g, p, units, lk, cost)
     engine = EngineSettings(max_num_seqs=p.batch, max_num_batched_tokens=p.budget or p.batch, microbatches=m)
     return Plan(
-        model=shapes.model, strategy=strategy, mode="throughput",
+        model=shapes.model, strategy=strategy, mode=Objective.THROUGHPUT,
         devices=tuple(Device(index=i, gpu=u.name, mem_bytes=u.mem_bytes) for i, u in enumerate(units)),
         link=lk.name, replicas=replicas,
         phases={phase: PhasePlan(phase=phase, assignment=p.assignment, microbatches=m,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tessera.contracts.enums import Objective
 from tessera.errors import UserError
 from tessera.hardware import AUTO, check_link_name
 from tessera.plan.serving import BUDGETS, Point, Slo, Traffic
@@ -164,7 +165,7 @@ def _cell_json(c: PoolCell, unit: str) -> dict[str, Any]:
 
 def result_json(r: ServingResult) -> dict[str, Any]:
     c = r.config
-    return {"model": r.model, "gpus": list(r.gpus), "link": r.link, "mode": "throughput",
+    return {"model": r.model, "gpus": list(r.gpus), "link": r.link, "mode": Objective.THROUGHPUT.value,
             "slo": {"ttft_s": c.slo.ttft_s, "tpot_s": c.slo.tpot_s, "image_s": c.slo.image_s,
                     "target": c.slo.target},
             "traffic": {"prompt": c.traffic.prompt, "output": c.traffic.output, "steps": c.traffic.steps},

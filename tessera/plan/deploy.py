@@ -24,6 +24,7 @@ import shlex
 from dataclasses import dataclass
 
 from tessera.capture.zoo import SPECS
+from tessera.contracts.enums import Phase
 from tessera.plan.types import Plan
 
 UNIT = re.compile(r"^(\d+)x(.+?)(-dp-ep|-dp-tp)?$")  # tessera.plan.units.unit_name: 2xH100-SXM, 8xH200-dp-ep
@@ -64,7 +65,7 @@ def max_model_len(plan: Plan) -> int | None:
 
 def tessera_launches(plan: Plan, plan_path: str, *, port: int = 8000) -> list[Launch]:
     """One ``tessera serve`` per replica (none for a plan Tessera's engine cannot run: module docstring)."""
-    if plan.engine is None or set(plan.phases) != {"mixed"} or any(unit(d.gpu)[0] > 1 for d in plan.devices):
+    if plan.engine is None or set(plan.phases) != {Phase.MIXED} or any(unit(d.gpu)[0] > 1 for d in plan.devices):
         return []
     n, e, mml = len(plan.devices), plan.engine, max_model_len(plan)
     out = []
@@ -86,11 +87,11 @@ def worker(gpu: str, index: int) -> str:
 
 def is_homogeneous(plan: Plan) -> bool:
     """One device (a GPU or a group) runs the whole model in every replica: what vLLM and SGLang deploy."""
-    return len(plan.devices) == 1 and set(plan.phases) == {"mixed"}
+    return len(plan.devices) == 1 and set(plan.phases) == {Phase.MIXED}
 
 
 def is_prefill_decode(plan: Plan) -> bool:
-    return set(plan.phases) == {"prefill", "decode"} and all(
+    return set(plan.phases) == {Phase.PREFILL, Phase.DECODE} and all(
         len(set(p.assignment)) == 1 for p in plan.phases.values())
 
 
@@ -132,10 +133,10 @@ def homogeneous_launches(plan: Plan, port: int) -> list[Launch]:
 def pd_launches(plan: Plan, port: int) -> list[Launch]:
     """One prefill and one decode instance (the plan's replicas: that many pairs; the first shown)."""
     model, e, mml = hf_name(plan.model), plan.engine, max_model_len(plan)
-    dev = {n: plan.phases[n].assignment[0] for n in ("prefill", "decode")}
+    dev = {n: plan.phases[n].assignment[0] for n in (Phase.PREFILL, Phase.DECODE)}
     tp = {n: unit(plan.devices[dev[n]].gpu)[0] for n in dev}
     gpus, first = {}, 0
-    for n in ("prefill", "decode"):
+    for n in (Phase.PREFILL, Phase.DECODE):
         gpus[n] = ",".join(str(first + i) for i in range(tp[n]))
         first += tp[n]
     mml_v = ["--max-model-len", str(mml)] if mml else []

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 
+from tessera.contracts.enums import Phase
 from tessera.graph import KernelGraph
 
 GraphSource = Callable[[str, int, int, int], KernelGraph]  # (phase, batch, seq, context) -> graph
@@ -20,9 +21,9 @@ def _captured(model: str, phase: str, batch: int, seq: int, context: int) -> Ker
     from tessera.capture import capture_model  # the capture stage imports torch: only when a graph is needed
 
     kw: dict[str, int] = {}
-    if phase in ("prefill", "encode") and seq:  # encode: image patches
+    if phase in (Phase.PREFILL, Phase.ENCODE) and seq:  # encode: image patches
         kw["seq"] = seq
-    if phase == "decode" and context:
+    if phase == Phase.DECODE and context:
         kw["context"] = context
     return capture_model(model, phase, batch=batch, **kw)
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from tessera.contracts.enums import STRATEGIES
+from tessera.contracts.enums import STRATEGIES, Objective, Phase
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec, cell_link
@@ -247,14 +247,14 @@ def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, sou
     g = shapes.graph(b, 1)
     assignment = s.point.assignment
     if placement == "milp":
-        sol = solve_phase(prepare(g, Pool(gpus=units, link=lk), cost, m=1), mode="latency", starts=[assignment],
+        sol = solve_phase(prepare(g, Pool(gpus=units, link=lk), cost, m=1), mode=Objective.LATENCY, starts=[assignment],
                           m=1, mip_rel_gap=cfg.mip_rel_gap, time_limit_s=cfg.time_limit_s)
         if sol.assignment is None:
             return None
         assignment = sol.assignment
     p = score_point(g, assignment, batch=b, m=1, units=units, link=lk, cost=cost, traffic=cfg.traffic,
                     slo=cfg.slo, at=shapes.at, budgets=cfg.budgets)
-    return replace(make_plan(s.plan.strategy, p, shapes, units, lk, cost, cfg), mode="latency")
+    return replace(make_plan(s.plan.strategy, p, shapes, units, lk, cost, cfg), mode=Objective.LATENCY)
 
 
 def plan_graph(plan: Plan, *, source=None) -> KernelGraph:
@@ -263,7 +263,7 @@ def plan_graph(plan: Plan, *, source=None) -> KernelGraph:
     from tessera.plan.planner import capture_source
 
     w = plan.workload
-    phase = "mixed" if "mixed" in plan.phases else "denoise"
+    phase = Phase.MIXED if Phase.MIXED in plan.phases else Phase.DENOISE
     if phase not in plan.phases or not plan.batch:
         raise UserError(f"plan for {plan.model} ({plan.strategy}) is not a serving-model cell plan "
                         f"(phases: {', '.join(sorted(plan.phases))})")
@@ -271,7 +271,7 @@ def plan_graph(plan: Plan, *, source=None) -> KernelGraph:
     cfg = PlannerConfig(traffic=Traffic(prompt=w.get("prompt", 1024), output=w.get("output", 256),
                                         steps=w.get("steps", 28), image_tokens=w.get("image_tokens", 0)),
                         ref_batch=ref)
-    shapes = Shapes(plan.model, source or capture_source(plan.model), cfg, images=phase == "denoise")
+    shapes = Shapes(plan.model, source or capture_source(plan.model), cfg, images=phase == Phase.DENOISE)
     g = shapes.graph(plan.batch, plan.microbatches)
     if len(g.kernels) != len(plan.phases[phase].assignment):
         raise UserError(f"plan for {plan.model} places {len(plan.phases[phase].assignment)} kernels but its "

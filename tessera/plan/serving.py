@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tessera.contracts.enums import Phase
 from tessera.contracts.slo import Slo
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
@@ -279,7 +280,7 @@ def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: i
     ev = evaluate_cached(g, a, units, link, cost)
     mem = whole_step_memory(ev, m)
     period = max(m * ev.bottleneck_s, ev.latency_s)
-    images = g.phase != "mixed"
+    images = g.phase != Phase.MIXED
     per_request = 1 if images else traffic.output
     common = dict(batch=batch, microbatches=m, assignment=a, evaluation=ev, memory_bytes=mem, period_s=period,
                   images=images, per_request=per_request)
@@ -442,6 +443,6 @@ def closeness(p: Point, slo: Slo) -> tuple[float, float]:
 def slo_period_cap(g: KernelGraph, traffic: Traffic, slo: Slo) -> float:
     """The longest full-load period at which a point of micro-batch graph ``g`` is worth placing: the TPOT
     SLO (a request's TPOT is the period it decodes at); for images, the image SLO over the steps."""
-    if g.phase != "mixed":
+    if g.phase != Phase.MIXED:
         return slo.image_s / traffic.steps
     return slo.tpot_s

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tessera.contracts.enums import Phase
 from tessera.graph import Buffer, Kernel, KernelGraph, KernelKind, Role, build_graph
 
 BF16 = 2
@@ -59,11 +60,11 @@ class _Builder:
 def llama_like(phase: str, *, batch: int, seq: int = 1, context: int = 1024,
                cfg: SynthConfig | None = None, model: str = "synthetic-llama") -> KernelGraph:
     """One step: prefill (``seq`` prompt tokens per sequence) or decode (1 token, ``context`` cached)."""
-    assert phase in ("prefill", "decode"), phase
+    assert phase in (Phase.PREFILL, Phase.DECODE), phase
     c = cfg or SynthConfig()
     b = _Builder()
-    q_len = seq if phase == "prefill" else 1
-    kv_len = seq if phase == "prefill" else context
+    q_len = seq if phase == Phase.PREFILL else 1
+    kv_len = seq if phase == Phase.PREFILL else context
     rows = batch * q_len
     hd = c.hidden // c.heads
     act = rows * c.hidden * BF16
@@ -107,7 +108,7 @@ def llama_like(phase: str, *, batch: int, seq: int = 1, context: int = 1024,
                 b.kernel("aten.index_copy_.default", KernelKind.COPY, (cache, src), (cache,), layer=li,
                          module=f"{p}.self_attn", dims={"numel": rows * c.kv_heads * hd})
             o = b.buf(f"{p}.attn", act, Role.ACTIVATION)
-            kind = KernelKind.ATTENTION if phase == "prefill" else KernelKind.ATTENTION_DECODE
+            kind = KernelKind.ATTENTION if phase == Phase.PREFILL else KernelKind.ATTENTION_DECODE
             b.kernel("aten._scaled_dot_product_flash_attention.default", kind, (q2, kc, vc), (o,),
                      flops=4 * batch * c.heads * q_len * kv_len * hd, layer=li, module=f"{p}.self_attn",
                      dims={"batch": batch, "heads": c.heads, "kv_heads": c.kv_heads, "q_len": q_len,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tessera.contracts.enums import Objective, Phase
 from tessera.errors import UserError
 from tessera.plan.types import Plan
 from tessera.sim.model import ITER_PHASES
@@ -57,11 +58,11 @@ class AdaptivePolicy:
         if self.switch_s is not None and self.switch_s < 0:
             raise UserError(f"switch cost {self.switch_s} s must be >= 0")
 
-    def target(self, mode: str, load: int) -> str:
-        if mode == "latency" and load >= self.high_load:
-            return "throughput"
-        if mode == "throughput" and load <= self.low_load:
-            return "latency"
+    def target(self, mode: Objective, load: int) -> Objective:
+        if mode == Objective.LATENCY and load >= self.high_load:
+            return Objective.THROUGHPUT
+        if mode == Objective.THROUGHPUT and load <= self.low_load:
+            return Objective.LATENCY
         return mode
 
     def switch_cost_s(self, throughput_plan: Plan) -> float:
@@ -90,7 +91,7 @@ def check_switchable(a: Plan, b: Plan) -> str:
         raise UserError(f"adaptive plans need memory_bytes for each of the {len(da)} devices")
     if all(x.get(r, 0) == y.get(r, 0) for x, y in zip(ma, mb, strict=True) for r in RESIDENT_ROLES):
         return "identical"
-    if "mixed" in a.phases and a.phases.keys() == b.phases.keys() and all(
+    if Phase.MIXED in a.phases and a.phases.keys() == b.phases.keys() and all(
             a.phases[n].assignment == b.phases[n].assignment for n in a.phases):
         # one placement at two batch sizes: the weights stay where they are and one paged KV pool, sized by
         # the larger batch, serves both schedules

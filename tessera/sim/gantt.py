@@ -11,6 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 
+from tessera.contracts.enums import Phase
 from tessera.plan.types import Plan  # noqa: E402
 from tessera.sim.model import PlanModel, SchedulerConfig  # noqa: E402
 from tessera.sim.stages import run_groups  # noqa: E402
@@ -62,7 +63,7 @@ def plot_plan(plan: Plan, path: str | Path, *, phase: str = "decode", tokens: fl
     """Lay ``iterations`` steps of ``phase`` at (tokens, context) and plot them. A serving-model plan's
     ("mixed") groups run through the simulator's stages (``mixed_spans``: each group starts its next iteration
     when its previous one ends); other phases: the largest sampled shape at context 0, synchronously."""
-    if phase == "mixed":
+    if phase == Phase.MIXED:
         spans = mixed_spans(plan, tokens=tokens, context=context, iterations=iterations)
         m = plan.engine.microbatches if plan.engine else plan.phases[phase].microbatches
         plot_spans(spans, path, f"{plan.model} {plan.strategy} mixed: {iterations} iterations of "

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tessera.contracts.enums import Objective, Phase
 from tessera.plan.types import Device, EngineSettings, PhasePlan, Plan, Segment, StepPoint
 
 
@@ -38,7 +39,7 @@ def phase_plan(phase: str, c: PhaseCost) -> PhasePlan:
     for ctx in c.contexts:
         for tok in c.tokens:
             step = c.step_s(tok, ctx)
-            per_item = c.tokens_per_item if phase != "prefill" else max(ctx, 1)
+            per_item = c.tokens_per_item if phase != Phase.PREFILL else max(ctx, 1)
             points.append(StepPoint(
                 batch=max(1, tok // per_item), tokens=tok, context=ctx, microbatches=m,
                 device_busy_s=tuple(step / m * f for f in c.busy_share), link_busy_s=(),
@@ -49,26 +50,26 @@ def phase_plan(phase: str, c: PhaseCost) -> PhasePlan:
 
 def hand_plan(*, phases: dict[str, PhaseCost], gpus: Sequence[str] = ("H100-SXM",), mem_bytes: int = 80 * 10**9,
               kv_capacity_tokens: int = 1_000_000, kv_bytes_per_token: int = 131072, usd_per_hour: float = 1.0,
-              mode: str = "throughput", strategy: str = "tessera", replicas: int = 1,
+              mode: Objective = Objective.THROUGHPUT, strategy: str = "tessera", replicas: int = 1,
               weight_bytes: int = 16 * 10**9, predict_context: float = 0.0, model: str = "hand") -> Plan:
     """A Plan whose steady-state prediction is the planner's: max decode batch / step_s at that batch."""
     pp = {n: phase_plan(n, c) for n, c in phases.items()}
-    it = next((n for n in ("decode", "denoise") if n in phases), None)
+    it = next((n for n in (Phase.DECODE, Phase.DENOISE) if n in phases), None)
     tput = img = None
     if it is not None:
         c = phases[it]
         b = max(c.tokens)
         step = c.step_s(b, predict_context)
         rate = b / c.tokens_per_item / step * replicas if step > 0 else None
-        tput, img = (rate, None) if it == "decode" else (None, rate)
+        tput, img = (rate, None) if it == Phase.DECODE else (None, rate)
     kv_each = kv_capacity_tokens * kv_bytes_per_token // max(1, len(gpus))
     return Plan(model=model, strategy=strategy, mode=mode, link="pcie4",
                 devices=tuple(Device(index=i, gpu=g, mem_bytes=mem_bytes) for i, g in enumerate(gpus)),
                 replicas=replicas, phases=pp,
                 memory_bytes=tuple({"weight": weight_bytes // len(gpus), "kv": kv_each, "activation": 10**9}
                                    for _ in gpus),
-                kv_bytes_per_token=kv_bytes_per_token if it == "decode" else 0,
-                kv_capacity_tokens=kv_capacity_tokens if it == "decode" else 0,
+                kv_bytes_per_token=kv_bytes_per_token if it == Phase.DECODE else 0,
+                kv_capacity_tokens=kv_capacity_tokens if it == Phase.DECODE else 0,
                 throughput_tokens_per_s=tput, throughput_images_per_s=img, usd_per_hour=usd_per_hour)
 
 
@@ -127,7 +128,7 @@ def mixed_plan(*, route: Sequence[StretchCost], engine: EngineSettings, prompt: 
         p = _mixed_point(route, ndev, m, b, 0, prompt + output // 2, extra_latency_s)
         throughput_tokens_per_s = replicas * min(engine.max_num_seqs, m * b) / p.step_s
     kv_each = kv_capacity_tokens * kv_bytes_per_token // ndev
-    return Plan(model=model, strategy=strategy, mode="throughput", link="pcie4",
+    return Plan(model=model, strategy=strategy, mode=Objective.THROUGHPUT, link="pcie4",
                 devices=tuple(Device(index=i, gpu=g, mem_bytes=80 * 10**9) for i, g in enumerate(gpus)),
                 replicas=replicas, phases={"mixed": phase},
                 memory_bytes=tuple({"weight": 16 * 10**9 // ndev, "kv": kv_each, "activation": 10**9}

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tessera.contracts.enums import Phase
 from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError
 from tessera.plan.types import Plan, PoolPlan
@@ -110,7 +111,7 @@ def concurrency(plan: Plan | PoolPlan, replicas: int = 1) -> int:
         if it is None:
             return 1
         top = max((s.batch for s in it.points), default=1)
-        return top * it.microbatches if it.phase == "mixed" else top
+        return top * it.microbatches if it.phase == Phase.MIXED else top
 
     cells = [(c.plan, c.count) for c in plan.cells] if isinstance(plan, PoolPlan) else [(plan, 1)]
     return replicas * sum(n * p.replicas * seqs(p) for p, n in cells)

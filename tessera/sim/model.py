@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from tessera.contracts.enums import Phase
 from tessera.errors import UserError
 from tessera.plan.types import EngineSettings, Plan
 from tessera.sim.stages import Route, StageTimes, route_of
 from tessera.sim.timing import MixedTable, StepTable, lanes
 
-FIRST_PHASES = ("prefill", "encode")  # run once per request, before the iterative phase
-ITER_PHASES = ("mixed", "decode", "denoise")  # run once per output token / denoising step
+FIRST_PHASES = (Phase.PREFILL, Phase.ENCODE)  # run once per request, before the iterative phase
+ITER_PHASES = (Phase.MIXED, Phase.DECODE, Phase.DENOISE)  # run once per output token / denoising step
 # "mixed": the serving model's iteration (a micro-batch's decode tokens + prompt chunks in one step); a mixed
 # plan is served by tessera.sim.mixed (groups, token budget, stages along the route), the others by
 # tessera.sim.replica (lanes of whole steps).
@@ -68,8 +69,8 @@ class PlanModel:
         if it_name is None:
             raise UserError(f"plan {plan.model}/{plan.strategy} has no decode or denoise phase "
                             f"(phases: {', '.join(sorted(plan.phases)) or 'none'}); nothing to serve")
-        image = it_name == "denoise"
-        if it_name == "mixed":
+        image = it_name == Phase.DENOISE
+        if it_name == Phase.MIXED:
             return cls._mixed(plan, cfg)
         first_name = "encode" if image else "prefill"
         if not image and first_name not in plan.phases:
@@ -84,7 +85,7 @@ class PlanModel:
         max_batch = cfg.max_num_seqs or (eng.max_num_seqs if eng else it.max_batch)
         max_pf = cfg.max_num_batched_tokens or (eng.max_num_batched_tokens if eng else None) or \
             (first.max_tokens if first else 1)
-        return cls(plan=plan, first=first, iter=it, shared=shared, emits_token=first_name == "prefill",
+        return cls(plan=plan, first=first, iter=it, shared=shared, emits_token=first_name == Phase.PREFILL,
                    image=image, kv_cap=kv_capacity(plan), max_batch=max_batch, max_prefill_tokens=max_pf,
                    chunked=cfg.chunked_prefill, names=tuple(names), chunk_cap=cfg.chunk_tokens)
 

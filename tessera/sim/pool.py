@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from tessera.contracts.enums import Objective
 from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError, choices_error
 from tessera.plan.types import Plan
@@ -80,13 +81,13 @@ def cell_speed(pm: PlanModel) -> float:
 
 
 def _models(plan: Plan, cfg: SchedulerConfig, policy: AdaptivePolicy | None) -> dict[str, PlanModel]:
-    models = {"throughput": PlanModel.build(plan, cfg)}
+    models = {Objective.THROUGHPUT: PlanModel.build(plan, cfg)}
     if policy is not None:
         check_switchable(plan, policy.latency_plan)
-        models["latency"] = PlanModel.build(policy.latency_plan, cfg)
-        if models["latency"].image != models["throughput"].image:
+        models[Objective.LATENCY] = PlanModel.build(policy.latency_plan, cfg)
+        if models[Objective.LATENCY].image != models[Objective.THROUGHPUT].image:
             raise UserError("adaptive plans must both serve images or both serve tokens")
-        if models["latency"].mixed != models["throughput"].mixed:
+        if models[Objective.LATENCY].mixed != models[Objective.THROUGHPUT].mixed:
             raise UserError("adaptive plans must both be serving-model (mixed) plans or both two-phase plans")
     return models
 
@@ -110,12 +111,12 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
     for plan, _ in groups:
         if id(plan) not in built:
             built[id(plan)] = _models(plan, cfg, policy)
-    if len({m["throughput"].image for m in built.values()}) > 1:
+    if len({m[Objective.THROUGHPUT].image for m in built.values()}) > 1:
         raise UserError("a pool's plans must all serve images or all serve tokens")
     n_initial = sum(n * p.replicas for p, n in cells)
     joins = check_failures(failures, n_initial, [sum(n * p.replicas for p, n in f.cells) for f in failures])
     switch_s = max((policy.switch_cost_s(p) for p, _ in groups), default=0.0) if policy else 0.0
-    start_mode = "latency" if policy is not None else "throughput"
+    start_mode = Objective.LATENCY if policy is not None else Objective.THROUGHPUT
 
     reqs = generate(workload, seed)
     st = State(arrival=reqs.arrival_s.tolist(), prompt=reqs.prompt.tolist(), output=reqs.output.tolist(),
@@ -124,10 +125,10 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
     owner: list[int] = []  # replica -> group index
     for g, (plan, n) in enumerate(groups):
         for _ in range(n * plan.replicas):  # plan.replicas: identical cells inside the plan
-            kind = MixedReplica if built[id(plan)]["throughput"].mixed else Replica
+            kind = MixedReplica if built[id(plan)][Objective.THROUGHPUT].mixed else Replica
             reps.append(kind(len(reps), st, built[id(plan)], start_mode, policy, switch_s))
             owner.append(g)
-    speed = [router_speed(r.models["throughput"]) for r in reps]
+    speed = [router_speed(r.models[Objective.THROUGHPUT]) for r in reps]
     fastest = max(speed)
     router = Router(st, reps, [fastest / s for s in speed], [k < n_initial for k in range(len(reps))],
                     round_robin=cfg.router == "round_robin")
@@ -154,7 +155,7 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
                                    requeued=router.requeued.get(f.replica, []), done_s=done) for f in failures)
     res = summarise(
         arrival=reqs.arrival_s, first_s=np.array(st.first_s), done_s=done, output=reqs.output.astype(float),
-        lost=sum(1 for s in st.status if s == LOST), image=built[id(cells[0][0])]["throughput"].image, slo=slo,
+        lost=sum(1 for s in st.status if s == LOST), image=built[id(cells[0][0])][Objective.THROUGHPUT].image, slo=slo,
         usd_per_hour=sum(p.usd_per_hour * n for p, n in cells), busy_s=busy,
         preemptions=st.preemptions, switches=sum(r.switches for r in reps), replicas=n_initial,
         runtime_s=runtime_s, replica_completed=tuple(r.completed for r in reps), series_start_s=t_first,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from tessera.contracts.enums import Objective, Phase
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.cell import Shapes, best_of, kv_bytes_per_token
 from tessera.plan.config import PlannerConfig, StrategyResult
@@ -130,15 +131,15 @@ def _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit,
     def pts(kind: str, sizes: list[int]) -> tuple[StepPoint, ...]:
         out = []
         for n in sorted(set(sizes)):
-            ctxs = [t.prompt] if kind == "prefill" else [t.prompt, t.prompt + t.output // 2, t.prompt + t.output]
+            ctxs = [t.prompt] if kind == Phase.PREFILL else [t.prompt, t.prompt + t.output // 2, t.prompt + t.output]
             for c in ctxs:
-                sh = prefill_shape(n, t) if kind == "prefill" else replace(decode_shape(n, t), context=c)
-                dev = a if kind == "prefill" else b
+                sh = prefill_shape(n, t) if kind == Phase.PREFILL else replace(decode_shape(n, t), context=c)
+                dev = a if kind == Phase.PREFILL else b
                 s, _, ev = _step(shapes, sh, specs[dev], lk, cost)
                 busy = [0.0, 0.0]
                 busy[dev] = s
-                links = ((a, b, cost.transfer_time_s(kv_req * n, lk)),) if kind == "prefill" else ()
-                out.append(StepPoint(batch=n, tokens=n * t.prompt if kind == "prefill" else n, context=c,
+                links = ((a, b, cost.transfer_time_s(kv_req * n, lk)),) if kind == Phase.PREFILL else ()
+                out.append(StepPoint(batch=n, tokens=n * t.prompt if kind == Phase.PREFILL else n, context=c,
                                      microbatches=1, device_busy_s=tuple(busy), link_busy_s=links,
                                      latency_s=s, step_s=s))
         return tuple(out)
@@ -153,7 +154,7 @@ def _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit,
     per_tok = kv_req // max(1, t.prompt)
     free_d = specs[b].mem_bytes - mem_d["weight"] - mem_d["activation"]
     return Plan(
-        model=shapes.model, strategy="prefill_decode", mode="throughput", devices=devs, link=lk.name,
+        model=shapes.model, strategy="prefill_decode", mode=Objective.THROUGHPUT, devices=devs, link=lk.name,
         phases={"prefill": PhasePlan(phase="prefill", assignment=(a,) * len(g_pre.kernels), microbatches=1,
                                      points=pts("prefill", [1, max(1, n_pre // 2), n_pre])),
                 "decode": PhasePlan(phase="decode", assignment=(b,) * len(g_dec.kernels), microbatches=1,
