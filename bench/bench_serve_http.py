@@ -273,14 +273,15 @@ def markdown(doc: dict[str, Any]) -> str:
                   "capacity each system's throughput follows its own generator's Poisson draw of 16 arrival "
                   "times (vllm bench's and tessera.sim's differ), so there the latencies compare, not the "
                   "throughput."]
+    counted = ", ".join(f"{name} {r['rates'][k]['mean_prompt_tokens']:.1f}"
+                        for name, r in doc["systems"].items() for k in list(r.get("rates", {}))[:1]
+                        if "mean_prompt_tokens" in r["rates"][k])
     lines += ["", "Percentiles: the servers' are `vllm bench serve`'s (numpy, interpolated: p50 of 16 "
               "requests is the mean of the 8th and 9th); in-process ones are serve-run's nearest rank (the "
               "8th). With max-num-seqs 8 and 16 requests at once, the 8th and 9th TTFT lie on either side "
-              "of the first 8 requests' decode, hence the `inf` TTFT p50 gap. Prompt tokens as each server counted them "
-              "(its tokenizer; /metrics), mean per request: " + ", ".join(
-                  f"{name} {r['rates'][k]['mean_prompt_tokens']:.1f}" for name, r in doc["systems"].items()
-                  for k in list(r.get("rates", {}))[:1] if "mean_prompt_tokens" in r["rates"][k])
-              + f"; in-process {doc['args']['input_len']}."]
+              "of the first 8 requests' decode, hence the `inf` TTFT p50 gap. Prompt tokens as each server "
+              f"counted them (its tokenizer; /metrics), mean per request: {counted}; in-process "
+              f"{doc['args']['input_len']}."]
     return "\n".join(lines) + "\n"
 
 
