@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import sys
 import threading
 import time
@@ -203,8 +204,22 @@ class Running:
         self.thread.stop()
 
 
+def check_port(host: str, port: int) -> None:
+    """Before the model loads: the address can be listened on (one line naming it otherwise)."""
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}; give another --port (0: any "
+                            f"free port) or --host") from None
+
+
 def serve(spec: ServeSpec) -> None:
     """``tessera serve``: until SIGTERM/SIGINT, then drained."""
+    check_port(spec.server.host, spec.server.port)
     opened = open_engine(spec)
     try:
         Running(opened.engine, opened.pool, spec.server, switch=opened.switch).serve_forever()

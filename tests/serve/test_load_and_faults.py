@@ -234,3 +234,14 @@ def test_adaptive_switches_schedules_without_changing_tokens(subprocess_server):
     switches = next(s.value for f in text_string_to_metric_families(text) for s in f.samples
                     if s.name == "tessera_adaptive_switches_total")
     assert switches >= 1
+
+
+def test_a_taken_port_is_one_line_before_loading(run_cli):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, _, err = run_cli(["serve", "llama-tiny", "--load-format", "dummy", "--port", str(port)])
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err and len(err.strip().splitlines()) == 1
