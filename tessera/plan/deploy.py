@@ -10,7 +10,7 @@ prefill/decode plan, gets no ``tessera serve`` line.
 An answer that is a baseline an existing engine already runs also gets that engine's launch: a cell that is
 one device (a GPU, or a group of k GPUs: tensor parallel, or MoE data-parallel attention with expert
 parallelism) running the whole model is vLLM's ``--tensor-parallel-size k`` (``--data-parallel-size k
---enable-expert-parallel``) and SGLang's ``--tp k`` (``--dp k --enable-dp-attention --enable-ep-moe``), one
+--enable-expert-parallel``) and SGLang's ``--tp k`` (``--dp k --enable-dp-attention --ep-size k``), one
 server per replica; a prefill/decode plan is vLLM's disaggregated prefill (a ``kv_producer`` and a
 ``kv_consumer`` instance joined by a KV connector) and SGLang's ``--disaggregation-mode prefill|decode``
 behind its router.
@@ -114,7 +114,7 @@ def homogeneous_launches(plan: Plan, port: int) -> list[Launch]:
     vllm_par = ["--tensor-parallel-size", str(k)] if layout == "tp" else [
         "--data-parallel-size", str(k), "--enable-expert-parallel"]
     sgl_par = ["--tp", str(k)] if layout == "tp" else ["--tp", str(k), "--dp", str(k), "--enable-dp-attention",
-                                                       "--enable-ep-moe"]
+                                                       "--ep-size", str(k)]
     out = []
     for r in range(plan.replicas):
         gpus = ",".join(str(r * k + i) for i in range(k))
