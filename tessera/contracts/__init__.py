@@ -3,14 +3,18 @@
 This package sits below every stage and imports none of them at run time; a stage imports the contracts
 it reads or writes from here. It holds ``Provenance`` (what every JSON file Tessera writes carries), the
 simulator's ``SimResult``, the SLO as planned (``Slo``) and as judged (``LatencyTargets``), the report's
-``FrontierPoint``, the strategies' names (``Strategy``, a StrEnum, and ``STRATEGIES``) and the closed sets
-``Phase`` and ``Objective``; the IR and the Plan types are to follow.
+``FrontierPoint``, the strategies' names (``Strategy``, a StrEnum, and ``STRATEGIES``), the closed sets
+``Phase`` and ``Objective``, the kernel-graph IR (``tessera.contracts.ir``; ``tessera.graph`` keeps its
+names) and the plan files' types (``tessera.contracts.plan``; ``tessera.plan.types`` keeps them).
 """
 
 from tessera.contracts.enums import STRATEGIES, Objective, Phase, Strategy
+from tessera.contracts.ir import KernelGraph
+from tessera.contracts.plan import Plan, PoolPlan, read_plan_file
 from tessera.contracts.provenance import FINGERPRINT_HEX, Provenance, fingerprint, of_file, planner_provenance
 from tessera.contracts.results import FrontierPoint, SimResult
 from tessera.contracts.slo import SLO_TARGET, LatencyTargets, Slo
 
-__all__ = ["FINGERPRINT_HEX", "SLO_TARGET", "STRATEGIES", "FrontierPoint", "LatencyTargets", "Objective", "Phase",
-           "Provenance", "SimResult", "Slo", "Strategy", "fingerprint", "of_file", "planner_provenance"]
+__all__ = ["FINGERPRINT_HEX", "SLO_TARGET", "STRATEGIES", "FrontierPoint", "KernelGraph", "LatencyTargets",
+           "Objective", "Phase", "Plan", "PoolPlan", "Provenance", "SimResult", "Slo", "Strategy", "fingerprint",
+           "of_file", "planner_provenance", "read_plan_file"]
