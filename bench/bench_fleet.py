@@ -42,7 +42,7 @@ def failure_demo(fp: Any) -> dict[str, Any]:
     from tessera.sim import Failure, LengthSpec, WorkloadSpec, simulate_pool
 
     new, replan_s = replan_without(fp, LOST)
-    cp = cell_planner(fp.model, fp.planner_config)
+    cp = cell_planner(fp.model, fp.config)
     idx = 0
     for i, c in enumerate(fp.cells):
         if LOST in c.gpus:
@@ -54,7 +54,7 @@ def failure_demo(fp: Any) -> dict[str, Any]:
     freed = list(lost.gpus)
     freed.remove(LOST)
     repl = tuple((ev.plan, 1) for g in freed if (ev := cp.evaluate((g,))).plan is not None)
-    t = fp.planner_config.traffic
+    t = fp.config.traffic
     requests = 20 * sum(c.count for c in fp.cells)
     spec = WorkloadSpec(kind="poisson", requests=requests, rate_per_s=0.8 * fp.goodput_per_s / t.output,
                         prompt=LengthSpec(lo=t.prompt, hi=t.prompt), output=LengthSpec(lo=t.output, hi=t.output))
@@ -73,12 +73,12 @@ def main() -> None:
     fail = failure_demo(fp16)
     advice = [advise(MODEL, None, b, simulate=b == BUDGETS[1]) for b in BUDGETS]
     fp70 = plan_fleet(BIG_MODEL, FleetSpec.from_counts(BIG_POOL))
-    checks = cell_planner(MODEL, fp16.planner_config).bound_checks()
+    checks = cell_planner(MODEL, fp16.config).bound_checks()
     bounds = [{"cell": cell_name(c), "bound_per_s": b, "best_strategy_per_s": e, "ratio": e / b if b else None}
               for c, b, e in checks]
-    slo = fp16.config["slo"]
-    res = {"model": MODEL, "pool16": POOL16, "slo": slo, "traffic": fp16.config["traffic"],
-           "microbatches": fp16.config["microbatches"], "fleet16": fleet_row(fp16), "fleet64": fleet_row(fp64),
+    cfg = fp16.config.to_dict()
+    res = {"model": MODEL, "pool16": POOL16, "slo": cfg["slo"], "traffic": cfg["traffic"],
+           "microbatches": cfg["microbatches"], "fleet16": fleet_row(fp16), "fleet64": fleet_row(fp64),
            "fleet16_per_dollar": fleet_row(fp16d), "big": {"model": BIG_MODEL, "pool": BIG_POOL, **fleet_row(fp70)},
            "failure": fail, "bounds": bounds, "advice": [a.to_dict() for a in advice],
            "frontier": [p.__dict__ for a in advice for p in a.frontier_points()],

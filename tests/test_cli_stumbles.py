@@ -19,6 +19,7 @@ import pytest
 
 from tessera.fleet.fleet import FleetCell, FleetPlan
 from tessera.hardware import catalog
+from tessera.plan.config import PlannerConfig
 from tessera.plan.types import EngineSettings, PoolCell, PoolPlan, read_plan_file
 from tessera.provenance import fingerprint
 from tessera.report.evalsummary import markdown
@@ -139,7 +140,7 @@ def test_fleet_plan_file_is_simulated_and_reported(tmp_path: Path, run_cli) -> N
     a, b = _plan(usd=3.0, goodput=1000.0), _plan(gpus=("L40S",), usd=1.0, goodput=300.0)
     plans = PoolPlan(cells=(PoolCell(plan=a, count=2), PoolCell(plan=b, count=1)))
     fp = FleetPlan(model=a.model, objective="throughput", link="auto", unit="tokens/s",
-                   config={"traffic": {}, "slo": {}, "microbatches": [1], "budgets": [512]},
+                   config=PlannerConfig(microbatches=(1,), budgets=(512,)),
                    available=(("H100-SXM", 2), ("L40S", 1)),
                    cells=(FleetCell(gpus=("H100-SXM",), count=2, goodput_per_s=1000.0, usd_per_hour=3.0,
                                     chosen="homogeneous"),

@@ -17,13 +17,13 @@ owned GPUs, the budget pays for those beyond them).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from tessera.contracts import FrontierPoint, Provenance, planner_provenance
+from tessera.contracts import FrontierPoint, Provenance, SimResult, planner_provenance
 from tessera.errors import UserError
 from tessera.fleet.cells import Cell, CellPlanner, candidate_cells, cell_name, is_group
-from tessera.fleet.fleet import cell_planner, config_dict, fleet_config
+from tessera.fleet.fleet import cell_planner, fleet_config
 from tessera.fleet.mix import MixSolution, Owned, lazy_mix, verify_mix
 from tessera.hardware import gpu_names
 from tessera.plan.pool import resolve_gpu
@@ -68,10 +68,30 @@ class MixChoice:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MixSim:
+    """The advised mix simulated behind one router (simulate_mix): the simulator's ``result``, the requests
+    it ran, the offered, predicted (the mix's goodput at the SLO) and capacity output rates, and the steady
+    rate once ramp-up is past (all output tokens/s, images/s for image models)."""
+
+    result: SimResult
+    requests: int
+    offered_per_s: float
+    predicted_per_s: float
+    capacity_per_s: float
+    steady_per_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """The simulator's contract with the mix's figures after it (its own ``requests`` replaced)."""
+        return {**self.result.to_json(), "requests": self.requests, "offered_per_s": self.offered_per_s,
+                "predicted_per_s": self.predicted_per_s, "capacity_per_s": self.capacity_per_s,
+                "steady_per_s": self.steady_per_s}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Advice:
     model: str
     budget_usd_per_hour: float
-    config: dict[str, Any] = field(hash=False)  # the PlannerConfig cells were planned with
+    config: PlannerConfig  # what the cells were planned with
     kept_types: tuple[str, ...]
     pruned: tuple[tuple[str, str], ...]  # (type, why)
     mix: MixChoice
@@ -79,7 +99,7 @@ class Advice:
     prefill_decode: MixChoice | None
     have: tuple[tuple[str, int], ...] = ()  # GPUs already owned (type, count); () : rent everything
     owned: MixChoice | None = None  # what the owned GPUs serve alone (with ``have``)
-    sim: dict[str, Any] | None = field(default=None, hash=False)  # simulate_pool's result for the mix
+    sim: MixSim | None = None  # the mix simulated behind one router
     verdict: str = ""
     advise_s: float = 0.0
     pool: PoolPlan | None = None  # the mix's cells as a pool plan (what `tessera simulate` takes)
@@ -89,10 +109,11 @@ class Advice:
         """The advice; written to a file (-o) after the mix's pool plan, which simulate and report read."""
         def ch(c: MixChoice | None) -> dict[str, Any] | None:
             return None if c is None else c.to_dict()
-        return {"model": self.model, "budget_usd_per_hour": self.budget_usd_per_hour, "config": self.config,
+        return {"model": self.model, "budget_usd_per_hour": self.budget_usd_per_hour, "config": self.config.to_dict(),
                 "have": [[g, n] for g, n in self.have], "kept_types": list(self.kept_types),
                 "pruned": [list(p) for p in self.pruned], "mix": ch(self.mix), "homogeneous": ch(self.homogeneous),
-                "prefill_decode": ch(self.prefill_decode), "owned": ch(self.owned), "sim": self.sim,
+                "prefill_decode": ch(self.prefill_decode), "owned": ch(self.owned),
+                "sim": self.sim.to_dict() if self.sim else None,
                 "verdict": self.verdict, "advise_s": self.advise_s,
                 "provenance": self.provenance.to_dict() if self.provenance else None}
 
@@ -227,7 +248,7 @@ def advise(model: str, cfg: PlannerConfig | None, budget_usd_per_hour: float,
     if simulate:
         step("simulating the mix")
         sim = simulate_mix(cp, mix)
-    return Advice(model=model, budget_usd_per_hour=budget_usd_per_hour, config=config_dict(cfg),
+    return Advice(model=model, budget_usd_per_hour=budget_usd_per_hour, config=cfg,
                   kept_types=tuple(kept), pruned=tuple(pruned), mix=mix, homogeneous=hom, prefill_decode=pd,
                   have=tuple(have.items()), owned=alone, sim=sim,
                   verdict=verdict_owned(mix, alone) if owned else verdict(mix, hom),
@@ -267,7 +288,7 @@ def verdict_owned(mix: MixChoice, alone: MixChoice | None) -> str:
             f"alone) to {mix.throughput_per_s:,.1f} per s, +{gain / mix.usd_per_hour:,.1f} per s per $/h added")
 
 
-def simulate_mix(cp: CellPlanner, mix: MixChoice) -> dict[str, Any]:
+def simulate_mix(cp: CellPlanner, mix: MixChoice) -> MixSim:
     """The mix's cells (their Tessera plans) behind one router in tessera.sim, Poisson arrivals at 90% of
     the predicted goodput over four request lifetimes (O · the slowest cell's TPOT), so that most of the run
     is steady state; ``steady_per_s`` is the output rate from a quarter of the arrival span to its end."""
@@ -284,8 +305,8 @@ def simulate_mix(cp: CellPlanner, mix: MixChoice) -> dict[str, Any]:
     res = simulate_pool(pool.sim_cells(), spec, slo=sim_slo)
     span = requests / rate
     steady = res.steady_per_s(0.25 * span, span, default=0.0)
-    return {**res.to_json(), "requests": requests, "offered_per_s": rate * per_request,
-            "predicted_per_s": mix.throughput_per_s, "capacity_per_s": pool.throughput_per_s, "steady_per_s": steady}
+    return MixSim(result=res, requests=requests, offered_per_s=rate * per_request,
+                  predicted_per_s=mix.throughput_per_s, capacity_per_s=pool.throughput_per_s, steady_per_s=steady)
 
 
 def frontier(model: str, cfg: PlannerConfig | None, budgets: list[float], **kw: Any) -> list[Any]:

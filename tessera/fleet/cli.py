@@ -42,9 +42,9 @@ out = Console(width=None if Console().is_terminal else 140)
 
 
 def fleet_table(fp: FleetPlan) -> Table:
-    slo = fp.config["slo"]
+    slo = fp.config.slo
     t = Table(title=f"{fp.model} on {', '.join(f'{n}x{g}' for g, n in fp.available)} ({fp.link}, objective "
-                    f"{fp.objective}, SLO TTFT ≤ {slo['ttft_s']:g} s, TPOT ≤ {slo['tpot_s'] * 1e3:g} ms), planned in "
+                    f"{fp.objective}, SLO TTFT ≤ {slo.ttft_s:g} s, TPOT ≤ {slo.tpot_s * 1e3:g} ms), planned in "
                     f"{fp.plan_s:.1f} s")
     for c in ("cell", "chosen", "count", f"{fp.unit} each", "$/h each", f"{fp.unit} total", "$/h total"):
         t.add_column(c, justify="left" if c in ("cell", "chosen") else "right")
@@ -179,11 +179,11 @@ def print_advice(a: Advice, slo_ttft_ms: float, slo_tpot_ms: float) -> None:
     out.print(t)
     out.print(a.verdict, highlight=False)
     if a.sim:
-        s = a.sim
-        out.print(f"simulated at 90% of the predicted goodput: {s['throughput_tokens_per_s']:,.0f} tokens/s, "
-                  f"TTFT p50/p99 {s['ttft_s']['p50']:.3f}/{s['ttft_s']['p99']:.3f} s, TPOT p50/p99 "
-                  f"{s['tpot_s']['p50'] * 1e3:.1f}/{s['tpot_s']['p99'] * 1e3:.1f} ms, lost {s['lost']}"
-                  + (f", SLO attainment {s['slo_attainment']:.1%}" if s["slo_attainment"] is not None else ""),
+        s = a.sim.result
+        out.print(f"simulated at 90% of the predicted goodput: {s.throughput_tokens_per_s:,.0f} tokens/s, "
+                  f"TTFT p50/p99 {s.ttft_s['p50']:.3f}/{s.ttft_s['p99']:.3f} s, TPOT p50/p99 "
+                  f"{s.tpot_s['p50'] * 1e3:.1f}/{s.tpot_s['p99'] * 1e3:.1f} ms, lost {s.lost}"
+                  + (f", SLO attainment {s.slo_attainment:.1%}" if s.slo_attainment is not None else ""),
                   highlight=False)
     out.print(f"types kept: {', '.join(a.kept_types)}; pruned: "
               f"{'; '.join(f'{t} ({why})' for t, why in a.pruned) or 'none'}", highlight=False)

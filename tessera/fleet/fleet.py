@@ -20,7 +20,6 @@ from tessera.fleet.cells import Cell, CellPlanner, candidate_cells, cell_name, i
 from tessera.fleet.mix import OBJECTIVES, lazy_mix, verify_mix
 from tessera.fleet.spec import FleetSpec
 from tessera.plan.serve import PlannerConfig
-from tessera.plan.serving import BUDGETS, Slo, Traffic
 from tessera.plan.types import Plan, PoolCell, PoolPlan
 
 # 3: the file is a pool plan (``version``, ``cells``: count and plan each, what `tessera simulate` and
@@ -60,7 +59,7 @@ class FleetPlan:
     objective: str
     link: str
     unit: str  # tokens/s | images/s
-    config: dict[str, Any] = field(hash=False)  # the PlannerConfig the cells were planned with
+    config: PlannerConfig  # what the cells were planned with
     available: tuple[tuple[str, int], ...]  # the pool: GPU type -> count
     cells: tuple[FleetCell, ...]
     plans: PoolPlan  # each chosen cell's Plan with its count, in the order of ``cells``
@@ -83,6 +82,7 @@ class FleetPlan:
         """The pool plan's own fields (so either reader takes the file), the fleet's figures in "fleet" and
         the provenance."""
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("cells", "plans")}
+        d["config"] = self.config.to_dict()
         d["available"] = [list(x) for x in self.available]
         d["cells"] = [{"gpus": list(c.gpus), "count": c.count, "goodput_per_s": c.goodput_per_s,
                        "usd_per_hour": c.usd_per_hour, "chosen": c.chosen} for c in self.cells]
@@ -91,7 +91,7 @@ class FleetPlan:
 
     @property
     def provenance(self) -> Provenance:
-        return planner_provenance(self.model, self.planner_config, self.plans, images=self.unit == "images/s")
+        return planner_provenance(self.model, self.config, self.plans, images=self.unit == "images/s")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> FleetPlan:
@@ -101,8 +101,8 @@ class FleetPlan:
             raise ValueError(f"fleet plan version {got!r} is not {FLEET_VERSION}: write it again with "
                              "`tessera plan MODEL --pool POOL.toml -o FILE`")
         cells = tuple(FleetCell(**{**c, "gpus": tuple(c["gpus"])}) for c in f["cells"])
-        rest = {k: v for k, v in f.items() if k not in ("cells", "available", "notes")}
-        return cls(**rest, cells=cells, plans=PoolPlan.from_dict(d),
+        rest = {k: v for k, v in f.items() if k not in ("cells", "available", "notes", "config")}
+        return cls(**rest, config=PlannerConfig.from_dict(f["config"]), cells=cells, plans=PoolPlan.from_dict(d),
                    available=tuple((str(g), int(n)) for g, n in f["available"]), notes=tuple(f.get("notes", ())))
 
     def save(self, path: str | Path) -> None:
@@ -119,13 +119,6 @@ class FleetPlan:
     def spec(self) -> FleetSpec:
         return FleetSpec(gpus=self.available, link=self.link)
 
-    @property
-    def planner_config(self) -> PlannerConfig:
-        c = self.config
-        return PlannerConfig(**{**c, "traffic": Traffic(**c["traffic"]), "slo": Slo(**c["slo"]),
-                                "microbatches": tuple(c["microbatches"]),
-                                "budgets": tuple(c.get("budgets", BUDGETS))})
-
     def sim_cells(self) -> list[tuple[Any, int]]:
         """(plan, count) per cell type: what tessera.sim.simulate_pool takes."""
         return self.plans.sim_cells()
@@ -140,15 +133,6 @@ def cell_planner(model: str, cfg: PlannerConfig) -> CellPlanner:
     if key not in _PLANNERS:
         _PLANNERS[key] = CellPlanner(model, cfg)
     return _PLANNERS[key]
-
-
-def config_dict(cfg: PlannerConfig) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    d = asdict(cfg)
-    d["microbatches"] = list(cfg.microbatches)
-    d["budgets"] = list(cfg.budgets)
-    return d
 
 
 def plan_fleet(model: str, spec: FleetSpec, cfg: PlannerConfig | None = None, *, objective: str = "throughput",
@@ -189,7 +173,7 @@ def plan_fleet(model: str, spec: FleetSpec, cfg: PlannerConfig | None = None, *,
     used = {g: sum(n * c.count(g) for c, n in counts.items()) for g, _ in spec.gpus}
     return FleetPlan(
         model=model, objective=objective, link=spec.link, unit="images/s" if cp.images else "tokens/s",
-        config=config_dict(cfg), available=spec.gpus,
+        config=cfg, available=spec.gpus,
         cells=tuple(FleetCell(gpus=c, count=n, goodput_per_s=thr[c], usd_per_hour=usd[c],
                               chosen=cp.evaluate(c).chosen) for c, n in order),
         plans=PoolPlan(cells=tuple(PoolCell(plan=_plan_of(cp, c), count=n) for c, n in order)),
@@ -237,6 +221,6 @@ def _notes(cfg: PlannerConfig, gap: float, budget_s: float, unplanned: int) -> l
 def replan_without(fleet: FleetPlan, lost_gpu: str, *, budget_s: float = 25.0) -> tuple[FleetPlan, float]:
     """The fleet after one ``lost_gpu`` fails, re-planned on the survivors; returns (plan, seconds taken)."""
     t0 = time.perf_counter()
-    new = plan_fleet(fleet.model, fleet.spec.without(lost_gpu), fleet.planner_config, objective=fleet.objective,
+    new = plan_fleet(fleet.model, fleet.spec.without(lost_gpu), fleet.config, objective=fleet.objective,
                      budget_s=budget_s)
     return new, time.perf_counter() - t0

@@ -3,7 +3,7 @@ strategy's result and the whole pool's (docs/plan.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tessera.contracts.enums import Objective
@@ -44,6 +44,17 @@ class PlannerConfig:
                             "the GPU's memory in (0, 1]")
         if self.ref_batch < 1:
             raise ValueError(f"ref_batch={self.ref_batch} must be >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, traffic and SLO as objects and the tuples as lists: what a fleet plan or an advice
+        file records of the config its cells were planned with."""
+        return {**asdict(self), "microbatches": list(self.microbatches), "budgets": list(self.budgets)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PlannerConfig:
+        """What ``to_dict`` wrote (a file from before token budgets were searched: the default budgets)."""
+        return cls(**{**d, "traffic": Traffic(**d["traffic"]), "slo": Slo(**d["slo"]),
+                      "microbatches": tuple(d["microbatches"]), "budgets": tuple(d.get("budgets", BUDGETS))})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -170,7 +170,7 @@ def test_tiny_fleet_end_to_end(tmp_path) -> None:
     p = tmp_path / "fleet.json"
     fp.save(p)
     assert FleetPlan.load(p) == fp
-    assert fp.planner_config == fleet_config(cfg, link=spec.link)
+    assert fp.config == fleet_config(cfg, link=spec.link)
     new, replan_s = replan_without(fp, "H100")
     assert replan_s > 0 and new.spec.counts == {A: 1, B: 1}
     assert new.goodput_per_s <= fp.goodput_per_s
@@ -186,3 +186,19 @@ def test_cli_bad_pool_is_one_line(tmp_path) -> None:
     bad.write_text('[[gpu]]\ntype = "H999"\ncount = 1\n')
     r = CliRunner().invoke(app, ["fleet", "plan", "llama-tiny", "--pool", str(bad)])
     assert isinstance(r.exception, UserError) and "unknown GPU 'H999'" in str(r.exception)
+
+
+def test_planner_config_reads_back_what_it_wrote() -> None:
+    """One serializer: the JSON of a config with every default changed reads back equal, with the SLO and
+    traffic as the objects a fleet or advice file shows."""
+    import json
+
+    from tessera.plan.serving import Traffic
+
+    cfg = PlannerConfig(traffic=Traffic(prompt=512, output=64), slo=Slo(ttft_s=1.0, tpot_s=0.05), batch_cap=32,
+                        microbatches=(1, 2), budgets=(1024,), link="nvlink4")
+    d = json.loads(json.dumps(cfg.to_dict()))
+    assert d["slo"] == {"ttft_s": 1.0, "tpot_s": 0.05, "image_s": 60.0, "target": 0.9}
+    assert d["traffic"] == {"prompt": 512, "output": 64, "steps": 28, "image_tokens": 0}
+    assert d["microbatches"] == [1, 2] and d["budgets"] == [1024]
+    assert PlannerConfig.from_dict(d) == cfg
