@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Objective
 from tessera.plan.highs import INFEASIBLE, Model
 from tessera.plan.problem import PhaseProblem
@@ -106,7 +107,7 @@ def cycle_bound(phases: list[BoundPhase], *, mode: Objective = Objective.THROUGH
     return best
 
 
-def async_bound(g, pool, cost, m: int) -> float | None:
+def async_bound(g, pool, cost: KernelCosts, m: int) -> float | None:
     """Lower bound on the async period max(m·T, L) of any placement of micro-batch graph ``g`` on ``pool``,
     L taken as the MILP's sequential sum of work and transfers: the flat MILP with x relaxed to [0,1] and
     the memory rows kept (no activation reserve), rows compute[d]: Σ_g t·x ≤ T, link[a,b]: Σ s·y ≤ T and
@@ -125,7 +126,7 @@ def async_bound(g, pool, cost, m: int) -> float | None:
     return m * float(sol.values[idx.T]) if sol.status == "optimal" else None
 
 
-def period_floor(g, pool, cost, m: int) -> float:
+def period_floor(g, pool, cost: KernelCosts, m: int) -> float:
     """A cheap lower bound on the period max(m·T, L) of any placement of micro-batch graph ``g`` that fits
     memory, in the verifier's own terms: the larger of
       m × the LP optimum T of compute[d]: Σ_g t·x ≤ T with x relaxed, transfers free and the memory rows
@@ -144,7 +145,7 @@ def period_floor(g, pool, cost, m: int) -> float:
     return t if t == math.inf else max(t, latency_floor(g, pool.gpus, cost))
 
 
-def latency_floor(g, gpus, cost) -> float:
+def latency_floor(g, gpus, cost: KernelCosts) -> float:
     """Critical path of ``g`` with every kernel at its fastest device and transfers free: the verifier's
     list schedule starts a kernel only after the last writer of each non-resident buffer it touches has
     finished, so one micro-batch's latency L is at least this, whatever the placement (seconds)."""

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
+from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Objective
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
@@ -80,7 +81,7 @@ def best_of(results: list[StrategyResult]) -> StrategyResult:
     return next((r for r in results if r.applicable), results[0])
 
 
-def cell_strategy(name: str, placer, shapes: Shapes, cell: Pool, cost, cfg: PlannerConfig, *,
+def cell_strategy(name: str, placer, shapes: Shapes, cell: Pool, cost: KernelCosts, cfg: PlannerConfig, *,
                   bound: bool = False, floor: Callable[[KernelGraph, int, int], float] | None = None) -> StrategyResult:
     """``floor(graph, batch, m)``: a lower bound on the period of any placement there that fits memory
     (bound.period_floor), letting the search skip points it already decides."""
@@ -102,8 +103,9 @@ def cell_strategy(name: str, placer, shapes: Shapes, cell: Pool, cost, cfg: Plan
                           usd_per_hour=cell.usd_per_hour, tp=(1,) * len(units), chosen="milp" if bound else None)
 
 
-def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSpec, cost,
-              cfg: PlannerConfig, *, bound_ratio: float | None = None, replicas: int = 1) -> Plan:
+def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSpec,
+              cost: KernelCosts, cfg: PlannerConfig, *, bound_ratio: float | None = None,
+              replicas: int = 1) -> Plan:
     """A Plan for the simulator, the runtime and the report: the placement, the engine settings, step
     points over a full grid of one micro-batch's iteration shapes (step_points) and the route."""
     t = cfg.traffic
@@ -139,7 +141,7 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
                + (f", {p.budget} tokens per iteration" if p.budget else ""),))
 
 
-def step_points(p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSpec, cost,
+def step_points(p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSpec, cost: KernelCosts,
                 t: Traffic) -> tuple[StepPoint, ...]:
     """Token models: one micro-batch's iteration on a full grid of decode sequences {1, ½, all of a
     group's}, chunk tokens {0, ½, all of the budget K} and contexts {P, P + O} (the simulator interpolates
@@ -166,7 +168,8 @@ def step_points(p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSp
     return tuple(out)
 
 
-def route(g: KernelGraph, a: tuple[int, ...], units: tuple[GpuSpec, ...], lk: LinkSpec, cost) -> tuple[Segment, ...]:
+def route(g: KernelGraph, a: tuple[int, ...], units: tuple[GpuSpec, ...], lk: LinkSpec,
+          cost: KernelCosts) -> tuple[Segment, ...]:
     """One micro-batch's path through the placement in program order: runs of kernels on one device and the
     values crossing a link between them, each with its share of that device's (link's) busy seconds. A
     value crosses once per (producer, destination device), as the verifier counts it."""

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import STRATEGIES, Objective, Phase
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
@@ -43,8 +44,9 @@ from tessera.plan.units import UnitCost, make_unit
 # ---- entry point -----------------------------------------------------------------------------------------------
 
 
-def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = None, *, cost=None,
-                 source=None, progress: Callable[[str], None] | None = None) -> ServingResult:
+def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = None, *,
+                 cost: KernelCosts | None = None, source=None,
+                 progress: Callable[[str], None] | None = None) -> ServingResult:
     """``progress``, when given, is called with the name of each step as it starts (tessera.progress.Steps)."""
     from tessera.plan.planner import capture_source
 
@@ -118,7 +120,8 @@ def no_point_message(res: ServingResult) -> str:
 MAX_SINGLE_UNITS = 4  # beyond this many GPUs a cell's devices are tensor-parallel groups per type only
 
 
-def layouts(specs: tuple[GpuSpec, ...], cost, cfg: PlannerConfig) -> list[tuple[tuple[GpuSpec, ...], Any]]:
+def layouts(specs: tuple[GpuSpec, ...], cost: KernelCosts,
+            cfg: PlannerConfig) -> list[tuple[tuple[GpuSpec, ...], Any]]:
     """The ways a pool's GPUs form a cell's devices: every GPU its own device, and (where a type repeats)
     each type's GPUs as one tensor-parallel group (a power of two up to cfg.max_tp)."""
     out: list[tuple[tuple[GpuSpec, ...], Any]] = []
@@ -133,13 +136,13 @@ def layouts(specs: tuple[GpuSpec, ...], cost, cfg: PlannerConfig) -> list[tuple[
     return out
 
 
-def tp_degrees(units: tuple[GpuSpec, ...], cost) -> tuple[int, ...]:
+def tp_degrees(units: tuple[GpuSpec, ...], cost: KernelCosts) -> tuple[int, ...]:
     """Tensor-parallel degree of each device of a layout (1 unless its cost model groups GPUs)."""
     return tuple(cost.tp_of(u) if isinstance(cost, UnitCost) else 1 for u in units)
 
 
-def prefill_decode_sides(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost, cfg: PlannerConfig,
-                         pd_ok: bool) -> StrategyResult:
+def prefill_decode_sides(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost: KernelCosts,
+                         cfg: PlannerConfig, pd_ok: bool) -> StrategyResult:
     """Prefill/decode on every layout of the pool with two devices: a pair of GPUs, or two GPU types each
     as one tensor-parallel group (4×H100 prefilling, 4×H20 decoding); the best of them."""
     if not pd_ok:
@@ -155,8 +158,8 @@ def prefill_decode_sides(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpe
     return best_of(results)
 
 
-def cell_strategies(shapes: Shapes, units: tuple[GpuSpec, ...], cost, lk: LinkSpec, cfg: PlannerConfig,
-                    solve_log: list[float]) -> dict[str, StrategyResult]:
+def cell_strategies(shapes: Shapes, units: tuple[GpuSpec, ...], cost: KernelCosts, lk: LinkSpec,
+                    cfg: PlannerConfig, solve_log: list[float]) -> dict[str, StrategyResult]:
     """attention/FFN, layer pipeline and the MILP over one layout of the cell's devices."""
     cell = Pool(gpus=units, link=lk)
     out: dict[str, StrategyResult] = {}
@@ -218,8 +221,8 @@ __all__ = ["STRATEGIES", "PlannerConfig", "ServingResult", "Shapes", "StrategyRe
            "homogeneous", "latency_variant", "model_kind", "plan_graph", "plan_serving"]
 
 
-def latency_variant(res: ServingResult, name: str = "tessera", *, cost=None, source=None,
-                    placement: str = "same") -> Plan | None:
+def latency_variant(res: ServingResult, name: str = "tessera", *, cost: KernelCosts | None = None,
+                    source=None, placement: str = "same") -> Plan | None:
     """The latency-oriented plan of strategy ``name`` for the online switch: one micro-batch, a quarter of
     the batch: lower TPOT and TTFT, less throughput. ``placement="same"`` keeps the strategy's placement
     (no weight moves; one paged KV pool serves both); ``"milp"`` solves the placement MILP again for that

@@ -22,6 +22,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Phase
 from tessera.contracts.slo import Slo
 from tessera.errors import UserError
@@ -157,7 +158,7 @@ ShapeGraph = Callable[[IterShape], KernelGraph]  # the model's iteration graph a
 
 
 def load_at(at: ShapeGraph, shape: IterShape, assignment: tuple[int, ...], units: tuple[GpuSpec, ...],
-            link: LinkSpec, cost) -> Load:
+            link: LinkSpec, cost: KernelCosts) -> Load:
     """One group iteration's load at ``shape`` on a placement made at another shape of the same model (a
     VLM's shape without a chunk has no vision tower, whose kernels come first in the graph)."""
     g = at(shape)
@@ -170,7 +171,8 @@ def is_chain(assignment: tuple[int, ...]) -> bool:
     return len(runs) == len(set(runs))
 
 
-def interleaving(dec: KernelGraph, chk: KernelGraph, a: tuple[int, ...], m: int, units, link, cost) -> Fit | None:
+def interleaving(dec: KernelGraph, chk: KernelGraph, a: tuple[int, ...], m: int, units, link,
+                 cost: KernelCosts) -> Fit | None:
     """How m groups really interleave on a placement that is not a chain, against the closed form's
     max(Σ groups' busy, own latency): the event model of the runtime's workers (verify.async_period_s,
     groups iterating back to back, devices turning between them as the workers do) run with 0, 1 and m of
@@ -204,8 +206,9 @@ def group_sizes(b: int) -> list[int]:
     return sorted({1, math.ceil(b / 2), b})
 
 
-def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units, link, cost, traffic: Traffic,
-                slo: Slo, budgets: tuple[int, ...], extra_latency_s: float = 0.0) -> list[tuple[int, Knee]]:
+def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units, link, cost: KernelCosts,
+                traffic: Traffic, slo: Slo, budgets: tuple[int, ...],
+                extra_latency_s: float = 0.0) -> list[tuple[int, Knee]]:
     """(budget, knee) for every budget K > ⌈B/m⌉ (decodes alone must fit the iteration)."""
     b = math.ceil(batch / m)
     # the costs of a shape do not depend on the KV held beside it: shapes without KV, shared by every batch
@@ -261,8 +264,8 @@ def off(got: Load, want: Load) -> float:
 INTERPOLATION_TOLERANCE = 0.02  # an interpolated decode cost this far from the evaluated one is resampled
 
 
-def image_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units, link, cost, traffic: Traffic,
-                slo: Slo) -> list[tuple[int, Knee]]:
+def image_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units, link, cost: KernelCosts,
+                traffic: Traffic, slo: Slo) -> list[tuple[int, Knee]]:
     b = math.ceil(batch / m)
     g = at(IterShape(images=b))
     costs = IterCosts(decode=tuple((n, load_at(at, IterShape(images=n), a, units, link, cost))
@@ -272,7 +275,7 @@ def image_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
 
 
 def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: int, units: tuple[GpuSpec, ...],
-                link: LinkSpec, cost, traffic: Traffic, slo: Slo, at: ShapeGraph,
+                link: LinkSpec, cost: KernelCosts, traffic: Traffic, slo: Slo, at: ShapeGraph,
                 budgets: tuple[int, ...] = BUDGETS, extra_latency_s: float = 0.0) -> Point:
     """Score a placement of micro-batch graph ``g`` (built at steady_shape(batch, m) or image_shape): its
     memory, its period at full load, and its SLO knee at the best token budget of ``budgets``."""
@@ -327,7 +330,8 @@ def miss_reason(kn: Knee, slo: Slo, images: bool, batch: int, m: int, budget: in
     return f"TTFT {kn.ttft_s:.2f} s > SLO {slo.ttft_s:g} s unloaded ({at})"
 
 
-def sync_period_s(g: KernelGraph, p: Point, units: tuple[GpuSpec, ...], link: LinkSpec, cost) -> float:
+def sync_period_s(g: KernelGraph, p: Point, units: tuple[GpuSpec, ...], link: LinkSpec,
+                  cost: KernelCosts) -> float:
     """The synchronous schedule's iteration at point ``p`` of micro-batch graph ``g`` (its m micro-batches
     restart together every iteration): the better of the runtime's two issue orders through p's placement
     (pipelined_latency_s: cyclic, the serving workers' on CPU and on CUDA with gloo; in order, the NCCL
@@ -371,8 +375,8 @@ def batch_ceiling(base: KernelGraph, units: tuple[GpuSpec, ...], traffic: Traffi
 
 
 def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, at: ShapeGraph,
-           units: tuple[GpuSpec, ...], link: LinkSpec, cost, traffic: Traffic, slo: Slo, ms: tuple[int, ...],
-           ceiling: int, budgets: tuple[int, ...] = BUDGETS,
+           units: tuple[GpuSpec, ...], link: LinkSpec, cost: KernelCosts, traffic: Traffic, slo: Slo,
+           ms: tuple[int, ...], ceiling: int, budgets: tuple[int, ...] = BUDGETS,
            extra_latency_s: Callable[[tuple[int, ...]], float] | None = None,
            floor: Callable[[KernelGraph, int, int], float] | None = None) -> tuple[Point | None, Point | None]:
     """(best point meeting memory and SLO, the fitting point nearest to the SLO) over batches ≤ ceiling,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tessera.contracts.cost import KernelCosts
 from tessera.graph import KernelGraph
 from tessera.plan.baselines.attention_ffn import rule as attention_ffn
 from tessera.plan.baselines.homogeneous import uniform
@@ -30,7 +31,7 @@ def memo(place: Callable) -> Callable:
     return cached
 
 
-def milp(pool: Pool, cost, *, starts: list[Callable] = (), mip_rel_gap: float = 1e-2,
+def milp(pool: Pool, cost: KernelCosts, *, starts: list[Callable] = (), mip_rel_gap: float = 1e-2,
          time_limit_s: float = 10.0, solve_log: list[float] | None = None,
          period_cap: Callable[[KernelGraph], float] | None = None) -> Callable:
     """Tessera: the placement MILP of the iteration graph, async objective (period max(m·T, L)), with the

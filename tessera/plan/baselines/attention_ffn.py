@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tessera.contracts.cost import KernelCosts
 from tessera.graph import KernelGraph, KernelKind, Role
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.baselines.common import best_fitting
@@ -65,7 +66,7 @@ def attention_ffn(g: KernelGraph, attn_dev: int, ffn_dev: int) -> tuple[int, ...
     return tuple(attn_dev if s else ffn_dev for s in attention_sides(g))
 
 
-def rule(units: tuple[GpuSpec, ...], link: LinkSpec, cost) -> Callable:
+def rule(units: tuple[GpuSpec, ...], link: LinkSpec, cost: KernelCosts) -> Callable:
     """The placement rule (graph, batch, m) -> assignment: both orientations, the better one that fits."""
     def place(g: KernelGraph, b: int, m: int) -> tuple[int, ...] | None:
         if m < 2:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tessera.contracts.cost import KernelCosts
 from tessera.graph import KernelGraph
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.serving import over_memory, whole_step_memory
@@ -9,7 +10,7 @@ from tessera.plan.verify import evaluate_cached
 
 
 def best_fitting(g: KernelGraph, cands: list[tuple[int, ...]], m: int, units: tuple[GpuSpec, ...],
-                 link: LinkSpec, cost) -> tuple[int, ...] | None:
+                 link: LinkSpec, cost: KernelCosts) -> tuple[int, ...] | None:
     """The candidate with the shortest async period that fits memory; else the shortest one."""
     scored = []
     for a in cands:

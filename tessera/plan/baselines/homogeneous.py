@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
+from tessera.contracts.cost import KernelCosts
 from tessera.graph import KernelGraph
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.cell import Shapes, cell_strategy
@@ -39,7 +40,7 @@ def group_options(count: int, max_k: int, moe: bool) -> list[tuple[int, str]]:
     return [(k, "tp") for k in ks] + [(k, lay) for k in ks if moe and k > 1 for lay in DP_LAYOUTS]
 
 
-def group_result(shapes: Shapes, gpu: GpuSpec, k: int, layout: str, lk: LinkSpec, cost,
+def group_result(shapes: Shapes, gpu: GpuSpec, k: int, layout: str, lk: LinkSpec, cost: KernelCosts,
                  cfg: PlannerConfig) -> StrategyResult:
     """One replica: a group of ``k`` × ``gpu`` split by ``layout``, at its best batch. One micro-batch: the
     group is one device running every kernel, so a micro-batch's latency is its busy time (L = T) and the
@@ -71,7 +72,8 @@ def group_memory(plan: Plan, gpu: GpuSpec, k: int, w_gpu: int) -> Plan:
     return replace(plan, devices=(dev,), memory_bytes=(mem,))
 
 
-def homogeneous(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost, cfg: PlannerConfig) -> StrategyResult:
+def homogeneous(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost: KernelCosts,
+                cfg: PlannerConfig) -> StrategyResult:
     """Each GPU type of the pool as users deploy it: the group (group_options) with the most goodput,
     replicas = count / k, each replica at its own best batch. One GPU type is one cell (a Plan with
     replicas); several types are a PoolPlan of different cells with counts, the fastest first."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from tessera.contracts.cost import KernelCosts
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.baselines.common import best_fitting
@@ -106,7 +107,7 @@ class LayerCosts:
         return len(self.weight_bytes)
 
 
-def layer_costs(g: KernelGraph, units: tuple[GpuSpec, ...], link: LinkSpec, cost) -> LayerCosts:
+def layer_costs(g: KernelGraph, units: tuple[GpuSpec, ...], link: LinkSpec, cost: KernelCosts) -> LayerCosts:
     unit, n = layer_units(g)
     secs = np.zeros((n, len(units)))
     for k in g.kernels:
@@ -141,7 +142,7 @@ def _live_peaks(g: KernelGraph, unit: list[int], n: int) -> np.ndarray:
     return peak
 
 
-def _cut_seconds(g: KernelGraph, unit: list[int], n: int, link: LinkSpec, cost) -> np.ndarray:
+def _cut_seconds(g: KernelGraph, unit: list[int], n: int, link: LinkSpec, cost: KernelCosts) -> np.ndarray:
     """Per cut before unit i, the seconds of the values written before it and used at or after it: each
     (writer, buffer) value used by a later unit crosses every cut up to its last user (as the verifier
     reads it: one send per value and destination)."""
@@ -284,7 +285,7 @@ def best_splits(c: LayerCosts, orders: list[tuple[int, ...]], mem_bytes: tuple[i
     return sorted(splits, key=lambda s: (s.period_s, s.path_s))[:VERIFIED_ORDERS]
 
 
-def rule(units: tuple[GpuSpec, ...], link: LinkSpec, cost) -> Callable:
+def rule(units: tuple[GpuSpec, ...], link: LinkSpec, cost: KernelCosts) -> Callable:
     """The placement rule (graph, batch, m) -> assignment: the best orders' splits (best_splits) and their
     speed-proportional splits, scored by the verifier. Where no split fits under the model the activations
     are taken at 0 (the model's weights and KV are the verifier's, its activations an upper bound), and

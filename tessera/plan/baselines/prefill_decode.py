@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Objective, Phase
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.cell import Shapes, best_of, kv_bytes_per_token
@@ -25,7 +26,8 @@ from tessera.plan.types import Device, EngineSettings, PhasePlan, Plan, StepPoin
 from tessera.plan.verify import evaluate_cached
 
 
-def _step(shapes, shape: IterShape, unit: GpuSpec, lk: LinkSpec, cost) -> tuple[float, dict[str, int], object]:
+def _step(shapes, shape: IterShape, unit: GpuSpec, lk: LinkSpec,
+          cost: KernelCosts) -> tuple[float, dict[str, int], object]:
     g = shapes.at(shape)
     ev = evaluate_cached(g, (0,) * len(g.kernels), (unit,), lk, cost)
     return ev.latency_s, ev.memory_bytes[0], ev
@@ -48,7 +50,7 @@ def decode_shape(batch: int, t, seqs: int | None = None) -> IterShape:
     return IterShape(decode=batch, context=ctx, kv_tokens=math.ceil(n * kv_tokens_per_seq(t, n)))
 
 
-def rate_matched(shapes, specs: tuple[GpuSpec, ...], a: int, b: int, lk: LinkSpec, cost, cfg):
+def rate_matched(shapes, specs: tuple[GpuSpec, ...], a: int, b: int, lk: LinkSpec, cost: KernelCosts, cfg):
     t, slo = cfg.traffic, cfg.slo
     usd = sum(s.usd_per_hour for s in specs)
     kv_req = kv_bytes(shapes, t.prompt)
@@ -124,7 +126,8 @@ def kv_bytes(shapes, tokens: int) -> int:
     return kv_bytes_per_token(shapes) * tokens
 
 
-def _plan(shapes, specs, a, b, lk, cost, cfg, pre, dec, kv_req, thr, usd, limit, kn: Knee) -> Plan:
+def _plan(shapes, specs, a, b, lk, cost: KernelCosts, cfg, pre, dec, kv_req, thr, usd, limit,
+          kn: Knee) -> Plan:
     t = cfg.traffic
     devs = tuple(Device(index=i, gpu=s.name, mem_bytes=s.mem_bytes) for i, s in enumerate(specs))
 
@@ -182,7 +185,7 @@ def _busy(a: int, b: int, pre, dec, thr: float, t) -> tuple[float, ...]:
     return tuple(out)
 
 
-def prefill_decode(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost,
+def prefill_decode(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost: KernelCosts,
                    cfg: PlannerConfig) -> StrategyResult:
     """DistServe on a pair: prompts prefilled on one GPU (batches of whole prompts), decoded on the other,
     KV shipped once per request over the link; each side at its own best batch, the pair runs at the
