@@ -11,7 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tessera.contracts.enums import Phase
 from tessera.contracts.provenance import Provenance, fingerprint
+from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError
 from tessera.plan.options import check_context
 from tessera.plan.types import Plan, PoolPlan, read_plan_file
@@ -19,7 +21,7 @@ from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run
 from tessera.sim.failure import Failure
 from tessera.sim.knee import Knee, KneeConfig, find_knee
-from tessera.sim.metrics import SLO, SimResult
+from tessera.sim.metrics import SimResult
 from tessera.sim.model import SchedulerConfig
 from tessera.sim.trace import write_chrome_trace
 from tessera.sim.traffic import images, mean_tokens, plan_goodput_per_s, plan_lengths, plan_slo
@@ -126,9 +128,9 @@ def _workload(plan: Plan | PoolPlan, kind: str | None, rate: float | None, reque
 
 
 def _slo(plan: Plan | PoolPlan, ttft_ms: float | None, tpot_ms: float | None,
-         e2e_ms: float | None) -> SLO | None:
+         e2e_ms: float | None) -> LatencyTargets | None:
     """The plan's SLO, each target the flags give replacing its own."""
-    base = plan_slo(plan) or SLO()
+    base = plan_slo(plan) or LatencyTargets()
     flags = (("ttft_s", ttft_ms, "--slo-ttft-ms"), ("tpot_s", tpot_ms, "--slo-tpot-ms"),
              ("e2e_s", e2e_ms, "--slo-e2e-ms"))
     for _, v, flag in flags:
@@ -139,8 +141,8 @@ def _slo(plan: Plan | PoolPlan, ttft_ms: float | None, tpot_ms: float | None,
     return slo if slo.given else None
 
 
-def provenance_of(plan: Plan | PoolPlan, prompt: LengthSpec, output: LengthSpec, slo: SLO | None, *,
-                  workload: str | None, rate_per_s: float | None, seed: int | None,
+def provenance_of(plan: Plan | PoolPlan, prompt: LengthSpec, output: LengthSpec, slo: LatencyTargets | None,
+                  *, workload: str | None, rate_per_s: float | None, seed: int | None,
                   target: float | None = None) -> Provenance:
     """What a simulation of ``plan`` was run with, for the file it writes."""
     return Provenance(model=plan.model, plan=fingerprint(plan), prompt=str(prompt), output=str(output),
@@ -288,7 +290,7 @@ def register(app: typer.Typer) -> None:
         slo = _slo(plan, slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
         cfg = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               microbatches=microbatches, chunked_prefill=chunked_prefill, router=router)
-        if chunked_prefill and any("mixed" in p.phases for p in _cell_plans(plan)):
+        if chunked_prefill and any(Phase.MIXED in p.phases for p in _cell_plans(plan)):
             print("note: a serving-model (mixed) plan always prefills in chunks up to its token budget; "
                   "--chunked-prefill changes nothing for it", file=sys.stderr)
         target = knee_target(slo_target if slo_target is not None else old_target, knee)

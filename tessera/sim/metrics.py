@@ -9,10 +9,6 @@ import numpy as np
 from tessera.contracts.results import SimResult
 from tessera.contracts.slo import LatencyTargets
 
-# The simulator's former name for LatencyTargets, kept while tessera/sim/cli.py and bench/bench_adaptive.py
-# (under another engineer's uncommitted edits) import it; to go once they import LatencyTargets.
-SLO = LatencyTargets
-
 
 def meets_slo(slo: LatencyTargets, arrival: np.ndarray, first_s: np.ndarray, done_s: np.ndarray,
               output: np.ndarray) -> np.ndarray:
