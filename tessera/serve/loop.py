@@ -191,9 +191,9 @@ class EngineThread:
             self.metrics.tpot.observe((now - t.first_s) / (t.sent - 1))
 
     def end(self, t: Ticket, event: Event | None, reason: str) -> None:
-        """The ticket is done: its last event (none for an abort: nobody listens), counts released."""
-        if event is not None:
-            t.push(event)
+        """The ticket is done: counts released, then its last event (none for an abort: nobody listens).
+        Released first: a client that sends its next request as soon as this one's answer arrives must find
+        the slot free and the metrics counted."""
         self.tickets.pop(t.key, None)
         if t.request is not None:
             self.by_id.pop(t.request.id, None)
@@ -201,6 +201,8 @@ class EngineThread:
         self.metrics.requests.labels(reason).inc()
         with self.lock:
             self.outstanding -= 1
+        if event is not None:
+            t.push(event)
 
     def account(self) -> None:
         """Gauges, busy seconds and recoveries from what the loop logged; the log is then emptied (a
