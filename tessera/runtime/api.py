@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from tessera.contracts.enums import Objective
 from tessera.errors import UserError
 from tessera.graph import Role
 from tessera.runtime.cluster import ClusterConfig
@@ -49,7 +50,7 @@ class RunSpec:
     def __post_init__(self) -> None:
         if self.microbatches < 1 or self.requests < 1:
             raise UserError(f"--microbatches={self.microbatches} and --requests={self.requests} must be >= 1")
-        if set(self.plans) != {"latency", "throughput"}:
+        if set(self.plans) != {Objective.LATENCY, Objective.THROUGHPUT}:
             raise UserError(f"plans must be named latency and throughput, got {sorted(self.plans)}")
         if self.weights_dir is not None:
             weight_files(self.weights_dir)  # a wrong path is one line now, not a worker's failure later

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from tessera.capture.zoo import resolve
+from tessera.contracts.enums import Phase
 from tessera.errors import UserError
 from tessera.graph import Role
 from tessera.runtime.steps import Job, step_keys
@@ -84,8 +85,8 @@ def check_job(job: Job, available: int | None = None) -> RunMemory | None:
     if resolve(job.model).tiny or job.family not in ("llm", "moe", "ssm", "dit"):
         return None  # tiny: kilobytes; other families: capture_steps says they cannot run
     keys = step_keys(job)
-    phase = "denoise" if keys[0] == "denoise" else "prefill"
+    phase = Phase.DENOISE if keys[0] == Phase.DENOISE else Phase.PREFILL
     mem = estimate_run_memory(job.model, phase=phase, batch=job.batch, seq=job.seq,
-                              context=job.context if phase == "denoise" else None, steps=len(keys))
+                              context=job.context if phase == Phase.DENOISE else None, steps=len(keys))
     check_fits(mem, available if available is not None else available_bytes())
     return mem

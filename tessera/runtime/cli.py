@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from tessera.contracts.enums import Objective, Phase
 from tessera.runtime.placements import MILP, PLACEMENTS, carry_over, placements
 from tessera.text import plural
 
@@ -65,10 +66,10 @@ def register(app: typer.Typer) -> None:
             from tessera.capture.fuse import unfuse
 
             mixed = None
-            if "mixed" in plan.phases:  # the serving model's iteration: its kernels align with both steps
+            if Phase.MIXED in plan.phases:  # the serving model's iteration: its kernels align with both steps
                 from tessera.plan.serve import plan_graph
 
-                mixed = (plan_graph(plan), plan.phases["mixed"].assignment)
+                mixed = (plan_graph(plan), plan.phases[Phase.MIXED].assignment)
             for key, prog in programs.items():
                 ph = key.split("@")[0]
                 if mixed is not None:
@@ -82,7 +83,8 @@ def register(app: typer.Typer) -> None:
                     by_phase[ph] = unfuse(g, carry_over(capture_model(model, ph, **shape), tuple(pp.assignment), g))
         else:
             by_phase = placements(placement_name, placement_graphs(programs), len(devs), microbatches)
-        spec = RunSpec(job=job, devices=devs, plans={"latency": by_phase, "throughput": by_phase},
+        spec = RunSpec(job=job, devices=devs,
+                       plans={Objective.LATENCY: by_phase, Objective.THROUGHPUT: by_phase},
                        microbatches=microbatches, requests=requests, weights_dir=str(weights) if weights else None,
                        trace=str(trace) if trace else None, recover=recover, replan=replan, transport=transport)
         try:

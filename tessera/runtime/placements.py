@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import itertools
 
+from tessera.contracts.enums import Objective, Phase
 from tessera.cost import CostModel
 from tessera.errors import UserError, choices_error
 from tessera.graph import KernelGraph, KernelKind, Role
@@ -87,10 +88,10 @@ def milp(graphs: dict[str, KernelGraph], devices: int, *, microbatches: int = 2,
     out = {}
     pre: dict[str, frozenset[int]] = {}
     kv_home: dict[str, int] = {}
-    for phase in sorted(graphs, key=lambda p: p != "decode"):
+    for phase in sorted(graphs, key=lambda p: p != Phase.DECODE):
         g = graphs[phase]
         prob = prepare(g, pool, cost, m=microbatches, kv_home=kv_home or None, preresident=pre)
-        sol = solve_phase(prob, mode="throughput", m=microbatches)
+        sol = solve_phase(prob, mode=Objective.THROUGHPUT, m=microbatches)
         if sol.assignment is None:
             raise UserError(f"the MILP found no placement of {g.model} {phase} on {devices} cpu devices "
                             f"({sol.status})")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tessera.capture.zoo import resolve
+from tessera.contracts.enums import Objective, Phase
 from tessera.graph import KernelGraph, Role
 from tessera.runtime.cluster import Cluster, WorkerFailure
 from tessera.runtime.partition import Partition, partition
@@ -35,7 +36,7 @@ def build_partitions(programs: dict[str, Program], plans: dict[str, dict[str, tu
     holders: dict[str, set[int]] = {}
     for by_phase in plans.values():
         for key, prog in programs.items():
-            if phase_of(key) == "prefill":
+            if phase_of(key) == Phase.PREFILL:
                 continue
             a = by_phase[phase_of(key)]
             for k in range(len(prog.ops)):
@@ -121,10 +122,11 @@ class SwitchPolicy:
         if self.throughput_microbatches < 1 or self.threshold < 1:
             raise ValueError(f"switch policy needs positive values, got {self}")
 
-    def choose(self, queue_depth: int) -> tuple[str, int, str]:
+    def choose(self, queue_depth: int) -> tuple[Objective, int, str]:
         if queue_depth >= self.threshold:
-            return "throughput", self.throughput_microbatches, f"queue depth {queue_depth} >= {self.threshold}"
-        return "latency", 1, f"queue depth {queue_depth} < {self.threshold}"
+            why = f"queue depth {queue_depth} >= {self.threshold}"
+            return Objective.THROUGHPUT, self.throughput_microbatches, why
+        return Objective.LATENCY, 1, f"queue depth {queue_depth} < {self.threshold}"
 
 
 def serve(ex: Executor, job: Job, programs: dict[str, Program], requests: int, policy: SwitchPolicy,
@@ -136,7 +138,7 @@ def serve(ex: Executor, job: Job, programs: dict[str, Program], requests: int, p
     recover: called with a lost worker's failure (it re-plans ``ex`` onto the survivors, or raises); the
     interrupted round then runs again from its first step under the same index (same seeds).
     """
-    names = plan_names or {"throughput": "throughput", "latency": "latency"}
+    names = plan_names or {Objective.THROUGHPUT: "throughput", Objective.LATENCY: "latency"}
     rounds: list[RoundResult] = []
     switches: list[str] = []
     mode, queue_depth = "", requests
