@@ -54,7 +54,7 @@ def main() -> None:
             load = os.getloadavg()[0]
             (busy0, own0), t0 = busy_s(), time.perf_counter()
             out = run(RunSpec(job=job, devices=("cpu", "cpu"), plans={"latency": plan, "throughput": plan},
-                              microbatches=m, requests=4 * m), programs)
+                              microbatches=m, requests=4 * m), programs).to_dict()
             (busy1, own1), wall = busy_s(), time.perf_counter() - t0
             foreign = max(0.0, (busy1 - busy0) - (own1 - own0)) / wall  # cores other jobs kept busy
             link = LinkModel(**out["link_model"])

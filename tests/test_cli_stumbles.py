@@ -338,11 +338,12 @@ def test_run_says_each_workers_share(run_cli) -> None:
 
 def test_share_line_names_an_idle_worker() -> None:
     out = {"devices": ["cpu", "cpu"], "kernels_by_worker": [300, 0], "busy_s": [0.2, 0.0]}
-    assert share_line(out) == ("share: worker 0 (cpu) 100% of kernels, 100% of busy time; worker 1 (cpu) 0% of "
-                               "kernels, 0% of busy time; worker 1 idle: the placement gives it no kernel")
+    assert share_line(**out) == ("share: worker 0 (cpu) 100% of kernels, 100% of busy time; worker 1 (cpu) "
+                                 "0% of kernels, 0% of busy time; worker 1 idle: the placement gives it "
+                                 "no kernel")
     out = {"devices": ["cpu", "cpu"], "kernels_by_worker": [100, 300], "busy_s": [0.1, 0.3]}
-    assert share_line(out) == ("share: worker 0 (cpu) 25% of kernels, 25% of busy time; worker 1 (cpu) 75% of "
-                               "kernels, 75% of busy time")
+    assert share_line(**out) == ("share: worker 0 (cpu) 25% of kernels, 25% of busy time; worker 1 (cpu) "
+                                 "75% of kernels, 75% of busy time")
 
 
 # item 8: every verb the docs name exists (they named a `tessera hardware` that never did)

@@ -135,7 +135,7 @@ def end_to_end() -> dict[str, Any]:
     plan = {ph: layer_split(g, 2) for ph, g in phase_graphs(programs).items()}
     try:
         out = run(RunSpec(job=JOB, devices=("cuda:0", "cuda:0"), plans={"latency": plan, "throughput": plan},
-                          microbatches=2, requests=3), programs)
+                          microbatches=2, requests=3), programs).to_dict()
     except Exception as e:  # noqa: BLE001
         return {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
     keys = ("devices", "microbatches", "verified", "max_abs_diff", "tokens_identical", "measured_step_s",

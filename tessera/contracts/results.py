@@ -15,6 +15,9 @@ CONTRACT_KEYS = ("requests", "completed", "lost", "sim_wall_s", "throughput_toke
                  "e2e_s", "slo_attainment", "usd_per_million_tokens")
 PERCENTILES = ("p50", "p90", "p99")
 DETAIL_FIGURES = ("requests_per_s", "images_per_s", "preemptions", "switches", "replicas", "runtime_s")
+# The keys of `tessera run --json` before its "extra" object, in the order it writes them.
+RUN_CONTRACT_KEYS = ("devices", "microbatches", "verified", "max_abs_diff", "tokens_identical",
+                     "measured_step_s", "predicted_step_s", "throughput_tokens_per_s", "link_bytes")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,3 +134,34 @@ def _percentiles(d: dict[str, Any], key: str, where: str) -> dict[str, float | N
         if q not in p:
             raise UserError(f"{where} {key}: field {q!r} must be a number, got None")
     return {q: _maybe(p, q, f"{where} {key}") for q in PERCENTILES}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    """What a plan run for real measured (`tessera run`, or its torchrun launch): whether the workers' outputs
+    equal single-process execution of the same requests, and the step time measured against predicted.
+    ``extra``: the figures beyond the contract, as the runtime reports them (model, steps, switches,
+    recoveries, overlap, per-worker busy seconds and kernels, link bytes and link model, per-step times, the
+    tokens, where the prediction comes from)."""
+
+    devices: tuple[str, ...]
+    microbatches: int
+    verified: bool
+    max_abs_diff: float  # largest |difference| of any output against single-process execution
+    tokens_identical: bool | None  # None: the model emits no tokens (a diffusion step)
+    measured_step_s: float  # mean over the steps after the first (warm-up)
+    predicted_step_s: float
+    throughput_tokens_per_s: float
+    link_bytes: int
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """`tessera run --json`: the contract, then the rest under "extra"."""
+        return {**self.contract(), "extra": self.extra}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The contract and the extra figures side by side (what benchmark rows collect)."""
+        return {**self.contract(), **self.extra}
+
+    def contract(self) -> dict[str, Any]:
+        return {**{k: getattr(self, k) for k in RUN_CONTRACT_KEYS}, "devices": list(self.devices)}

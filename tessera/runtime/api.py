@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from tessera.contracts.enums import Objective
+from tessera.contracts.results import RUN_CONTRACT_KEYS, RunResult
 from tessera.errors import UserError
 from tessera.graph import Role
 from tessera.runtime.cluster import ClusterConfig
@@ -72,7 +74,7 @@ def with_weights(programs: dict[str, Program], directory: str) -> dict[str, Prog
     return out
 
 
-def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> dict[str, Any]:
+def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> RunResult:
     job = spec.job
     programs = programs or capture_steps(job)
     for mode, by_phase in spec.plans.items():
@@ -109,7 +111,7 @@ class Served:
     transport: str
 
 
-def summarise(spec: RunSpec, programs: dict[str, Program], served: Served) -> dict[str, Any]:
+def summarise(spec: RunSpec, programs: dict[str, Program], served: Served) -> RunResult:
     """The result: compare with single-process execution of the same rounds, measure, predict."""
     job, rounds, history, parts = spec.job, served.rounds, served.history, served.parts
     ref_programs = with_weights(programs, spec.weights_dir) if spec.weights_dir else programs
@@ -140,8 +142,8 @@ def summarise(spec: RunSpec, programs: dict[str, Program], served: Served) -> di
         names = {k: [o.func for o in p.ops] for k, p in programs.items()}
         write_trace(spec.trace, chrome_trace(history, parts, names))
     tokens_total = sum(r.processed_tokens for r in rounds)
-    return {
-        "devices": list(served.devices),
+    out = {
+        "devices": tuple(served.devices),
         "microbatches": spec.microbatches,
         "verified": bool(same and tokens is not False),
         "max_abs_diff": diff,
@@ -175,6 +177,8 @@ def summarise(spec: RunSpec, programs: dict[str, Program], served: Served) -> di
                               "runtime's dispatch path) and the gloo link measured at start-up (latency, "
                               "bandwidth, CPU per message)"),
     }
+    return RunResult(**{k: out[k] for k in RUN_CONTRACT_KEYS},
+                     extra={k: v for k, v in out.items() if k not in RUN_CONTRACT_KEYS})
 
 
 def kernels_by_worker(history: list[dict[str, Any]], devices: int) -> list[int]:
@@ -186,29 +190,28 @@ def kernels_by_worker(history: list[dict[str, Any]], devices: int) -> list[int]:
     return counts
 
 
-def share_line(out: dict[str, Any]) -> str:
+def share_line(*, devices: Sequence[str], kernels_by_worker: list[int], busy_s: list[float]) -> str:
     """Each worker's share of the kernels and of the busy time; a worker given nothing is named idle (a
     placement may rightly keep a small model on one device: transfers would cost more than they save)."""
-    kernels, busy = out["kernels_by_worker"], out["busy_s"]
+    kernels, busy = kernels_by_worker, busy_s
     shares = [f"worker {d} ({dev}) {k / max(1, sum(kernels)):.0%} of kernels, {b / max(1e-12, sum(busy)):.0%} "
-              f"of busy time" for d, (dev, k, b) in enumerate(zip(out["devices"], kernels, busy, strict=True))]
+              f"of busy time" for d, (dev, k, b) in enumerate(zip(devices, kernels, busy, strict=True))]
     idle = [str(d) for d, k in enumerate(kernels) if k == 0]
     note = (f"; worker{'s' if len(idle) > 1 else ''} {', '.join(idle)} idle: the placement gives "
             f"{'them' if len(idle) > 1 else 'it'} no kernel" if idle else "")
     return "share: " + "; ".join(shares) + note
 
 
-CONTRACT = ("devices", "microbatches", "verified", "max_abs_diff", "tokens_identical", "measured_step_s",
-            "predicted_step_s", "throughput_tokens_per_s", "link_bytes")
-
-
-def render(out: dict[str, Any], *, as_json: bool) -> str:
+def render(out: RunResult, *, as_json: bool) -> str:
     """`tessera run`'s output: the JSON contract (the rest under "extra"), or a short summary."""
     if as_json:
-        return json.dumps({**{k: out[k] for k in CONTRACT}, "extra": {k: v for k, v in out.items() if k not in CONTRACT}})
-    lines = [f"{out['model']} on {','.join(out['devices'])}: {plural(out['steps'], 'step')}, verified={out['verified']} "
-             f"(max |diff| {out['max_abs_diff']:.3g}, tokens identical {out['tokens_identical']})",
-             f"step {out['measured_step_s'] * 1e3:.2f} ms measured, {out['predicted_step_s'] * 1e3:.2f} ms "
-             f"predicted; {out['throughput_tokens_per_s']:.0f} tokens/s; {out['link_bytes']} link bytes; "
-             f"overlap {out['overlap']:.0%}", share_line(out)]
-    return "\n".join([*lines, *(f"switch: {s}" for s in out["switches"])])
+        return json.dumps(out.to_json())
+    x = out.extra
+    lines = [f"{x['model']} on {','.join(out.devices)}: {plural(x['steps'], 'step')}, "
+             f"verified={out.verified} (max |diff| {out.max_abs_diff:.3g}, "
+             f"tokens identical {out.tokens_identical})",
+             f"step {out.measured_step_s * 1e3:.2f} ms measured, {out.predicted_step_s * 1e3:.2f} ms "
+             f"predicted; {out.throughput_tokens_per_s:.0f} tokens/s; {out.link_bytes} link bytes; "
+             f"overlap {x['overlap']:.0%}",
+             share_line(devices=out.devices, kernels_by_worker=x["kernels_by_worker"], busy_s=x["busy_s"])]
+    return "\n".join([*lines, *(f"switch: {s}" for s in x["switches"])])

@@ -93,7 +93,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"error: {e}", err=True)
             sys.exit(1)
         typer.echo(render(out, as_json=as_json))
-        if verify and not out["verified"]:
-            typer.echo(f"error: outputs differ from single-process execution (max |diff| {out['max_abs_diff']:.3g})",
+        if verify and not out.verified:
+            typer.echo("error: outputs differ from single-process execution "
+                       f"(max |diff| {out.max_abs_diff:.3g})",
                        err=True)
             sys.exit(1)

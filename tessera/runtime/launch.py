@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from tessera.contracts.results import RunResult
 from tessera.errors import UserError, choices_error
 from tessera.runtime.api import RunSpec, Served, render, summarise
 from tessera.runtime.cluster import ClusterConfig, worker_specs
@@ -149,7 +150,7 @@ class SpmdExecutor:
         return by_microbatch(res, len(self.programs[key].outputs), len(inputs))
 
 
-def launch(cfg: LaunchConfig, env: RankEnv) -> dict[str, Any] | None:
+def launch(cfg: LaunchConfig, env: RankEnv) -> RunResult | None:
     """Run on this rank; rank 0 returns the result (api.summarise's), the others None."""
     job = Job(model=cfg.model)
     programs = capture_steps(job)
@@ -214,8 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     if out is not None:
         print(render(out, as_json=cfg.as_json), flush=True)
-        if cfg.verify and not out["verified"]:
-            print(f"error: outputs differ from single-process execution (max |diff| {out['max_abs_diff']:.3g})",
+        if cfg.verify and not out.verified:
+            print(f"error: outputs differ from single-process execution (max |diff| {out.max_abs_diff:.3g})",
                   file=sys.stderr)
             status = 1
     dist.destroy_process_group()
