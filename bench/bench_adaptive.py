@@ -205,7 +205,8 @@ def reading(doc: dict[str, object]) -> str:
             f"{thr / lat:.2f}x m = 1's (simulated {sim_tpot:.2f}x) and {thr_ratio:.2f}x its throughput "
             f"(simulated {sim_thr_ratio:.2f}x), at load average {min(loads):.1f}-{max(loads):.1f} on 2 "
             "cores."]
-    if thr_ratio < 1 < sim_thr_ratio:
+    cap = sim["capacity"]
+    if thr_ratio < 1 < cap["throughput"]["tokens_per_s"] / cap["latency"]["tokens_per_s"]:
         text.append("The simulator's m = 2 gains by overlapping the two workers' stages; measured, a run's "
                     "three processes (driver and two workers) share 2 cores with other engineers' jobs, so "
                     "that overlap is not there and m = 2 only adds its second micro-batch's per-iteration "
@@ -313,11 +314,12 @@ def main() -> None:
            "simulated": simulated, "switch_cost": cost,
            "verified": all(rs[0]["verified"] for rs in runs.values()),
            "same_tokens": all(t == tokens[0] for t in tokens)}
+    if not args.quick:  # the Plan files by their path in the repository, in the JSON and the sim command
+        for name in ("latency", "throughput"):
+            plans[name]["path"] = str(Path(plans[name]["path"]).relative_to(OUT.parent.parent))
     text = markdown(doc)
     print(text)
     if not args.quick:
-        for name in ("latency", "throughput"):
-            plans[name]["path"] = str(Path(plans[name]["path"]).relative_to(OUT.parent.parent))
         (OUT / "adaptive.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
         (OUT / "adaptive.md").write_text(text)
 
