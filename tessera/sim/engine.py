@@ -80,6 +80,8 @@ class Engine:
 
     def _kick(self, t: float, r: int, lane: int) -> Iterable[tuple[float, int, int, int]]:
         rep = self.replicas[r]
+        if lane >= len(rep.kick_pending):  # queued for a lane of the schedule before a switch to fewer lanes
+            return ()
         rep.kick_pending[lane] = False
         if rep.dead or rep.busy[lane] or rep.switching:
             return ()

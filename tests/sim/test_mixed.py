@@ -177,6 +177,9 @@ def test_adaptive_switch_between_mixed_plans_and_failures_keep_every_request() -
                      prompt=LengthSpec(lo=128, hi=128), output=LengthSpec(lo=32, hi=32))
     r = simulate(thr, w, policy=AdaptivePolicy(latency_plan=lat))
     assert r.completed == 120 and r.switches >= 2
+    # a free switch: the switch to one lane lands at the very time a kick for the old second lane is queued
+    r = simulate(thr, w, policy=AdaptivePolicy(latency_plan=lat, switch_s=0.0))
+    assert r.completed == 120 and r.switches >= 2
     f = Failure(at_s=30.0, replica=1, replacement=(thr, 1), replan_s=5.0)
     r = simulate_pool([(thr, 2)], fixed(60, 128, 32), failures=[f])
     assert (r.completed, r.lost) == (60, 0) and r.failures[0]["requeued"] > 0
