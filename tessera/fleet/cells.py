@@ -28,8 +28,8 @@ is the best of its strategies', so it is bounded by the largest of:
       single-GPU cells (which search m = 1 among others: ``CellPlanner`` requires 1 ∈ cfg.microbatches);
       a same-type pair's are two singles or one TP=2 group, bounded as one device: its period is
       m·Σ kernel times (one device runs them in turn), B up to the group's memory ceiling;
-  (iii) prefill/decode (rate-matched, tessera.plan.pd): O · min(prefill rate of one GPU, decode rate of
-      the other), each side bounded alone with one device's step time Σ kernel times: prefill n
+  (iii) prefill/decode (rate-matched, the prefill_decode baseline): O · min(prefill rate of one GPU,
+      decode rate of the other), each side bounded alone with one device's step time Σ kernel times: prefill n
       prompts per step with 2·step within the TTFT SLO, decode B sequences with step ≤ TPOT, the KV
       transfer and memory left out (both only lower the rate).
 """
@@ -47,7 +47,7 @@ from tessera.errors import UserError
 from tessera.graph import RESIDENT_ROLES, Role
 from tessera.hardware import GpuSpec, best_link
 from tessera.plan import strategies as st
-from tessera.plan.pd import decode_shape, prefill_shape
+from tessera.plan.baselines.prefill_decode import decode_shape, prefill_shape
 from tessera.plan.planner import capture_source
 from tessera.plan.pool import Pool, engine_gpu, resolve_gpu
 from tessera.plan.problem import default_cost

@@ -12,17 +12,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tessera.cost import CostModel
+from tessera.cost import CostModel, default_cost_model
 from tessera.graph import RESIDENT_ROLES, EdgeKind, KernelGraph, Role
 from tessera.plan.pool import Pool
 
 
 def default_cost() -> CostModel:
-    """The calibrated cost model when the cost stage provides one, else the roofline defaults."""
-    import tessera.cost as cost_mod
-
-    make = getattr(cost_mod, "default_cost_model", None)
-    return make() if make is not None else CostModel()
+    """The cost stage's calibrated cost model (measured tables where it has them, else the fitted roofline)."""
+    return default_cost_model()
 
 
 @dataclass(frozen=True, kw_only=True)
