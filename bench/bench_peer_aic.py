@@ -16,7 +16,7 @@ Peer side (only with --aic-cli: the CLI of an `aiconfigurator` in a venv of its 
     Tessera's batch grid with one prompt per mixed step (what the peer predicts at Tessera's chosen batch).
   All of it lands in peer_aic_raw.json, so later runs need no aiconfigurator install.
 
-Tessera side: tessera.plan.serve.plan_serving on the same model, GPUs, traffic and SLO; the homogeneous
+Tessera side: tessera.plan.search.plan_serving on the same model, GPUs, traffic and SLO; the homogeneous
 strategy's operating point. Then Tessera's kernel costs at the peer's own operating point (the TP group as
 one device, kernels summed as the planner's evaluation sums them): the decode-only step, the mixed step, one
 prompt's prefill, and those two steps put through the peer's vLLM schedule (aic_schedule) to separate the
@@ -48,11 +48,11 @@ import tessera
 from tessera.graph import KernelKind
 from tessera.hardware import cell_link
 from tessera.plan.baselines.homogeneous import LAYOUT_WORDS, group_result
+from tessera.plan.captures import capture_source
 from tessera.plan.knee import IterCosts, Load
-from tessera.plan.planner import capture_source
 from tessera.plan.pool import resolve_gpu
 from tessera.plan.problem import default_cost
-from tessera.plan.serve import PlannerConfig, Shapes, plan_serving
+from tessera.plan.search import PlannerConfig, Shapes, plan_serving
 from tessera.plan.serving import Slo, Traffic, chunk_shape, group_sizes
 from tessera.plan.shapes import IterShape
 from tessera.plan.units import UnitCost, group_link, make_dp_unit, make_unit, moe_comm_s, shard

@@ -39,8 +39,8 @@ from tessera.plan.options import (
     check_out_file,
     config_of,
 )
-from tessera.plan.report import result_table
-from tessera.plan.serve import plan_serving
+from tessera.plan.search import plan_serving
+from tessera.plan.tables import result_table
 from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)

@@ -40,7 +40,7 @@ from tessera.plan.baselines.layer_pipeline import rule as layer_rule
 from tessera.plan.cell import make_plan
 from tessera.plan.config import PlannerConfig
 from tessera.plan.pool import Pool, resolve_gpu
-from tessera.plan.serve import plan_graph
+from tessera.plan.search import plan_graph
 from tessera.plan.serving import Slo, Traffic, score_point, steady_shape
 from tessera.plan.shapes import IterShape
 from tessera.plan.strategies import milp

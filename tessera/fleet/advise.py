@@ -2,7 +2,7 @@
 prefill/decode mix for the same budget, with simulated metrics and throughput–cost frontier points; or,
 given GPUs already owned (``have``), which to add for the budget.
 
-Everything is goodput at the SLO under the serving model (tessera.plan.serve), cells planned as in
+Everything is goodput at the SLO under the serving model (tessera.plan.search), cells planned as in
 plan_fleet (cells.py). Catalog types are pruned first: each type's TP groups (1, 4 or 8 GPUs) that serve the
 model at the SLO *and whose rented GPUs the budget pays for*, ranked by their best goodput per dollar, best
 ``keep`` kept (a type owned is always kept: its GPUs cost nothing more). Candidate cells over the kept types
@@ -27,7 +27,7 @@ from tessera.fleet.fleet import cell_planner, fleet_config
 from tessera.fleet.mix import MixSolution, Owned, lazy_mix, verify_mix
 from tessera.hardware import gpu_names
 from tessera.plan.pool import resolve_gpu
-from tessera.plan.serve import PlannerConfig
+from tessera.plan.search import PlannerConfig
 from tessera.plan.types import PoolCell, PoolPlan
 from tessera.sim import LatencyTargets, LengthSpec, WorkloadSpec, simulate_pool
 

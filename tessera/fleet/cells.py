@@ -48,10 +48,10 @@ from tessera.graph import RESIDENT_ROLES, Role
 from tessera.hardware import GpuSpec, best_link
 from tessera.plan import strategies as st
 from tessera.plan.baselines.prefill_decode import decode_shape, prefill_shape
-from tessera.plan.planner import capture_source
+from tessera.plan.captures import capture_source
 from tessera.plan.pool import Pool, engine_gpu, resolve_gpu
 from tessera.plan.problem import default_cost
-from tessera.plan.serve import PlannerConfig, Shapes, StrategyResult, cell_strategy, model_kind, plan_serving
+from tessera.plan.search import PlannerConfig, Shapes, StrategyResult, cell_strategy, model_kind, plan_serving
 from tessera.plan.serving import BATCHES, batch_ceiling
 from tessera.plan.types import Plan
 from tessera.plan.units import UnitCost, make_unit

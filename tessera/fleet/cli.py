@@ -35,7 +35,7 @@ from tessera.plan.options import (
     config_of,
 )
 from tessera.plan.pool import resolve_gpu
-from tessera.plan.serve import PlannerConfig
+from tessera.plan.search import PlannerConfig
 from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)

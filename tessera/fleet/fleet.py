@@ -19,7 +19,7 @@ from tessera.errors import UserError
 from tessera.fleet.cells import Cell, CellPlanner, candidate_cells, cell_name, is_group
 from tessera.fleet.mix import OBJECTIVES, lazy_mix, verify_mix
 from tessera.fleet.spec import FleetSpec
-from tessera.plan.serve import PlannerConfig
+from tessera.plan.search import PlannerConfig
 from tessera.plan.types import Plan, PoolCell, PoolPlan
 
 # 3: the file is a pool plan (``version``, ``cells``: count and plan each, what `tessera simulate` and

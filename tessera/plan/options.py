@@ -12,7 +12,7 @@ import typer
 from tessera.capture.zoo import resolve
 from tessera.errors import UserError
 from tessera.hardware import AUTO
-from tessera.plan.serve import PlannerConfig
+from tessera.plan.search import PlannerConfig
 from tessera.plan.serving import Slo, Traffic
 
 BatchCap = Annotated[int | None, typer.Option(

@@ -21,10 +21,10 @@ from typing import Any
 from tessera.contracts.provenance import planner_provenance
 from tessera.errors import UserError
 from tessera.hardware import AUTO, best_link, cell_link
-from tessera.plan.planner import capture_source
+from tessera.plan.captures import capture_source
 from tessera.plan.pool import engine_gpu, resolve_gpu
 from tessera.plan.problem import default_cost
-from tessera.plan.serve import (
+from tessera.plan.search import (
     STRATEGIES,
     PlannerConfig,
     Shapes,

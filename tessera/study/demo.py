@@ -30,10 +30,10 @@ from rich.table import Table
 from tessera.capture import capture_model, summarize
 from tessera.contracts.provenance import Provenance, fingerprint
 from tessera.fleet.advise import advise
-from tessera.plan.planner import capture_source
+from tessera.plan.captures import capture_source
 from tessera.plan.pool import resolve_gpu
-from tessera.plan.report import result_table
-from tessera.plan.serve import PlannerConfig, Shapes, plan_serving
+from tessera.plan.search import PlannerConfig, Shapes, plan_serving
+from tessera.plan.tables import result_table
 from tessera.plan.types import PoolPlan
 from tessera.progress import Steps
 from tessera.report.answer import answer_of

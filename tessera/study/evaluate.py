@@ -26,10 +26,10 @@ from tessera.fleet.fleet import plan_fleet
 from tessera.fleet.spec import FleetSpec
 from tessera.hardware import AUTO, IN_SERVER, best_link, buildable, cell_link
 from tessera.hardware import gpu as catalog_gpu
-from tessera.plan.planner import capture_source
+from tessera.plan.captures import capture_source
 from tessera.plan.pool import engine_gpu, resolve_gpu
 from tessera.plan.problem import default_cost
-from tessera.plan.serve import STRATEGIES, PlannerConfig, Shapes, homogeneous, plan_serving
+from tessera.plan.search import STRATEGIES, PlannerConfig, Shapes, homogeneous, plan_serving
 from tessera.plan.serving import Traffic
 from tessera.plan.types import PoolPlan
 from tessera.report.data import placement_map_path

@@ -17,7 +17,7 @@ from tessera.fleet.fleet import cell_planner, fleet_config
 from tessera.fleet.mix import lazy_mix, solve_mix, verify_mix
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
 from tessera.plan.highs import Model
-from tessera.plan.serve import PlannerConfig
+from tessera.plan.search import PlannerConfig
 from tessera.plan.serving import Slo
 
 A, B = "H100-SXM", "L4"

@@ -69,11 +69,11 @@ def test_floor_skips_points_without_changing_the_search(tpot_s: float) -> None:
     so is the fastest fitting point when nothing meets the SLO (the only case the search's caller reads it)."""
     from tessera.plan import strategies as st
     from tessera.plan.bound import period_floor
+    from tessera.plan.captures import capture_source
     from tessera.plan.cell import Shapes
-    from tessera.plan.planner import capture_source
     from tessera.plan.pool import Pool, resolve_gpu, resolve_link
     from tessera.plan.problem import default_cost
-    from tessera.plan.serve import PlannerConfig
+    from tessera.plan.search import PlannerConfig
     from tessera.plan.serving import Slo, Traffic, batch_ceiling, search
 
     cfg = PlannerConfig(traffic=Traffic(prompt=16, output=8), slo=Slo(ttft_s=2.0, tpot_s=tpot_s))
@@ -108,11 +108,11 @@ def test_prefill_decode_on_two_tp_groups() -> None:
     """Four GPUs of two types: prefill/decode runs with each type as one tensor-parallel group of 2 (the
     devices are the groups, the price the pool's); a pool of one type keeps the pair of single GPUs."""
     from tessera.plan.baselines.prefill_decode import prefill_decode
+    from tessera.plan.captures import capture_source
     from tessera.plan.cell import Shapes
-    from tessera.plan.planner import capture_source
     from tessera.plan.pool import resolve_gpu, resolve_link
     from tessera.plan.problem import default_cost
-    from tessera.plan.serve import PlannerConfig, prefill_decode_sides
+    from tessera.plan.search import PlannerConfig, prefill_decode_sides
     from tessera.plan.serving import Traffic
 
     cfg = PlannerConfig(traffic=Traffic(prompt=16, output=8))

@@ -175,7 +175,7 @@ def test_iteration_graph_matches_a_direct_capture() -> None:
 def test_latency_variant_is_the_same_placement_and_switchable() -> None:
     """The online switch's latency schedule: same kernel assignment, a quarter of the batch, one micro-batch;
     the simulator's residency rule accepts it as one placement (one paged KV pool), not two."""
-    from tessera.plan.serve import PlannerConfig, latency_variant, plan_serving
+    from tessera.plan.search import PlannerConfig, latency_variant, plan_serving
     from tessera.sim import check_switchable
 
     r = plan_serving("llama-tiny", "H100,L40S", PlannerConfig(traffic=Traffic(prompt=16, output=8)))

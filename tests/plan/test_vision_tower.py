@@ -95,7 +95,7 @@ def test_fewer_images_than_captured_scale_the_whole_tower(captures) -> None:
 
 
 def test_plan_refuses_image_tokens_on_a_text_model() -> None:
-    from tessera.plan.serve import PlannerConfig, plan_serving
+    from tessera.plan.search import PlannerConfig, plan_serving
 
     cfg = PlannerConfig(traffic=Traffic(prompt=64, output=8, image_tokens=16))
     with pytest.raises(UserError, match="no vision tower"):

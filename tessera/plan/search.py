@@ -33,6 +33,7 @@ from tessera.plan.baselines.attention_ffn import has_attention
 from tessera.plan.baselines.homogeneous import homogeneous
 from tessera.plan.baselines.prefill_decode import prefill_decode
 from tessera.plan.bound import period_floor
+from tessera.plan.captures import capture_source
 from tessera.plan.cell import Shapes, best_of, cell_strategy, make_plan, model_kind
 from tessera.plan.config import PlannerConfig, ServingResult, StrategyResult
 from tessera.plan.pool import Pool, engine_gpu, resolve_gpu
@@ -48,8 +49,6 @@ def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = 
                  cost: KernelCosts | None = None, source=None,
                  progress: Callable[[str], None] | None = None) -> ServingResult:
     """``progress``, when given, is called with the name of each step as it starts (tessera.progress.Steps)."""
-    from tessera.plan.planner import capture_source
-
     cfg = cfg or PlannerConfig()
     names = [n for n in (gpus.split(",") if isinstance(gpus, str) else gpus) if n.strip()]
     if not names:
@@ -229,7 +228,7 @@ def latency_variant(res: ServingResult, name: str = "tessera", *, cost: KernelCo
     shape with the latency objective (one micro-batch's sequential path of work and transfers), a
     different placement the simulator accepts only when both fit at once. None when the strategy has no
     single-cell plan (or the MILP finds no placement that fits)."""
-    from tessera.plan.planner import capture_source
+    from tessera.plan.captures import capture_source
     from tessera.plan.pool import resolve_link
     from tessera.plan.solve import prepare, solve_phase
 
@@ -263,7 +262,7 @@ def latency_variant(res: ServingResult, name: str = "tessera", *, cost: KernelCo
 def plan_graph(plan: Plan, *, source=None) -> KernelGraph:
     """The iteration graph a serving-model Plan's "mixed" (or "denoise") assignment refers to, rebuilt
     from the model's capture at the plan's operating point (for the runtime to align kernels with)."""
-    from tessera.plan.planner import capture_source
+    from tessera.plan.captures import capture_source
 
     w = plan.workload
     phase = Phase.MIXED if Phase.MIXED in plan.phases else Phase.DENOISE
