@@ -45,7 +45,7 @@ from tessera.engine.loader import open_model
 from tessera.engine.placement import plan_engine
 from tessera.engine.profile import ProfileCost, measure_link, profile_kinds
 from tessera.engine.serve_run import ServeRunSpec, serve_run
-from tessera.plan.serving import Traffic
+from tessera.plan.model.serving import Traffic
 from tessera.plan.types import Plan
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run as sim_run

@@ -49,13 +49,13 @@ from tessera.graph import KernelKind
 from tessera.hardware import cell_link
 from tessera.plan.baselines.homogeneous import LAYOUT_WORDS, group_result
 from tessera.plan.captures import capture_source
-from tessera.plan.knee import IterCosts, Load
+from tessera.plan.model.knee import IterCosts, Load
+from tessera.plan.model.serving import Slo, Traffic, chunk_shape, group_sizes
+from tessera.plan.model.shapes import IterShape
+from tessera.plan.model.units import UnitCost, group_link, make_dp_unit, make_unit, moe_comm_s, shard
 from tessera.plan.pool import resolve_gpu
-from tessera.plan.problem import default_cost
 from tessera.plan.search import PlannerConfig, Shapes, plan_serving
-from tessera.plan.serving import Slo, Traffic, chunk_shape, group_sizes
-from tessera.plan.shapes import IterShape
-from tessera.plan.units import UnitCost, group_link, make_dp_unit, make_unit, moe_comm_s, shard
+from tessera.plan.solver.problem import default_cost
 
 OUT = Path(__file__).parent / "results"
 ROOT = Path(__file__).parent.parent
@@ -746,7 +746,7 @@ DEFINITIONS = [
     "activations, NCCL buffers, a 3.5 GiB runtime reserve ('others') and KV for ISL + OSL tokens per "
     "sequence stay within vLLM's gpu_memory_utilization less a 2 % tolerance (0.92 × 0.98 of 80 GiB on an "
     "H100, of 141 GiB on an H200); the best row maximises tokens/s/gpu.",
-    "- **Tessera's** (the serving model at the code above, `tessera/plan/knee.py`): an engine of B "
+    "- **Tessera's** (the serving model at the code above, `tessera/plan/model/knee.py`): an engine of B "
     "sequences, m micro-batches and a token budget K per iteration, all three searched; requests arrive as "
     "a Poisson stream; goodput is the largest arrival rate at which 90 % of requests meet both TTFT "
     "(prefill queue, wait for one of the B places, its own chunks) and TPOT (the request's mean iteration), "

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from tessera.errors import UserError
 from tessera.plan.captures import capture_source
-from tessera.plan.cell import model_kind
-from tessera.plan.problem import default_cost
+from tessera.plan.model.cell import model_kind
 from tessera.plan.search import PlannerConfig, latency_variant, plan_serving
+from tessera.plan.solver.problem import default_cost
 from tessera.report.agreement import summary as agreement_summary
 from tessera.report.agreement import summary_line
 from tessera.sim import AdaptivePolicy, LatencyTargets, LengthSpec, WorkloadSpec, check_switchable, simulate

@@ -1,7 +1,7 @@
 """What the planner asks of a cost model: a kernel's time on a GPU type and a transfer's time on a link.
 
 ``tessera.cost.CostModel`` (measured tables and a fitted roofline) implements it, and so do the planner's
-tensor-parallel wrapper (``tessera.plan.units.UnitCost``), the engine's measured worker costs and the
+tensor-parallel wrapper (``tessera.plan.model.units.UnitCost``), the engine's measured worker costs and the
 runtime's per-kernel CPU profiles; the planner's functions take any of them as ``cost: KernelCosts``.
 """
 

@@ -37,12 +37,12 @@ from tessera.errors import UserError
 from tessera.graph import KernelGraph
 from tessera.hardware import GpuSpec, LinkSpec, gpu
 from tessera.plan.baselines.layer_pipeline import rule as layer_rule
-from tessera.plan.cell import make_plan
 from tessera.plan.config import PlannerConfig
+from tessera.plan.model.cell import make_plan
+from tessera.plan.model.serving import Slo, Traffic, score_point, steady_shape
+from tessera.plan.model.shapes import IterShape
 from tessera.plan.pool import Pool, resolve_gpu
 from tessera.plan.search import plan_graph
-from tessera.plan.serving import Slo, Traffic, score_point, steady_shape
-from tessera.plan.shapes import IterShape
 from tessera.plan.strategies import milp
 from tessera.plan.types import Plan
 from tessera.runtime.placements import MILP, PLACEMENTS
@@ -52,7 +52,7 @@ LENIENT_SLO = Slo(ttft_s=600.0, tpot_s=60.0)  # CPU runs: every operating point 
 
 
 class EngineShapes:
-    """tessera.plan.cell.Shapes for the engine: the program's kernel graph at a serving-model IterShape (a
+    """tessera.plan.model.cell.Shapes for the engine: the program's kernel graph at a serving-model IterShape (a
     chunk of c tokens in pieces of chunk_len is ⌈c / chunk_len⌉ prompt pieces of chunk_len), cached."""
 
     images = False

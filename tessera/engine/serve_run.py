@@ -42,7 +42,7 @@ from tessera.engine.serve import Arrival, DriveLog, Fault, Timing, WorkerPool, d
 from tessera.engine.shard import build_share
 from tessera.engine.tokenizer import tokenizer_for
 from tessera.errors import UserError, read_text
-from tessera.plan.serving import Traffic
+from tessera.plan.model.serving import Traffic
 from tessera.plan.types import Plan
 from tessera.runtime.placements import GLOO_LOCAL, MILP
 from tessera.sim.api import run as sim_run

@@ -49,12 +49,12 @@ from tessera.hardware import GpuSpec, best_link
 from tessera.plan import strategies as st
 from tessera.plan.baselines.prefill_decode import decode_shape, prefill_shape
 from tessera.plan.captures import capture_source
+from tessera.plan.model.serving import BATCHES, batch_ceiling
+from tessera.plan.model.units import UnitCost, make_unit
 from tessera.plan.pool import Pool, engine_gpu, resolve_gpu
-from tessera.plan.problem import default_cost
 from tessera.plan.search import PlannerConfig, Shapes, StrategyResult, cell_strategy, model_kind, plan_serving
-from tessera.plan.serving import BATCHES, batch_ceiling
+from tessera.plan.solver.problem import default_cost
 from tessera.plan.types import Plan
-from tessera.plan.units import UnitCost, make_unit
 
 Cell = tuple[str, ...]  # catalog GPU names, sorted: ("H100-SXM",) * 4, ("H100-SXM", "L40S")
 GROUP_SIZES = (1, 4, 8)  # tensor-parallel groups evaluated as one device; 2 is the same-type pair's business
@@ -106,7 +106,7 @@ def shortest_latency(deps: list[tuple[int, ...]], fastest_s: np.ndarray) -> floa
 
 def activation_deps(g) -> list[tuple[int, ...]]:
     """Per kernel, the kernels whose finish the verifier's schedule waits for: the last writer of each
-    non-resident buffer it reads or writes (tessera.plan.verify.evaluate's rule)."""
+    non-resident buffer it reads or writes (tessera.plan.solver.verify.evaluate's rule)."""
     writer: dict[int, int] = {}
     out = []
     for k in g.kernels:

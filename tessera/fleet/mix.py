@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tessera.errors import UserError
-from tessera.plan.highs import Model
+from tessera.plan.solver.highs import Model
 
 OBJECTIVES = ("throughput", "per_dollar")
 Cell = tuple[str, ...]

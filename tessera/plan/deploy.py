@@ -27,7 +27,7 @@ from tessera.capture.zoo import SPECS
 from tessera.contracts.enums import Phase
 from tessera.plan.types import Plan
 
-UNIT = re.compile(r"^(\d+)x(.+?)(-dp-ep|-dp-tp)?$")  # tessera.plan.units.unit_name: 2xH100-SXM, 8xH200-dp-ep
+UNIT = re.compile(r"^(\d+)x(.+?)(-dp-ep|-dp-tp)?$")  # tessera.plan.model.units.unit_name: 2xH100-SXM, 8xH200-dp-ep
 
 
 @dataclass(frozen=True, kw_only=True)

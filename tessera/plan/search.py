@@ -32,15 +32,15 @@ from tessera.plan import strategies as st
 from tessera.plan.baselines.attention_ffn import has_attention
 from tessera.plan.baselines.homogeneous import homogeneous
 from tessera.plan.baselines.prefill_decode import prefill_decode
-from tessera.plan.bound import period_floor
 from tessera.plan.captures import capture_source
-from tessera.plan.cell import Shapes, best_of, cell_strategy, make_plan, model_kind
 from tessera.plan.config import PlannerConfig, ServingResult, StrategyResult
+from tessera.plan.model.cell import Shapes, best_of, cell_strategy, make_plan, model_kind
+from tessera.plan.model.serving import Traffic, closeness, score_point, slo_period_cap
+from tessera.plan.model.units import UnitCost, make_unit
 from tessera.plan.pool import Pool, engine_gpu, resolve_gpu
-from tessera.plan.problem import default_cost
-from tessera.plan.serving import Traffic, closeness, score_point, slo_period_cap
+from tessera.plan.solver.bound import period_floor
+from tessera.plan.solver.problem import default_cost
 from tessera.plan.types import Plan
-from tessera.plan.units import UnitCost, make_unit
 
 # ---- entry point -----------------------------------------------------------------------------------------------
 
@@ -230,7 +230,7 @@ def latency_variant(res: ServingResult, name: str = "tessera", *, cost: KernelCo
     single-cell plan (or the MILP finds no placement that fits)."""
     from tessera.plan.captures import capture_source
     from tessera.plan.pool import resolve_link
-    from tessera.plan.solve import prepare, solve_phase
+    from tessera.plan.solver.solve import prepare, solve_phase
 
     if placement not in ("same", "milp"):
         raise ValueError(f"latency_variant placement={placement!r} must be 'same' or 'milp'")

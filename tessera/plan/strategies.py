@@ -15,7 +15,7 @@ from tessera.plan.baselines.attention_ffn import rule as attention_ffn
 from tessera.plan.baselines.homogeneous import uniform
 from tessera.plan.baselines.layer_pipeline import rule as layer_pipeline
 from tessera.plan.pool import Pool
-from tessera.plan.solve import check_agreement, prepare, solve_phase
+from tessera.plan.solver.solve import check_agreement, prepare, solve_phase
 
 
 def memo(place: Callable) -> Callable:

@@ -1,7 +1,7 @@
 """The planner's goodput against the simulator's SLO knee, summarised: the check `tessera compare` and
 `tessera evaluate` run on every strategy they score (tessera.study.agreement.knee_check) is read here.
 
-The planner works its goodput out in closed form (tessera.plan.knee); the simulator is a second engine
+The planner works its goodput out in closed form (tessera.plan.model.knee); the simulator is a second engine
 that takes from a plan only what an operator gives an engine (placement costs, sequences, micro-batches,
 token budget, KV capacity) and finds the highest Poisson rate at which the target share of requests meets
 the SLO by simulating it (tessera.sim.knee). Where the two agree within ``TOLERANCE``, the figure rests on

@@ -81,7 +81,7 @@ def milp(graphs: dict[str, KernelGraph], devices: int, *, microbatches: int = 2,
     from tessera.cost.calibrate import default_cost_model
     from tessera.hardware import gpu
     from tessera.plan.pool import Pool
-    from tessera.plan.solve import prepare, solve_phase
+    from tessera.plan.solver.solve import prepare, solve_phase
 
     pool = Pool(gpus=tuple(gpu("cpu") for _ in range(devices)), link=link)
     cost = cost or default_cost_model()

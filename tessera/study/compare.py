@@ -22,8 +22,8 @@ from tessera.contracts.provenance import planner_provenance
 from tessera.errors import UserError
 from tessera.hardware import AUTO, best_link, cell_link
 from tessera.plan.captures import capture_source
+from tessera.plan.model.units import UnitCost
 from tessera.plan.pool import engine_gpu, resolve_gpu
-from tessera.plan.problem import default_cost
 from tessera.plan.search import (
     STRATEGIES,
     PlannerConfig,
@@ -33,7 +33,7 @@ from tessera.plan.search import (
     model_kind,
     plan_serving,
 )
-from tessera.plan.units import UnitCost
+from tessera.plan.solver.problem import default_cost
 from tessera.report.agreement import summary, summary_line
 from tessera.study.agreement import knee_check
 

@@ -27,10 +27,10 @@ from tessera.fleet.spec import FleetSpec
 from tessera.hardware import AUTO, IN_SERVER, best_link, buildable, cell_link
 from tessera.hardware import gpu as catalog_gpu
 from tessera.plan.captures import capture_source
+from tessera.plan.model.serving import Traffic
 from tessera.plan.pool import engine_gpu, resolve_gpu
-from tessera.plan.problem import default_cost
 from tessera.plan.search import STRATEGIES, PlannerConfig, Shapes, homogeneous, plan_serving
-from tessera.plan.serving import Traffic
+from tessera.plan.solver.problem import default_cost
 from tessera.plan.types import PoolPlan
 from tessera.report.data import placement_map_path
 from tessera.report.evalsummary import became, best_baseline, extremes, markdown, summary

@@ -1,6 +1,6 @@
 """The evaluation's workload shapes: what a request looks like in each kind of traffic, with its source.
 
-The serving model (tessera.plan.serving) runs the steady state of a continuous-batching engine at one
+The serving model (tessera.plan.model.serving) runs the steady state of a continuous-batching engine at one
 prompt length P and one output length O: each iteration decodes B tokens and prefills C = B·P/O prompt
 tokens. Over a long run of a trace, prefill tokens per decoded token are ΣP / ΣO = mean(P) / mean(O), and
 the work of an iteration is linear in the tokens it carries, so a trace's shape is its **mean** prompt and

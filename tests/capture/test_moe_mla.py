@@ -15,8 +15,8 @@ import torch
 from tessera.capture import anymodel, capture_model
 from tessera.capture.fuse import distinct_experts
 from tessera.graph import KernelKind, Role
-from tessera.plan.shapes import IterShape, iteration_graph
-from tessera.plan.units import shard
+from tessera.plan.model.shapes import IterShape, iteration_graph
+from tessera.plan.model.units import shard
 
 CONFIGS = Path(__file__).parent / "configs"
 

@@ -50,7 +50,7 @@ def test_attention_predicate_is_shared_by_the_baseline_and_the_runtime() -> None
 
 
 def test_cached_evaluation_equals_the_verifier() -> None:
-    from tessera.plan.verify import evaluate, evaluate_cached
+    from tessera.plan.solver.verify import evaluate, evaluate_cached
 
     from .helpers import COST, POOL, chain3
 
@@ -68,13 +68,13 @@ def test_floor_skips_points_without_changing_the_search(tpot_s: float) -> None:
     point meets (1e-9 s): the LP floor skips placer calls, the best point is the same as without it, and
     so is the fastest fitting point when nothing meets the SLO (the only case the search's caller reads it)."""
     from tessera.plan import strategies as st
-    from tessera.plan.bound import period_floor
     from tessera.plan.captures import capture_source
-    from tessera.plan.cell import Shapes
+    from tessera.plan.model.cell import Shapes
+    from tessera.plan.model.serving import Slo, Traffic, batch_ceiling, search
     from tessera.plan.pool import Pool, resolve_gpu, resolve_link
-    from tessera.plan.problem import default_cost
     from tessera.plan.search import PlannerConfig
-    from tessera.plan.serving import Slo, Traffic, batch_ceiling, search
+    from tessera.plan.solver.bound import period_floor
+    from tessera.plan.solver.problem import default_cost
 
     cfg = PlannerConfig(traffic=Traffic(prompt=16, output=8), slo=Slo(ttft_s=2.0, tpot_s=tpot_s))
     shapes = Shapes("llama-tiny", capture_source("llama-tiny"), cfg, False)
@@ -109,11 +109,11 @@ def test_prefill_decode_on_two_tp_groups() -> None:
     devices are the groups, the price the pool's); a pool of one type keeps the pair of single GPUs."""
     from tessera.plan.baselines.prefill_decode import prefill_decode
     from tessera.plan.captures import capture_source
-    from tessera.plan.cell import Shapes
+    from tessera.plan.model.cell import Shapes
+    from tessera.plan.model.serving import Traffic
     from tessera.plan.pool import resolve_gpu, resolve_link
-    from tessera.plan.problem import default_cost
     from tessera.plan.search import PlannerConfig, prefill_decode_sides
-    from tessera.plan.serving import Traffic
+    from tessera.plan.solver.problem import default_cost
 
     cfg = PlannerConfig(traffic=Traffic(prompt=16, output=8))
     shapes = Shapes("llama-tiny", capture_source("llama-tiny"), cfg, False)

@@ -8,9 +8,9 @@ import pytest
 
 from tessera.graph import Buffer, Kernel, KernelGraph, KernelKind, Role, build_graph
 from tessera.hardware import LinkSpec
-from tessera.plan.bound import BoundPhase, cycle_bound, lp_bound_joint
 from tessera.plan.pool import Pool, resolve_gpu
-from tessera.plan.problem import build_problem
+from tessera.plan.solver.bound import BoundPhase, cycle_bound, lp_bound_joint
+from tessera.plan.solver.problem import build_problem
 
 from .helpers import H, L, TableCost
 

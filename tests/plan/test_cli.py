@@ -49,8 +49,8 @@ def test_plan_json_contract_on_tiny_capture(tmp_path) -> None:
 def test_serving_plan_runs_bit_exact_on_cpu_workers(tmp_path) -> None:
     """A serving-model plan (the mixed iteration's placement) carried onto the runtime's prefill and decode
     programs: outputs identical to single-process execution."""
+    from tessera.plan.model.serving import Traffic
     from tessera.plan.search import PlannerConfig, plan_serving
-    from tessera.plan.serving import Traffic
 
     r = plan_serving("llama-tiny", "H100,L40S", PlannerConfig(traffic=Traffic(prompt=16, output=8)))
     plan = r.strategies["layer_pipeline"].plan

@@ -12,8 +12,7 @@ from tessera.cost import CostModel
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
 from tessera.hardware import LinkSpec
 from tessera.plan.baselines.homogeneous import group_options
-from tessera.plan.pool import resolve_gpu
-from tessera.plan.units import (
+from tessera.plan.model.units import (
     UnitCost,
     allreduce_s,
     dispatch_bytes,
@@ -25,6 +24,7 @@ from tessera.plan.units import (
     moe_comm_s,
     unit_name,
 )
+from tessera.plan.pool import resolve_gpu
 
 E, TOPK, T, HID = 8, 2, 64, 1024
 

@@ -1,4 +1,4 @@
-"""The planner's closed form for the SLO knee (tessera.plan.knee), against queueing results worked out by
+"""The planner's closed form for the SLO knee (tessera.plan.model.knee), against queueing results worked out by
 hand or computed here from their textbook formulas."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from tessera.plan.knee import (
+from tessera.plan.model.knee import (
     Engine,
     IterCosts,
     Load,
@@ -153,7 +153,7 @@ def test_prefill_decode_knee_by_hand() -> None:
 
 
 def test_gamma_spread_against_the_exponential_and_erlang() -> None:
-    from tessera.plan.knee import gamma_below
+    from tessera.plan.model.knee import gamma_below
 
     # cv² = 1 is the exponential: P(G ≤ mean·ln 10) = 0.9 exactly (Wilson–Hilferty: 0.902)
     assert gamma_below(math.log(10), 1.0, 1.0) == pytest.approx(0.9, abs=0.005)

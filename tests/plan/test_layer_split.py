@@ -22,10 +22,10 @@ from tessera.plan.baselines.layer_pipeline import (
     layer_units,
     rule,
 )
+from tessera.plan.model.serving import over_memory, whole_step_memory
 from tessera.plan.pool import resolve_gpu
-from tessera.plan.serving import over_memory, whole_step_memory
+from tessera.plan.solver.verify import evaluate
 from tessera.plan.synthetic import SynthConfig, llama_like
-from tessera.plan.verify import evaluate
 
 from .helpers import H, L, TableCost
 

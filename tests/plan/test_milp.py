@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tessera.plan.milp import build_flat, loads, lp_bound, lp_bound_memory, solve_flat, weighted_costs
-from tessera.plan.problem import build_problem
-from tessera.plan.solve import check_agreement
-from tessera.plan.verify import evaluate
+from tessera.plan.solver.milp import build_flat, loads, lp_bound, lp_bound_memory, solve_flat, weighted_costs
+from tessera.plan.solver.problem import build_problem
+from tessera.plan.solver.solve import check_agreement
+from tessera.plan.solver.verify import evaluate
 
 from .helpers import COST, POOL, chain3
 
@@ -71,7 +71,7 @@ def test_memory_aware_bound_by_hand() -> None:
     # 30 GB weights, no transfers: memory allows at most 2 kernels' weights on H100 (80) and 1 on L40S (48);
     # the relaxation still reaches T = 3.5 (b split), so both bounds agree here; with 45 GB weights the
     # relaxed memory rows (z = x fractional) allow 80/45 of a kernel on H100 and 48/45 on L40S.
-    from tessera.plan.milp import lp_bound_memory
+    from tessera.plan.solver.milp import lp_bound_memory
 
     p = build_problem(chain3(weight_bytes=30 * GB), POOL, COST)
     assert lp_bound_memory(p) == pytest.approx(3.5)

@@ -9,11 +9,11 @@ import pytest
 from tessera.cost import CostModel
 from tessera.graph import Role
 from tessera.hardware import LinkSpec
-from tessera.plan.milp import TIE_BREAK, loads, solve_flat
-from tessera.plan.patterns import find_segments, polish, solve_patterns
 from tessera.plan.pool import Pool
-from tessera.plan.problem import build_problem
-from tessera.plan.solve import resident_bytes
+from tessera.plan.solver.milp import TIE_BREAK, loads, solve_flat
+from tessera.plan.solver.patterns import find_segments, polish, solve_patterns
+from tessera.plan.solver.problem import build_problem
+from tessera.plan.solver.solve import resident_bytes
 from tessera.plan.synthetic import SynthConfig, llama_like
 
 SMALL = SynthConfig(layers=4, hidden=512, ffn=1792, heads=8, kv_heads=2, vocab=4000)

@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
-from tessera.plan.serving import Slo, Traffic, score_point, sync_period_s
-from tessera.plan.verify import Message, async_period_s, evaluate, list_schedule_s, pipelined_latency_s
+from tessera.plan.model.serving import Slo, Traffic, score_point, sync_period_s
+from tessera.plan.solver.verify import Message, async_period_s, evaluate, list_schedule_s, pipelined_latency_s
 
 from .helpers import COST, POOL, TableCost, chain3
 

@@ -9,12 +9,12 @@ import pytest
 
 from tessera.graph import KernelKind, Role
 from tessera.hardware import link
-from tessera.plan.bound import async_bound
-from tessera.plan.milp import objective_value, solve_flat
-from tessera.plan.problem import build_problem
-from tessera.plan.serving import Slo, Traffic, steady_shape
-from tessera.plan.shapes import IterShape, iteration_graph
-from tessera.plan.units import UnitCost, allreduce_s, group_link, make_unit, shard
+from tessera.plan.model.serving import Slo, Traffic, steady_shape
+from tessera.plan.model.shapes import IterShape, iteration_graph
+from tessera.plan.model.units import UnitCost, allreduce_s, group_link, make_unit, shard
+from tessera.plan.solver.bound import async_bound
+from tessera.plan.solver.milp import objective_value, solve_flat
+from tessera.plan.solver.problem import build_problem
 
 from .helpers import COST, POOL, chain3
 
@@ -64,8 +64,8 @@ def test_period_floor_by_hand_and_below_every_placement() -> None:
     # H100 (2), c on L40S (2), b split evenly: 3.5 per device, so 3.5·m) and the critical path at each
     # kernel's fastest GPU (a 2 + b 3 + c 2 = 7): 7, 7, 14 for m = 1, 2, 4; never above a placement's
     # verifier period
-    from tessera.plan.bound import latency_floor, period_floor
-    from tessera.plan.verify import evaluate
+    from tessera.plan.solver.bound import latency_floor, period_floor
+    from tessera.plan.solver.verify import evaluate
 
     assert latency_floor(chain3(), POOL.gpus, COST) == pytest.approx(7.0, rel=1e-9)
     for m, want in ((1, 7.0), (2, 7.0), (4, 14.0)):

@@ -7,8 +7,8 @@ import pytest
 
 from tessera.errors import UserError
 from tessera.graph import Role
-from tessera.plan.serving import Traffic, steady_shape
-from tessera.plan.shapes import IterShape, iteration_graph
+from tessera.plan.model.serving import Traffic, steady_shape
+from tessera.plan.model.shapes import IterShape, iteration_graph
 
 # qwen-vl-tiny: 16 LM tokens of an image = 64 patches (Qwen2.5-VL merges 2×2 patches into one token)
 TOKENS, PATCHES = 16, 64
@@ -65,8 +65,8 @@ def test_tower_at_two_images_is_a_direct_two_image_capture(captures) -> None:
 def test_splitting_tower_and_lm_pays_the_embeddings_transfer(captures) -> None:
     """Tower on device 0, LM on device 1: the link carries the image embeddings (and nothing else
     crosses); all on one device: no transfer."""
-    from tessera.plan.problem import default_cost
-    from tessera.plan.verify import evaluate
+    from tessera.plan.solver.problem import default_cost
+    from tessera.plan.solver.verify import evaluate
 
     from .helpers import POOL
 

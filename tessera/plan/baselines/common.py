@@ -5,8 +5,8 @@ from __future__ import annotations
 from tessera.contracts.cost import KernelCosts
 from tessera.graph import KernelGraph
 from tessera.hardware import GpuSpec, LinkSpec
-from tessera.plan.serving import over_memory, whole_step_memory
-from tessera.plan.verify import evaluate_cached
+from tessera.plan.model.serving import over_memory, whole_step_memory
+from tessera.plan.solver.verify import evaluate_cached
 
 
 def best_fitting(g: KernelGraph, cands: list[tuple[int, ...]], m: int, units: tuple[GpuSpec, ...],

@@ -7,7 +7,7 @@ Decode GPU: pure decode iterations of up to B sequences at the mean context P + 
 the largest sizes that fit memory and meet the TPOT SLO.
 Link: each request's KV (P tokens) crosses once.
 Capacity is the least of the prefill, decode and link rates; goodput is the SLO knee of the pair
-(tessera.plan.knee.pd_knee), best over the (n, B) tried.
+(tessera.plan.model.knee.pd_knee), best over the (n, B) tried.
 """
 
 from __future__ import annotations
@@ -18,12 +18,19 @@ from dataclasses import replace
 from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Objective, Phase
 from tessera.hardware import GpuSpec, LinkSpec
-from tessera.plan.cell import Shapes, best_of, kv_bytes_per_token
 from tessera.plan.config import PlannerConfig, StrategyResult
-from tessera.plan.knee import IterCosts, Knee, pd_knee
-from tessera.plan.serving import BATCHES, IterShape, as_load, batch_ceiling, group_sizes, kv_tokens_per_seq
+from tessera.plan.model.cell import Shapes, best_of, kv_bytes_per_token
+from tessera.plan.model.knee import IterCosts, Knee, pd_knee
+from tessera.plan.model.serving import (
+    BATCHES,
+    IterShape,
+    as_load,
+    batch_ceiling,
+    group_sizes,
+    kv_tokens_per_seq,
+)
+from tessera.plan.solver.verify import evaluate_cached
 from tessera.plan.types import Device, EngineSettings, PhasePlan, Plan, StepPoint
-from tessera.plan.verify import evaluate_cached
 
 
 def _step(shapes, shape: IterShape, unit: GpuSpec, lk: LinkSpec,

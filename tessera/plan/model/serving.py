@@ -11,7 +11,7 @@ reported beside it, simulates the m micro-batches through the placement: sync_pe
 A placement is made at the full-load mean mix (steady_shape: ⌈B/m⌉ decodes and the chunk C = B·P/O/m
 that keeps prefill level with decode) and then costed at the shapes the knee needs (decode-only at
 1, ½ and all of a group's sequences; one full chunk of K − ⌈B/m⌉ tokens beside them), from which
-tessera.plan.knee works out the SLO knee: the highest arrival rate at which 90% of requests (Slo.target)
+tessera.plan.model.knee works out the SLO knee: the highest arrival rate at which 90% of requests (Slo.target)
 meet TTFT and TPOT. Goodput is that rate in output tokens/s; B, m and K are searched, K over BUDGETS.
 Image models (denoise): B images in flight, an iteration one denoising step of a group's images.
 """
@@ -28,9 +28,9 @@ from tessera.contracts.slo import Slo
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
-from tessera.plan.knee import Engine, Fit, IterCosts, Knee, Load, image_knee, token_knee
-from tessera.plan.shapes import IterShape
-from tessera.plan.verify import (
+from tessera.plan.model.knee import Engine, Fit, IterCosts, Knee, Load, image_knee, token_knee
+from tessera.plan.model.shapes import IterShape
+from tessera.plan.solver.verify import (
     POLICIES,
     Evaluation,
     async_period_cached,
@@ -104,7 +104,7 @@ def image_shape(batch: int, m: int) -> IterShape:
 @dataclass(frozen=True, kw_only=True)
 class Point:
     """One strategy's placement at one batch, micro-batch count and token budget, scored by the serving
-    model: the placement's period at full load, and the SLO knee (tessera.plan.knee)."""
+    model: the placement's period at full load, and the SLO knee (tessera.plan.model.knee)."""
 
     batch: int  # B: sequences (images) in flight per replica
     microbatches: int

@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 
 from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Objective
-from tessera.plan.highs import INFEASIBLE, Model
-from tessera.plan.problem import PhaseProblem
+from tessera.plan.solver.highs import INFEASIBLE, Model
+from tessera.plan.solver.problem import PhaseProblem
 
 MAX_SPLIT_DEVICES = 6  # pools up to this size get every disjoint split bounded (62 splits at 6)
 
@@ -114,8 +114,8 @@ def async_bound(g, pool, cost: KernelCosts, m: int) -> float | None:
     latency: Σ_g,d t·x + Σ s·y ≤ m·T, plus the valid inequalities flow[v,c,b] (milp.build_flat), which
     charge a transfer wherever the relaxed assignment changes along a dependency. The bound is m·T (inf
     when nothing fits, None when HiGHS did not finish)."""
-    from tessera.plan.milp import build_flat
-    from tessera.plan.solve import prepare
+    from tessera.plan.solver.milp import build_flat
+    from tessera.plan.solver.solve import prepare
 
     prob = replace(prepare(g, pool, cost, m=m, act_bytes=0), handoffs=[])
     model, idx = build_flat(prob, objective="async", micro=m, flow=True)
@@ -137,8 +137,8 @@ def period_floor(g, pool, cost: KernelCosts, m: int) -> float:
     the SLO."""
     import numpy as np
 
-    from tessera.plan.milp import lp_bound_memory
-    from tessera.plan.solve import prepare
+    from tessera.plan.solver.milp import lp_bound_memory
+    from tessera.plan.solver.solve import prepare
 
     prob = replace(prepare(g, pool, cost, m=m, act_bytes=0, with_values=False), xfer_s=np.zeros(0), handoffs=[])
     t = m * lp_bound_memory(prob)

@@ -24,9 +24,16 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tessera.plan.highs import Model
-from tessera.plan.milp import Background, build_flat, loads, make_async, objective_value, weighted_costs
-from tessera.plan.problem import Handoff, PhaseProblem, Resident, Value
+from tessera.plan.solver.highs import Model
+from tessera.plan.solver.milp import (
+    Background,
+    build_flat,
+    loads,
+    make_async,
+    objective_value,
+    weighted_costs,
+)
+from tessera.plan.solver.problem import Handoff, PhaseProblem, Resident, Value
 
 
 @dataclass(kw_only=True)
@@ -429,7 +436,7 @@ def polish(prob: PhaseProblem, segs: list[Segment], group_dev: tuple[int, ...], 
            mip_rel_gap: float = 1e-2, time_limit_s: float = 10.0, m: int = 1) -> tuple[int, ...]:
     """Large-neighbourhood step: re-solve flat with every segment layer fixed except the layers around
     run changes (plus ``free_layers`` more per segment), from the pattern plan as MIP start."""
-    from tessera.plan.milp import solve_flat
+    from tessera.plan.solver.milp import solve_flat
 
     free: set[int] = set()
     for s in segs:

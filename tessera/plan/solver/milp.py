@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tessera.plan.highs import INF, INFEASIBLE, Model, Solution
-from tessera.plan.problem import PhaseProblem
+from tessera.plan.solver.highs import INF, INFEASIBLE, Model, Solution
+from tessera.plan.solver.problem import PhaseProblem
 
 TIE_BREAK = 1e-4  # weight of total work in the throughput objective, relative to T
 

@@ -222,7 +222,7 @@ def period(base: Load, chunk: Load, m: int, rho: float, fit: Fit | None = None) 
     The groups share their devices first come first served, so a group's iteration waits behind every
     stage of another's chunk: each cycles at the pace of the slowest iteration in flight. ``fit[k][y]``
     scales the period when k groups carry a chunk, the own group among them (y = 1) or not (y = 0): how
-    the placement's groups really interleave, measured by an event model (tessera.plan.serving.
+    the placement's groups really interleave, measured by an event model (tessera.plan.model.serving.
     interleaving); 1 for a chain."""
     # q[k]: the busiest resource when k of the m groups carry a chunk
     q = [max(m * t0 + k * d for t0, d in zip(base.busy_s, chunk.busy_s, strict=True)) for k in range(m + 1)]

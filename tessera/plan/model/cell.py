@@ -12,10 +12,8 @@ from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Objective
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
-from tessera.plan.bound import async_bound
 from tessera.plan.config import PlannerConfig, StrategyResult
-from tessera.plan.pool import Pool
-from tessera.plan.serving import (
+from tessera.plan.model.serving import (
     IterShape,
     Point,
     Traffic,
@@ -27,9 +25,11 @@ from tessera.plan.serving import (
     steady_shape,
     sync_period_s,
 )
-from tessera.plan.shapes import iteration_graph
+from tessera.plan.model.shapes import iteration_graph
+from tessera.plan.pool import Pool
+from tessera.plan.solver.bound import async_bound
+from tessera.plan.solver.verify import RESIDENT_ROLES, evaluate_cached
 from tessera.plan.types import Device, EngineSettings, PhasePlan, Plan, Segment, StepPoint
-from tessera.plan.verify import RESIDENT_ROLES, evaluate_cached
 
 
 class Shapes:

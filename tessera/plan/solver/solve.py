@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 
 from tessera.cost import CostModel
 from tessera.graph import KernelGraph, Role
-from tessera.plan.milp import Background, loads, objective_value, solve_flat
-from tessera.plan.patterns import find_segments, polish, solve_patterns
 from tessera.plan.pool import Pool
-from tessera.plan.problem import Handoff, PhaseProblem, build_problem
-from tessera.plan.verify import evaluate_cached
+from tessera.plan.solver.milp import Background, loads, objective_value, solve_flat
+from tessera.plan.solver.patterns import find_segments, polish, solve_patterns
+from tessera.plan.solver.problem import Handoff, PhaseProblem, build_problem
+from tessera.plan.solver.verify import evaluate_cached
 
 FLAT_MAX_GROUPS = 400  # above this (and with repeated layers) use layer patterns
 
