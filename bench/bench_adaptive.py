@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tessera.contracts.plan import Plan
 from tessera.contracts.slo import LatencyTargets
 from tessera.engine.adaptive import AdaptiveSettings
 from tessera.engine.config import EngineConfig
@@ -45,8 +46,7 @@ from tessera.engine.loader import open_model
 from tessera.engine.placement import plan_engine
 from tessera.engine.profile import ProfileCost, measure_link, profile_kinds
 from tessera.engine.serve_run import ServeRunSpec, serve_run
-from tessera.plan.model.serving import Traffic
-from tessera.plan.types import Plan
+from tessera.plan import Traffic
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run as sim_run
 from tessera.sim.metrics import meets_slo

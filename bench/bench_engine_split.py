@@ -41,7 +41,7 @@ from tessera.engine.placement import plan_engine
 from tessera.engine.profile import ProfileCost, measure_link, profile_kinds
 from tessera.engine.serve import Fault
 from tessera.engine.serve_run import ServeRunSpec, serve_run
-from tessera.plan.model.serving import Traffic
+from tessera.plan import Traffic
 from tessera.sim.workload import LengthSpec, WorkloadSpec
 
 OUT = Path(__file__).parent / "results"

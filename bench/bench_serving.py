@@ -21,10 +21,14 @@ import time
 from pathlib import Path
 
 from tessera.errors import UserError
-from tessera.plan.captures import capture_source
-from tessera.plan.model.cell import model_kind
-from tessera.plan.search import PlannerConfig, latency_variant, plan_serving
-from tessera.plan.solver.problem import default_cost
+from tessera.plan import (
+    PlannerConfig,
+    capture_source,
+    default_cost,
+    latency_variant,
+    model_kind,
+    plan_serving,
+)
 from tessera.report.agreement import summary as agreement_summary
 from tessera.report.agreement import summary_line
 from tessera.sim import AdaptivePolicy, LatencyTargets, LengthSpec, WorkloadSpec, check_switchable, simulate

@@ -77,8 +77,7 @@ def adaptive() -> dict:
 
 def real_plan() -> dict:
     """Offline agreement on a real plan: llama-3-8b on H100 + L40S from plan_serving (captures + MILP)."""
-    from tessera.plan.model.serving import Traffic
-    from tessera.plan.search import PlannerConfig, plan_serving
+    from tessera.plan import PlannerConfig, Traffic, plan_serving
 
     t = Traffic(prompt=1024, output=256)
     r = plan_serving("llama-3-8b", ["H100-SXM", "L40S"], PlannerConfig(traffic=t))

@@ -81,7 +81,7 @@ def test_report_plan_caption_says_one_replica(plan_one_replica) -> None:
 
 @pytest.fixture
 def plan_one_replica():
-    from tessera.plan.types import Device, PhasePlan, Plan, StepPoint
+    from tessera.contracts.plan import Device, PhasePlan, Plan, StepPoint
 
     point = StepPoint(batch=8, tokens=8, context=512, microbatches=1, device_busy_s=(1e-3,), link_busy_s=(),
                       latency_s=1e-3, step_s=1e-3)

@@ -17,10 +17,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from tessera.contracts.plan import EngineSettings, PoolCell, PoolPlan, read_plan_file
 from tessera.fleet.fleet import FleetCell, FleetPlan
 from tessera.hardware import catalog
-from tessera.plan.config import PlannerConfig
-from tessera.plan.types import EngineSettings, PoolCell, PoolPlan, read_plan_file
+from tessera.plan import PlannerConfig
 from tessera.provenance import fingerprint
 from tessera.report.evalsummary import markdown
 from tessera.runtime.api import share_line

@@ -14,7 +14,7 @@ from tessera.contracts.provenance import planner_provenance
 from tessera.errors import UserError
 from tessera.fleet.cli import plan_pool_command
 from tessera.hardware import AUTO
-from tessera.plan.deploy import launch_lines
+from tessera.plan import launch_lines, plan_serving, result_table
 from tessera.plan.options import (
     IMAGE_S,
     OUTPUT,
@@ -39,8 +39,6 @@ from tessera.plan.options import (
     check_out_file,
     config_of,
 )
-from tessera.plan.search import plan_serving
-from tessera.plan.tables import result_table
 from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)

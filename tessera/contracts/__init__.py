@@ -6,7 +6,7 @@ simulator's ``SimResult``, the SLO as planned (``Slo``) and as judged (``Latency
 asks of a cost model (``KernelCosts``), the report's ``FrontierPoint``, the strategies' names (``Strategy``, a
 StrEnum, and ``STRATEGIES``), the closed sets ``Phase`` and ``Objective``, the kernel-graph IR
 (``tessera.contracts.ir``; ``tessera.graph`` keeps its names) and the plan files' types
-(``tessera.contracts.plan``; ``tessera.plan.types`` keeps them).
+(``tessera.contracts.plan``; ``tessera.plan`` re-exports them).
 """
 
 from tessera.contracts.cost import KernelCosts

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tessera import __version__
 
 if TYPE_CHECKING:  # annotations only: the plan stage sits above the contracts (until Plan moves here)
-    from tessera.plan.search import PlannerConfig
+    from tessera.plan import PlannerConfig
 
 FINGERPRINT_HEX = 16  # 64 bits of sha256: two different plans sharing one is not a practical concern
 

@@ -5,7 +5,7 @@ interleave|PLAN.json``, over the devices actually given.
 - ``plan``: tessera.plan places the program's kernels for the run's engine settings and traffic: CPU
   workers priced by their own kind's profile (``profile.ProfileCost``: measured in a worker of that kind),
   CUDA devices by their catalog type (tessera.cost), the link between CPU workers as probed. The MILP
-  (``tessera.plan.strategies.milp``, async objective, a speed-proportional layer split as its start) places
+  (``tessera.plan.milp``, async objective, a speed-proportional layer split as its start) places
   the serving model's steady iteration (``serving.steady_shape``), ``serving.score_point`` scores it at the
   run's token budget, and ``cell.make_plan`` writes the Plan file (version 2: engine settings, per
   micro-batch step points) that ``tessera simulate`` reads. ``EngineShapes`` gives the planner the
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from tessera.contracts.plan import Plan
 from tessera.engine.arch import ModelArch
 from tessera.engine.config import EngineConfig
 from tessera.engine.devices import WorkerKind
@@ -36,15 +37,20 @@ from tessera.engine.routes import Placement
 from tessera.errors import UserError
 from tessera.graph import KernelGraph
 from tessera.hardware import GpuSpec, LinkSpec, gpu
-from tessera.plan.baselines.layer_pipeline import rule as layer_rule
-from tessera.plan.config import PlannerConfig
-from tessera.plan.model.cell import make_plan
-from tessera.plan.model.serving import Slo, Traffic, score_point, steady_shape
-from tessera.plan.model.shapes import IterShape
-from tessera.plan.pool import Pool, resolve_gpu
-from tessera.plan.search import plan_graph
-from tessera.plan.strategies import milp
-from tessera.plan.types import Plan
+from tessera.plan import (
+    IterShape,
+    PlannerConfig,
+    Pool,
+    Slo,
+    Traffic,
+    layer_pipeline_rule,
+    make_plan,
+    milp,
+    plan_graph,
+    resolve_gpu,
+    score_point,
+    steady_shape,
+)
 from tessera.runtime.placements import MILP, PLACEMENTS
 
 NAMES = (*PLACEMENTS, MILP)
@@ -52,7 +58,7 @@ LENIENT_SLO = Slo(ttft_s=600.0, tpot_s=60.0)  # CPU runs: every operating point 
 
 
 class EngineShapes:
-    """tessera.plan.model.cell.Shapes for the engine: the program's kernel graph at a serving-model IterShape (a
+    """tessera.plan.Shapes for the engine: the program's kernel graph at a serving-model IterShape (a
     chunk of c tokens in pieces of chunk_len is ⌈c / chunk_len⌉ prompt pieces of chunk_len), cached."""
 
     images = False
@@ -146,7 +152,7 @@ def candidate_placements(g: KernelGraph, b: int, m: int, *, units: tuple[GpuSpec
     meet while the groups' interleaving, which the knee models, makes it slower)."""
     if len(units) == 1:
         return {"single": (0,) * len(g.kernels)}
-    layers = layer_rule(units, link, cost)
+    layers = layer_pipeline_rule(units, link, cost)
     out = {}
     found = milp(Pool(gpus=units, link=link), cost, starts=[layers])(g, b, m)
     if found is not None:

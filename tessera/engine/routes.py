@@ -23,7 +23,7 @@ import torch.fx as fx
 from tessera.engine.program import Program
 
 if TYPE_CHECKING:  # the plan stage (and its solver) is needed only where placements are planned
-    from tessera.plan.types import Plan
+    from tessera.contracts.plan import Plan
 
 
 @dataclass(frozen=True)

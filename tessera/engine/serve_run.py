@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tessera.contracts.plan import Plan
 from tessera.cost.calibrate import default_cost_model
 from tessera.engine.adaptive import AdaptiveSettings, switcher_for
 from tessera.engine.cluster import ClusterSettings
@@ -42,8 +43,7 @@ from tessera.engine.serve import Arrival, DriveLog, Fault, Timing, WorkerPool, d
 from tessera.engine.shard import build_share
 from tessera.engine.tokenizer import tokenizer_for
 from tessera.errors import UserError, read_text
-from tessera.plan.model.serving import Traffic
-from tessera.plan.types import Plan
+from tessera.plan import Traffic
 from tessera.runtime.placements import GLOO_LOCAL, MILP
 from tessera.sim.api import run as sim_run
 from tessera.sim.model import SchedulerConfig

@@ -42,19 +42,31 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tessera.contracts.plan import Plan
 from tessera.cost import CostModel
 from tessera.errors import UserError
 from tessera.graph import RESIDENT_ROLES, Role
 from tessera.hardware import GpuSpec, best_link
-from tessera.plan import strategies as st
-from tessera.plan.baselines.prefill_decode import decode_shape, prefill_shape
-from tessera.plan.captures import capture_source
-from tessera.plan.model.serving import BATCHES, batch_ceiling
-from tessera.plan.model.units import UnitCost, make_unit
-from tessera.plan.pool import Pool, engine_gpu, resolve_gpu
-from tessera.plan.search import PlannerConfig, Shapes, StrategyResult, cell_strategy, model_kind, plan_serving
-from tessera.plan.solver.problem import default_cost
-from tessera.plan.types import Plan
+from tessera.plan import (
+    BATCHES,
+    PlannerConfig,
+    Pool,
+    Shapes,
+    StrategyResult,
+    UnitCost,
+    batch_ceiling,
+    capture_source,
+    cell_strategy,
+    decode_shape,
+    default_cost,
+    engine_gpu,
+    make_unit,
+    model_kind,
+    plan_serving,
+    prefill_shape,
+    resolve_gpu,
+    uniform,
+)
 
 Cell = tuple[str, ...]  # catalog GPU names, sorted: ("H100-SXM",) * 4, ("H100-SXM", "L40S")
 GROUP_SIZES = (1, 4, 8)  # tensor-parallel groups evaluated as one device; 2 is the same-type pair's business
@@ -198,7 +210,7 @@ class CellPlanner:
         ucost = UnitCost.over(self.cost, ((spec, tp),))
         # one device: nothing crosses the cell's link; the group's is its best (pairs: plan_serving's rule)
         cell = Pool(gpus=(unit,), link=best_link((spec,) * tp))
-        r = cell_strategy("tessera", st.uniform(0), self.shapes, cell, ucost, self.cfg)
+        r = cell_strategy("tessera", uniform(0), self.shapes, cell, ucost, self.cfg)
         return replace(r, tp=(tp,))
 
     def _pair(self, gpus: Cell) -> CellEval:

@@ -16,6 +16,7 @@ from tessera.fleet.cells import cell_name
 from tessera.fleet.fleet import FleetPlan, plan_fleet
 from tessera.fleet.spec import FleetSpec
 from tessera.hardware import AUTO
+from tessera.plan import PlannerConfig, resolve_gpu
 from tessera.plan.options import (
     IMAGE_S,
     OUTPUT,
@@ -34,8 +35,6 @@ from tessera.plan.options import (
     check_out_file,
     config_of,
 )
-from tessera.plan.pool import resolve_gpu
-from tessera.plan.search import PlannerConfig
 from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tessera.errors import UserError
 from tessera.hardware import AUTO, buildable, check_link_name, link_named, why_not
-from tessera.plan.pool import resolve_gpu
+from tessera.plan import resolve_gpu
 
 
 @dataclass(frozen=True, kw_only=True)

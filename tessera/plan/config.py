@@ -7,10 +7,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tessera.contracts.enums import Objective
+from tessera.contracts.plan import Plan, PoolCell, PoolPlan
 from tessera.errors import UserError
 from tessera.hardware import AUTO, check_link_name
 from tessera.plan.model.serving import BUDGETS, Point, Slo, Traffic
-from tessera.plan.types import Plan, PoolCell, PoolPlan
 
 MICROBATCHES = (1, 2, 4, 8)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tessera.capture.zoo import SPECS
 from tessera.contracts.enums import Phase
-from tessera.plan.types import Plan
+from tessera.contracts.plan import Plan
 
 UNIT = re.compile(r"^(\d+)x(.+?)(-dp-ep|-dp-tp)?$")  # tessera.plan.model.units.unit_name: 2xH100-SXM, 8xH200-dp-ep
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import STRATEGIES, Objective, Phase
+from tessera.contracts.plan import Plan
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec, cell_link
@@ -40,7 +41,6 @@ from tessera.plan.model.units import UnitCost, make_unit
 from tessera.plan.pool import Pool, engine_gpu, resolve_gpu
 from tessera.plan.solver.bound import period_floor
 from tessera.plan.solver.problem import default_cost
-from tessera.plan.types import Plan
 
 # ---- entry point -----------------------------------------------------------------------------------------------
 

@@ -8,9 +8,9 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from tessera.contracts.plan import Plan, PoolPlan
 from tessera.graph.ir import KernelGraph, Role
 from tessera.hardware import catalog
-from tessera.plan.types import Plan, PoolPlan
 from tessera.report.agreement import TOLERANCE
 from tessera.report.data import CompareCell, CostAccuracy, RentOption, ReportData, SimRun
 from tessera.sim.traffic import plan_capacity_per_s, plan_goodput_per_s

@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 import typer
 
+from tessera.contracts.plan import PoolPlan, plan_from_dict
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
-from tessera.plan.deploy import launch_lines
-from tessera.plan.types import PoolPlan, plan_from_dict
+from tessera.plan import launch_lines
 from tessera.progress import Steps
 from tessera.text import stdout_console
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from tessera.contracts.enums import STRATEGIES
+from tessera.contracts.plan import Plan, PoolPlan
 from tessera.contracts.provenance import Provenance, fingerprint, of_file
 from tessera.contracts.results import FrontierPoint, SimResult
 from tessera.errors import UserError
 from tessera.graph.ir import KernelGraph
-from tessera.plan.types import Plan, PoolPlan
 
 # Order in which strategies appear everywhere (tables, bars, legends); unknown names follow, sorted.
 BASELINES = STRATEGIES[1:]

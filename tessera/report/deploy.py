@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from html import escape
 
-from tessera.plan.deploy import launch_lines
+from tessera.plan import launch_lines
 from tessera.report.data import ReportData
 
 

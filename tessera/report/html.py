@@ -11,9 +11,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from tessera.contracts.plan import PoolPlan
 from tessera.errors import UserError
 from tessera.hardware import catalog
-from tessera.plan.types import PoolPlan
 from tessera.report import plots
 from tessera.report.answer import (
     RUNTIME_VENDORS,

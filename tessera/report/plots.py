@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tessera.plan.types import Plan  # noqa: E402
+from tessera.contracts.plan import Plan
 from tessera.report.data import CompareCell, FrontierPoint, SimRun, strategy_order  # noqa: E402
 from tessera.report.placement import DPI, device_colours, plot_placement_map  # noqa: E402
 

@@ -67,7 +67,7 @@ def register(app: typer.Typer) -> None:
 
             mixed = None
             if Phase.MIXED in plan.phases:  # the serving model's iteration: its kernels align with both steps
-                from tessera.plan.search import plan_graph
+                from tessera.plan import plan_graph
 
                 mixed = (plan_graph(plan), plan.phases[Phase.MIXED].assignment)
             for key, prog in programs.items():

@@ -87,7 +87,7 @@ def predict_step_s(part: Partition, kernel_s: list[float], link: LinkModel, m: i
     cyclic policy) over the partition's own transfers: those posted at step start, and the end-of-step
     syncs, which no kernel awaits but whose landing ends the step. A send leaves after its kernel and holds
     its directed link for its bytes."""
-    from tessera.plan.solver.verify import Message, list_schedule_s  # tessera.plan pulls in the solver stack
+    from tessera.plan import Message, list_schedule_s
 
     n = len(kernel_s)
 
@@ -148,7 +148,7 @@ def cost_step_s(graph: KernelGraph, assignment: tuple[int, ...], devices: int, c
                 m: int) -> float:
     """The synchronous chain formula's step time of ``assignment`` on ``devices`` catalog "cpu" devices under
     any cost model (tessera.cost's CostModel, or ProfileCost)."""
-    from tessera.plan.solver.verify import evaluate
+    from tessera.plan import evaluate
 
     cpus = tuple(gpu("cpu") for _ in range(devices))
     ev = evaluate(graph, assignment, cpus, link.spec(), cost)  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from tessera.cost import CostModel
 from tessera.errors import UserError, choices_error
 from tessera.graph import KernelGraph, KernelKind, Role
 from tessera.hardware import LinkSpec
-from tessera.plan.baselines.attention_ffn import is_attention_kernel
+from tessera.plan import is_attention_kernel
 
 
 def attention_gemm(graph: KernelGraph, devices: int = 2) -> tuple[int, ...]:
@@ -80,8 +80,7 @@ def milp(graphs: dict[str, KernelGraph], devices: int, *, microbatches: int = 2,
     home); any KV placed elsewhere is handed over by the runtime (runner.build_partitions)."""
     from tessera.cost.calibrate import default_cost_model
     from tessera.hardware import gpu
-    from tessera.plan.pool import Pool
-    from tessera.plan.solver.solve import prepare, solve_phase
+    from tessera.plan import Pool, prepare, solve_phase
 
     pool = Pool(gpus=tuple(gpu("cpu") for _ in range(devices)), link=link)
     cost = cost or default_cost_model()

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tessera.contracts.plan import Plan, PoolPlan, read_plan_file
 from tessera.errors import UserError, read_text
-from tessera.plan.types import Plan, PoolPlan, read_plan_file
 from tessera.text import plural
 
 TAKES = ("`run` takes a plan written by `tessera plan MODEL --gpus ... -o PLAN.json`, a model name "

@@ -27,7 +27,7 @@ from tessera.engine.serve import InProcess, WorkerPool
 from tessera.engine.serve_run import Costs, check_host_memory, check_worker_memory, placer_for
 from tessera.engine.tokenizer import tokenizer_for
 from tessera.errors import UserError
-from tessera.plan.model.serving import Traffic
+from tessera.plan import Traffic
 from tessera.serve.app import Server, build_app
 from tessera.serve.config import ServerConfig
 from tessera.serve.loop import EngineThread

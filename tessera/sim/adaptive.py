@@ -29,8 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tessera.contracts.enums import Objective, Phase
+from tessera.contracts.plan import Plan
 from tessera.errors import UserError
-from tessera.plan.types import Plan
 from tessera.sim.model import ITER_PHASES
 
 RESIDENT_ROLES = ("weight", "kv", "state")

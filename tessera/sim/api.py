@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tessera.contracts.plan import Plan, PoolPlan
 from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError
-from tessera.plan.types import Plan, PoolPlan
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.failure import Failure
 from tessera.sim.metrics import SimResult

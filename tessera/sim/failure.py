@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from tessera.contracts.plan import Plan
 from tessera.errors import UserError
-from tessera.plan.types import Plan
 
 Cell = tuple[Plan, int]  # (plan, count): count copies of the plan, each itself plan.replicas replicas
 PRE_WINDOWS = 10

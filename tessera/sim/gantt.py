@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 
 from tessera.contracts.enums import Phase
-from tessera.plan.types import Plan  # noqa: E402
+from tessera.contracts.plan import Plan
 from tessera.sim.model import PlanModel, SchedulerConfig  # noqa: E402
 from tessera.sim.stages import run_groups  # noqa: E402
 from tessera.sim.timing import StepTable  # noqa: E402

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tessera.contracts.enums import Objective, Phase
-from tessera.plan.types import Device, EngineSettings, PhasePlan, Plan, Segment, StepPoint
+from tessera.contracts.plan import Device, EngineSettings, PhasePlan, Plan, Segment, StepPoint
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from tessera.contracts.enums import Phase
+from tessera.contracts.plan import Plan, PoolPlan
 from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError
-from tessera.plan.types import Plan, PoolPlan
 from tessera.sim.api import run
 from tessera.sim.metrics import meets_slo
 from tessera.sim.model import ITER_PHASES, SchedulerConfig

@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass, field
 
 from tessera.contracts.enums import Phase
+from tessera.contracts.plan import EngineSettings, Plan
 from tessera.errors import UserError
-from tessera.plan.types import EngineSettings, Plan
 from tessera.sim.stages import Route, StageTimes, route_of
 from tessera.sim.timing import MixedTable, StepTable, lanes
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tessera.contracts.enums import Objective
+from tessera.contracts.plan import Plan
 from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError, choices_error
-from tessera.plan.types import Plan
 from tessera.sim.adaptive import AdaptivePolicy, check_switchable
 from tessera.sim.engine import FAIL, JOIN, Engine
 from tessera.sim.failure import Cell, Failure, check_failures, failure_report, window_rates

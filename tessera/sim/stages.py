@@ -36,8 +36,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tessera.contracts.plan import Plan
 from tessera.errors import UserError
-from tessera.plan.types import Plan
 from tessera.sim.timing import MixedTable
 
 MAX_STAGES = 32

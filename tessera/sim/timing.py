@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tessera.contracts.plan import PhasePlan, Plan
 from tessera.errors import UserError
-from tessera.plan.types import PhasePlan, Plan
 
 Weights = tuple[tuple[int, float], ...]  # (point index, weight); weights sum to 1
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tessera.plan.types import Plan
+from tessera.contracts.plan import Plan
 from tessera.sim.timing import Weights
 
 

@@ -4,8 +4,8 @@ goodput)."""
 
 from __future__ import annotations
 
+from tessera.contracts.plan import Plan, PoolPlan
 from tessera.contracts.slo import LatencyTargets
-from tessera.plan.types import Plan, PoolPlan
 from tessera.sim.workload import LengthSpec, traces
 
 DEFAULT_PROMPT, DEFAULT_OUTPUT = 512, 128  # tokens, for a plan that names no traffic

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tessera.contracts.plan import Plan, PoolPlan
 from tessera.errors import UserError
-from tessera.plan.types import Plan, PoolPlan
 from tessera.sim.knee import KneeConfig, find_knee
 
 KNEE = KneeConfig(rel_tol=0.03)  # bisection to 3% of the rate: a third of report.agreement's TOLERANCE

@@ -21,19 +21,20 @@ from typing import Any
 from tessera.contracts.provenance import planner_provenance
 from tessera.errors import UserError
 from tessera.hardware import AUTO, best_link, cell_link
-from tessera.plan.captures import capture_source
-from tessera.plan.model.units import UnitCost
-from tessera.plan.pool import engine_gpu, resolve_gpu
-from tessera.plan.search import (
+from tessera.plan import (
     STRATEGIES,
     PlannerConfig,
     Shapes,
     StrategyResult,
+    UnitCost,
+    capture_source,
+    default_cost,
+    engine_gpu,
     homogeneous,
     model_kind,
     plan_serving,
+    resolve_gpu,
 )
-from tessera.plan.solver.problem import default_cost
 from tessera.report.agreement import summary, summary_line
 from tessera.study.agreement import knee_check
 

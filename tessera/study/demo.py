@@ -28,13 +28,10 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.capture import capture_model, summarize
+from tessera.contracts.plan import PoolPlan
 from tessera.contracts.provenance import Provenance, fingerprint
 from tessera.fleet.advise import advise
-from tessera.plan.captures import capture_source
-from tessera.plan.pool import resolve_gpu
-from tessera.plan.search import PlannerConfig, Shapes, plan_serving
-from tessera.plan.tables import result_table
-from tessera.plan.types import PoolPlan
+from tessera.plan import PlannerConfig, Shapes, capture_source, plan_serving, resolve_gpu, result_table
 from tessera.progress import Steps
 from tessera.report.answer import answer_of
 from tessera.report.data import (

@@ -21,17 +21,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tessera.contracts.plan import PoolPlan
 from tessera.errors import UserError
 from tessera.fleet.fleet import plan_fleet
 from tessera.fleet.spec import FleetSpec
 from tessera.hardware import AUTO, IN_SERVER, best_link, buildable, cell_link
 from tessera.hardware import gpu as catalog_gpu
-from tessera.plan.captures import capture_source
-from tessera.plan.model.serving import Traffic
-from tessera.plan.pool import engine_gpu, resolve_gpu
-from tessera.plan.search import STRATEGIES, PlannerConfig, Shapes, homogeneous, plan_serving
-from tessera.plan.solver.problem import default_cost
-from tessera.plan.types import PoolPlan
+from tessera.plan import (
+    STRATEGIES,
+    PlannerConfig,
+    Shapes,
+    Traffic,
+    capture_source,
+    default_cost,
+    engine_gpu,
+    homogeneous,
+    plan_serving,
+    resolve_gpu,
+)
 from tessera.report.data import placement_map_path
 from tessera.report.evalsummary import became, best_baseline, extremes, markdown, summary
 from tessera.report.placement import plot_placement_map

@@ -18,7 +18,7 @@ from tessera.engine.placement import by_module, from_file, plan_engine, unit_of
 from tessera.engine.profile import KindProfile, ProfileCost, fit, node_class
 from tessera.graph import KernelKind
 from tessera.hardware import LinkSpec
-from tessera.plan.model.serving import Traffic
+from tessera.plan import Traffic
 
 FAST, SLOW = WorkerKind(device="cpu"), WorkerKind(device="cpu", speed=0.5)
 CONFIG = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, page_size=16, max_model_len=256,

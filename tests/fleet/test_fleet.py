@@ -16,8 +16,7 @@ from tessera.fleet.cells import activation_deps, balance_two, candidate_cells, i
 from tessera.fleet.fleet import cell_planner, fleet_config
 from tessera.fleet.mix import lazy_mix, solve_mix, verify_mix
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
-from tessera.plan.model.serving import Slo
-from tessera.plan.search import PlannerConfig
+from tessera.plan import PlannerConfig, Slo
 from tessera.plan.solver.highs import Model
 
 A, B = "H100-SXM", "L4"
@@ -193,7 +192,7 @@ def test_planner_config_reads_back_what_it_wrote() -> None:
     traffic as the objects a fleet or advice file shows."""
     import json
 
-    from tessera.plan.model.serving import Traffic
+    from tessera.plan import Traffic
 
     cfg = PlannerConfig(traffic=Traffic(prompt=512, output=64), slo=Slo(ttft_s=1.0, tpot_s=0.05), batch_cap=32,
                         microbatches=(1, 2), budgets=(1024,), link="nvlink4")

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
+from tessera.contracts.plan import Plan, PoolCell, PoolPlan, plan_from_dict, read_plan_file
 from tessera.hardware import catalog
 from tessera.plan.captures import capture_source
 from tessera.plan.config import StrategyResult
 from tessera.plan.pool import resolve_gpu, resolve_link
 from tessera.plan.search import PlannerConfig, Shapes, adopt_best, homogeneous
 from tessera.plan.solver.problem import default_cost
-from tessera.plan.types import Plan, PoolCell, PoolPlan, plan_from_dict, read_plan_file
 from tessera.sim import LengthSpec, WorkloadSpec, simulate, simulate_pool
 from tessera.sim.handplan import PhaseCost, hand_plan
 

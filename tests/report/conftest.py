@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from report_inputs import toy_graph, toy_plan
 
+from tessera.contracts.plan import Plan
 from tessera.graph import KernelGraph
-from tessera.plan.types import Plan
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from tessera.contracts.plan import Device, PhasePlan, Plan, PoolPlan, StepPoint
 from tessera.contracts.provenance import Provenance, fingerprint
 from tessera.graph import Buffer, Kernel, KernelGraph, KernelKind, Role, build_graph
-from tessera.plan.types import Device, PhasePlan, Plan, PoolPlan, StepPoint
 
 G, A, N, E = KernelKind.GEMM, KernelKind.ATTENTION_DECODE, KernelKind.NORM, KernelKind.EMBEDDING
 # (kind, layer) in program order: prologue embedding, two layers of 6 kernels, epilogue norm + lm head

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tessera.cli import main
-from tessera.plan.types import PoolCell, PoolPlan
+from tessera.contracts.plan import PoolCell, PoolPlan
 from tessera.sim.handplan import PhaseCost, hand_plan
 
 

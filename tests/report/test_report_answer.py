@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 from report_inputs import compare_cells, of_plan, sim_result, toy_plan
 
+from tessera.contracts.plan import PoolCell, PoolPlan
 from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
-from tessera.plan.types import PoolCell, PoolPlan
 from tessera.report.answer import Spread, answer_of, matrix_gains, placement_words, weight_copies
 from tessera.report.data import RentOption, ReportData, parse_cell, parse_sim
 from tessera.report.html import build_report

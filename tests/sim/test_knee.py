@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from tessera.contracts.plan import EngineSettings, PoolPlan
 from tessera.errors import UserError
-from tessera.plan.types import EngineSettings, PoolPlan
 from tessera.sim import LatencyTargets, LengthSpec, WorkloadSpec, simulate
 from tessera.sim.handplan import StretchCost, mixed_plan
 from tessera.sim.knee import KneeConfig, find_knee

@@ -11,8 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from tessera.contracts.plan import EngineSettings, Segment
 from tessera.errors import UserError
-from tessera.plan.types import EngineSettings, Segment
 from tessera.sim import (
     AdaptivePolicy,
     Failure,

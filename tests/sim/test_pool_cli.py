@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
+from tessera.contracts.plan import PoolCell, PoolPlan
 from tessera.contracts.provenance import fingerprint
-from tessera.plan.types import PoolCell, PoolPlan
 from tessera.sim import LengthSpec, WorkloadSpec, simulate
 from tessera.sim.handplan import hand_plan
 

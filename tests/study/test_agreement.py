@@ -25,7 +25,7 @@ def test_nothing_served_is_not_checked() -> None:
 def test_one_h100_serving_llama_3_8b_agrees_with_the_simulator() -> None:
     # the planner's closed form and the simulator's own engine (bisection over simulated Poisson runs) on
     # the same deployment: within the 10% the study holds every strategy to
-    from tessera.plan.search import PlannerConfig, plan_serving
+    from tessera.plan import PlannerConfig, plan_serving
 
     r = plan_serving("llama-3-8b", "H100", PlannerConfig())
     t = r.tessera

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tessera.plan.search import STRATEGIES, PlannerConfig
+from tessera.plan import STRATEGIES, PlannerConfig
 from tessera.study.compare import gains, markdown
 
 

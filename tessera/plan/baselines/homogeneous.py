@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from tessera.contracts.cost import KernelCosts
+from tessera.contracts.plan import Device, Plan, PoolCell, PoolPlan
 from tessera.graph import KernelGraph
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.config import PlannerConfig, StrategyResult
@@ -21,7 +22,6 @@ from tessera.plan.model.cell import Shapes, cell_strategy
 from tessera.plan.model.serving import closeness
 from tessera.plan.model.units import DP_LAYOUTS, UnitCost, gpu_weight_bytes, has_moe, make_dp_unit, make_unit
 from tessera.plan.pool import Pool
-from tessera.plan.types import Device, Plan, PoolCell, PoolPlan
 
 GROUP_SIZES = (1, 2, 4, 8)
 LAYOUT_WORDS = {"tp": "TP {k}", "dp-ep": "attention DP {k}, experts EP {k}",

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Objective, Phase
+from tessera.contracts.plan import Device, EngineSettings, PhasePlan, Plan, StepPoint
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.config import PlannerConfig, StrategyResult
 from tessera.plan.model.cell import Shapes, best_of, kv_bytes_per_token
@@ -30,7 +31,6 @@ from tessera.plan.model.serving import (
     kv_tokens_per_seq,
 )
 from tessera.plan.solver.verify import evaluate_cached
-from tessera.plan.types import Device, EngineSettings, PhasePlan, Plan, StepPoint
 
 
 def _step(shapes, shape: IterShape, unit: GpuSpec, lk: LinkSpec,

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Objective
+from tessera.contracts.plan import Device, EngineSettings, PhasePlan, Plan, Segment, StepPoint
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.config import PlannerConfig, StrategyResult
@@ -29,7 +30,6 @@ from tessera.plan.model.shapes import iteration_graph
 from tessera.plan.pool import Pool
 from tessera.plan.solver.bound import async_bound
 from tessera.plan.solver.verify import RESIDENT_ROLES, evaluate_cached
-from tessera.plan.types import Device, EngineSettings, PhasePlan, Plan, Segment, StepPoint
 
 
 class Shapes:

@@ -97,7 +97,7 @@ def interpolated(pts: tuple[tuple[int, Load], ...], n: float) -> Load:
 
 @dataclass(frozen=True, kw_only=True)
 class Engine:
-    """The engine settings the knee is worked out for (tessera.plan.types.EngineSettings' three numbers)."""
+    """The engine settings the knee is worked out for (tessera.contracts.plan.EngineSettings' three numbers)."""
 
     seqs: int  # B: running sequences per replica, all micro-batches
     budget: int  # K: tokens per micro-batch iteration (decodes + prompt chunks); 0 for image models
