@@ -15,7 +15,7 @@ from tessera.errors import UserError
 from tessera.fleet.cli import plan_pool_command
 from tessera.hardware import AUTO
 from tessera.plan import launch_lines, plan_serving, result_table
-from tessera.plan.options import (
+from tessera.plan.flags import (
     IMAGE_S,
     OUTPUT,
     PROMPT,

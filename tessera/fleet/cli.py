@@ -17,7 +17,7 @@ from tessera.fleet.fleet import FleetPlan, plan_fleet
 from tessera.fleet.spec import FleetSpec
 from tessera.hardware import AUTO
 from tessera.plan import PlannerConfig, resolve_gpu
-from tessera.plan.options import (
+from tessera.plan.flags import (
     IMAGE_S,
     OUTPUT,
     PROMPT,

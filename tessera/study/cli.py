@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from tessera.hardware import AUTO
-from tessera.plan.options import (
+from tessera.plan.flags import (
     IMAGE_S,
     OUTPUT,
     PROMPT,
