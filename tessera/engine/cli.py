@@ -10,10 +10,21 @@ from pathlib import Path
 
 import typer
 
-PLACEMENT_HELP = ("over several devices: plan (tessera.plan, profiled workers), layer_split, attention_gemm, "
-                  "interleave, or a PLAN.json")
-DEVICES_HELP = ("one worker per entry: cpu, cpu:threads=N, cpu:speed=S (0 < S <= 1), cuda:N; a lone cpu "
-                "runs in this process")
+from tessera.engine.flags import (
+    Adaptive,
+    Devices,
+    Dtype,
+    HighLoad,
+    LatencyMicrobatches,
+    LatencyPlacement,
+    LoadFormat,
+    LowLoad,
+    MaxNumBatchedTokens,
+    MaxNumSeqs,
+    Microbatches,
+    PageSize,
+    PlacementFlag,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -37,18 +48,16 @@ def register_generate(app: typer.Typer) -> None:
         seed: int | None = typer.Option(None, help="per-request seed: the same samples whatever the batch"),
         stop: list[str] = typer.Option([], help="stop string (repeatable); cut from the text"),
         ignore_eos: bool = typer.Option(False, help="do not stop at the EOS token"),
-        dtype: str = typer.Option("auto", help="auto (the checkpoint's), bf16, fp16 or fp32"),
-        load_format: str = typer.Option("auto", help="auto: the directory's safetensors; dummy: random "
-                                        "weights"),
-        max_num_seqs: int = typer.Option(16, help="requests running at once"),
-        max_num_batched_tokens: int = typer.Option(256, help="tokens per iteration (decodes + prompt "
-                                                   "chunks)"),
+        dtype: Dtype = "auto",
+        load_format: LoadFormat = "auto",
+        max_num_seqs: MaxNumSeqs = 16,
+        max_num_batched_tokens: MaxNumBatchedTokens = 256,
         max_model_len: int | None = typer.Option(None, help="longest prompt + output (default: the longest "
                                                  "request given, within the model's context)"),
-        page_size: int = typer.Option(16, help="tokens per KV page"),
-        microbatches: int = typer.Option(1, help="groups of running requests, advancing independently"),
-        devices: str = typer.Option("cpu", help=DEVICES_HELP),
-        placement: str = typer.Option("layer_split", help=PLACEMENT_HELP),
+        page_size: PageSize = 16,
+        microbatches: Microbatches = 1,
+        devices: Devices = "cpu",
+        placement: PlacementFlag = "layer_split",
         transport: str = typer.Option("auto", help="between workers: auto (nccl for distinct GPUs, else "
                                       "gloo), gloo, nccl"),
         as_json: bool = typer.Option(False, "--json", help="one JSON object per prompt (JSON lines)"),
@@ -108,9 +117,8 @@ def register_serve(app: typer.Typer) -> None:
     @app.command("serve-run")
     def serve_run_cmd(
         model: str = typer.Argument(..., help="a zoo name or a model directory"),
-        devices: str = typer.Option("cpu,cpu", help="one worker process per entry: cpu, cpu:threads=N, "
-                                    "cpu:speed=S, cuda:N"),
-        placement: str = typer.Option("layer_split", help=PLACEMENT_HELP),
+        devices: Devices = "cpu,cpu",
+        placement: PlacementFlag = "layer_split",
         workload: str = typer.Option("poisson", help="offline | poisson | bursty (tessera.sim's workloads)"),
         rate: float = typer.Option(20.0, help="mean arrivals per second (poisson, bursty)"),
         requests: int = typer.Option(8, help="requests in the stream (real runs: 8, as run; simulate: 1000)"),
@@ -123,15 +131,14 @@ def register_serve(app: typer.Typer) -> None:
         burst_cv: float = typer.Option(3.0, help="gamma bursts: coefficient of variation of inter-arrivals"),
         on_s: float = typer.Option(10.0, help="onoff bursts: seconds of arrivals"),
         off_s: float = typer.Option(20.0, help="onoff bursts: seconds without arrivals"),
-        max_num_seqs: int = typer.Option(8, help="requests running at once"),
-        max_num_batched_tokens: int = typer.Option(64, help="tokens per iteration of a group"),
-        microbatches: int = typer.Option(2, help="groups advancing independently (iterations in flight)"),
-        page_size: int = typer.Option(16, help="tokens per KV page"),
+        max_num_seqs: MaxNumSeqs = 8,
+        max_num_batched_tokens: MaxNumBatchedTokens = 64,
+        microbatches: Microbatches = 2,
+        page_size: PageSize = 16,
         max_model_len: int | None = typer.Option(None, help="longest prompt + output (default: the longest "
                                                  "request of the stream)"),
-        dtype: str = typer.Option("auto", help="auto (the checkpoint's), bf16, fp16 or fp32"),
-        load_format: str = typer.Option("dummy", help="dummy: random weights; auto: the directory's "
-                                        "safetensors"),
+        dtype: Dtype = "auto",
+        load_format: LoadFormat = "dummy",
         seed: int = typer.Option(0, help="workload, prompt and dummy-weight seed"),
         verify: bool = typer.Option(False, help="exit 1 unless every request's greedy tokens equal the "
                                     "single-process engine's"),
@@ -143,16 +150,11 @@ def register_serve(app: typer.Typer) -> None:
         predict: bool = typer.Option(False, help="also the planner's and the simulator's throughput for this "
                                      "placement (profiles each worker kind once)"),
         transport: str = typer.Option("auto", help="auto (nccl for distinct GPUs, else gloo), gloo, nccl"),
-        adaptive: bool = typer.Option(False, help="switch between a latency schedule (--latency-microbatches, "
-                                      "--latency-placement) and this one by queue depth, as `tessera simulate "
-                                      "--adaptive`"),
-        latency_microbatches: int = typer.Option(1, help="--adaptive: micro-batches of the latency schedule"),
-        latency_placement: str | None = typer.Option(None, help="--adaptive: placement of the latency "
-                                                     "schedule (default: --placement)"),
-        high_load: int | None = typer.Option(None, help="--adaptive: outstanding requests -> throughput "
-                                             "schedule (default: --max-num-seqs)"),
-        low_load: int | None = typer.Option(None, help="--adaptive: outstanding requests -> latency schedule "
-                                            "(default: half of --high-load)"),
+        adaptive: Adaptive = False,
+        latency_microbatches: LatencyMicrobatches = 1,
+        latency_placement: LatencyPlacement = None,
+        high_load: HighLoad = None,
+        low_load: LowLoad = None,
         as_json: bool = typer.Option(False, "--json", help="print the JSON result"),
     ) -> None:
         """Serve a request stream with the engine on worker processes: throughput, TTFT, TPOT, verified."""

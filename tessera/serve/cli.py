@@ -5,7 +5,21 @@ from __future__ import annotations
 
 import typer
 
-from tessera.engine.cli import DEVICES_HELP, PLACEMENT_HELP
+from tessera.engine.flags import (
+    Adaptive,
+    Devices,
+    Dtype,
+    HighLoad,
+    LatencyMicrobatches,
+    LatencyPlacement,
+    LoadFormat,
+    LowLoad,
+    MaxNumBatchedTokens,
+    MaxNumSeqs,
+    Microbatches,
+    PageSize,
+    PlacementFlag,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -13,8 +27,8 @@ def register(app: typer.Typer) -> None:
     def serve_cmd(
         model: str = typer.Argument(..., help="a Hugging Face model directory, or a zoo name "
                                     "(tessera models)"),
-        devices: str = typer.Option("cpu", help=DEVICES_HELP),
-        placement: str = typer.Option("layer_split", help=PLACEMENT_HELP),
+        devices: Devices = "cpu",
+        placement: PlacementFlag = "layer_split",
         replan: str = typer.Option("layer_split", help="placement onto the survivors after a lost worker"),
         host: str = typer.Option("127.0.0.1", help="address to listen on (0.0.0.0: every interface)"),
         port: int = typer.Option(8000, help="port to listen on (0: any free port, printed)"),
@@ -22,28 +36,21 @@ def register(app: typer.Typer) -> None:
                                                      "(default: MODEL as given)"),
         api_key: str | None = typer.Option(None, help="require 'Authorization: Bearer KEY' on /v1"),
         max_waiting: int = typer.Option(256, help="requests accepted beyond the running ones; more: 429"),
-        dtype: str = typer.Option("auto", help="auto (the checkpoint's), bf16, fp16 or fp32"),
-        load_format: str = typer.Option("auto", help="auto: the directory's safetensors; dummy: random "
-                                        "weights"),
-        max_num_seqs: int = typer.Option(16, help="requests running at once"),
-        max_num_batched_tokens: int = typer.Option(256, help="tokens per iteration (decodes + prompt "
-                                                   "chunks)"),
+        dtype: Dtype = "auto",
+        load_format: LoadFormat = "auto",
+        max_num_seqs: MaxNumSeqs = 16,
+        max_num_batched_tokens: MaxNumBatchedTokens = 256,
         max_model_len: int | None = typer.Option(None, help="longest prompt + output (default: the model's "
                                                  "context, at most 2048)"),
-        page_size: int = typer.Option(16, help="tokens per KV page"),
-        microbatches: int = typer.Option(1, help="groups of running requests, advancing independently"),
+        page_size: PageSize = 16,
+        microbatches: Microbatches = 1,
         transport: str = typer.Option("auto", help="between workers: auto, gloo, nccl"),
         seed: int = typer.Option(0, help="dummy-weight seed"),
-        adaptive: bool = typer.Option(False, help="switch between a latency schedule "
-                                      "(--latency-microbatches, --latency-placement) and this one by queue "
-                                      "depth (workers only; no recovery from a lost worker meanwhile)"),
-        latency_microbatches: int = typer.Option(1, help="--adaptive: micro-batches of the latency schedule"),
-        latency_placement: str | None = typer.Option(None, help="--adaptive: placement of the latency "
-                                                     "schedule (default: --placement)"),
-        high_load: int | None = typer.Option(None, help="--adaptive: outstanding requests -> throughput "
-                                             "schedule (default: --max-num-seqs)"),
-        low_load: int | None = typer.Option(None, help="--adaptive: outstanding requests -> latency schedule "
-                                            "(default: half of --high-load)"),
+        adaptive: Adaptive = False,
+        latency_microbatches: LatencyMicrobatches = 1,
+        latency_placement: LatencyPlacement = None,
+        high_load: HighLoad = None,
+        low_load: LowLoad = None,
     ) -> None:
         """Serve a model over HTTP with OpenAI's API (/v1/completions, /v1/chat/completions), /metrics."""
         from tessera.engine.adaptive import AdaptiveSettings
