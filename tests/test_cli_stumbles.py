@@ -277,6 +277,13 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _as_from_a_terminal() -> None:
+    """A shell starts a command with SIGINT at its default action and no signal blocked, whatever the test
+    process running this one has set (an ignored SIGINT would be inherited through exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
 # item 7: Ctrl-C at work is one line and exit 130. A terminal sends SIGINT to the whole foreground process
 # group, workers included: the command runs in a group of its own and the group is signalled. "Working": both
 # workers have spent 4 CPU seconds (importing torch takes about 2), with thousands of requests still to go.
@@ -288,8 +295,11 @@ def _cpu_s(pid: int) -> float:
 ])
 def test_ctrl_c_is_one_line(argv: list[str]) -> None:
     env = {**os.environ, "TESSERA_PROGRESS": "off", "OMP_NUM_THREADS": "1"}
+    for k in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):  # not a torchrun rank
+        env.pop(k, None)
     p = subprocess.Popen([sys.executable, "-m", "tessera", *argv, "--devices", "cpu,cpu"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                         stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                         preexec_fn=_as_from_a_terminal)
     try:
         deadline = time.monotonic() + 240
         while p.poll() is None and time.monotonic() < deadline:
