@@ -17,11 +17,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from tessera.contracts import fingerprint
 from tessera.contracts.plan import EngineSettings, PoolCell, PoolPlan, read_plan_file
 from tessera.fleet.fleet import FleetCell, FleetPlan
 from tessera.hardware import catalog
 from tessera.plan import PlannerConfig
-from tessera.provenance import fingerprint
 from tessera.report.evalsummary import markdown
 from tessera.runtime.api import share_line
 from tessera.sim.handplan import PhaseCost, StretchCost, hand_plan, mixed_plan

@@ -10,11 +10,10 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from tessera.contracts.provenance import planner_provenance
 from tessera.errors import UserError
 from tessera.fleet.cli import plan_pool_command
 from tessera.hardware import AUTO
-from tessera.plan import launch_lines, plan_serving, result_table
+from tessera.plan import launch_lines, plan_serving, planner_provenance, result_table
 from tessera.plan.flags import (
     IMAGE_S,
     OUTPUT,

@@ -13,10 +13,10 @@ from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import STRATEGIES, Objective, Phase, Strategy
 from tessera.contracts.ir import KernelGraph
 from tessera.contracts.plan import Plan, PoolPlan, read_plan_file
-from tessera.contracts.provenance import FINGERPRINT_HEX, Provenance, fingerprint, of_file, planner_provenance
+from tessera.contracts.provenance import FINGERPRINT_HEX, Provenance, fingerprint, of_file
 from tessera.contracts.results import FrontierPoint, SimResult
 from tessera.contracts.slo import SLO_TARGET, LatencyTargets, Slo
 
 __all__ = ["FINGERPRINT_HEX", "SLO_TARGET", "STRATEGIES", "FrontierPoint", "KernelCosts", "KernelGraph", "LatencyTargets",
            "Objective", "Phase", "Plan", "PoolPlan", "Provenance", "SimResult", "Slo", "Strategy", "fingerprint",
-           "of_file", "planner_provenance", "read_plan_file"]
+           "of_file", "read_plan_file"]

@@ -9,12 +9,9 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from tessera import __version__
-
-if TYPE_CHECKING:  # annotations only: the plan stage sits above the contracts (until Plan moves here)
-    from tessera.plan import PlannerConfig
 
 FINGERPRINT_HEX = 16  # 64 bits of sha256: two different plans sharing one is not a practical concern
 
@@ -88,19 +85,6 @@ class Provenance:
         return f"prompt {self.prompt}, output {self.output} tokens"
 
 
-def planner_provenance(model: str, cfg: PlannerConfig, deployment: Serializable | None = None, *,
-                       images: bool = False) -> Provenance:
-    """A planner's file (plan, fleet plan, advice, compare cell): the model, the plan it wrote or describes
-    (None: none), the traffic and SLO it planned for; a planner simulates nothing, so no rate or seed.
-    ``images``: a diffusion model's (its output is denoising steps, its SLO the latency of one image)."""
-    t, slo = cfg.traffic, cfg.slo
-    return Provenance(model=model, plan=fingerprint(deployment) if deployment is not None else None,
-                      prompt=str(t.prompt), output=str(t.steps if images else t.output),
-                      output_per_request=1.0 if images else float(t.output),
-                      slo_ttft_s=None if images else slo.ttft_s, slo_tpot_s=None if images else slo.tpot_s,
-                      slo_e2e_s=slo.image_s if images else None, slo_target=slo.target)
-
-
 def of_file(d: Any, where: str) -> Provenance | None:
     """The ``provenance`` object of a JSON file Tessera wrote (None for a file written before it had one);
     a malformed one is a ValueError naming ``where``."""
@@ -112,4 +96,4 @@ def of_file(d: Any, where: str) -> Provenance | None:
         raise ValueError(f"{where}: {e}") from None
 
 
-__all__ = ["FINGERPRINT_HEX", "Provenance", "fingerprint", "of_file", "planner_provenance"]
+__all__ = ["FINGERPRINT_HEX", "Provenance", "Serializable", "fingerprint", "of_file"]

@@ -20,14 +20,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from tessera.contracts import FrontierPoint, Provenance, SimResult, planner_provenance
+from tessera.contracts import FrontierPoint, Provenance, SimResult
 from tessera.contracts.plan import PoolCell, PoolPlan
 from tessera.errors import UserError
 from tessera.fleet.cells import Cell, CellPlanner, candidate_cells, cell_name, is_group
 from tessera.fleet.fleet import cell_planner, fleet_config
 from tessera.fleet.mix import MixSolution, Owned, lazy_mix, verify_mix
 from tessera.hardware import gpu_names
-from tessera.plan import PlannerConfig, resolve_gpu
+from tessera.plan import PlannerConfig, planner_provenance, resolve_gpu
 from tessera.sim import LatencyTargets, LengthSpec, WorkloadSpec, simulate_pool
 
 RENT_UP_TO = 8  # same-type GPUs one cell may hold when renting (TP groups of 1, 4, 8 and pairs)

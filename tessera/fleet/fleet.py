@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from tessera.contracts.plan import Plan, PoolCell, PoolPlan
-from tessera.contracts.provenance import Provenance, planner_provenance
+from tessera.contracts.provenance import Provenance
 from tessera.errors import UserError
 from tessera.fleet.cells import Cell, CellPlanner, candidate_cells, cell_name, is_group
 from tessera.fleet.mix import OBJECTIVES, lazy_mix, verify_mix
 from tessera.fleet.spec import FleetSpec
-from tessera.plan import PlannerConfig
+from tessera.plan import PlannerConfig, planner_provenance
 
 # 3: the file is a pool plan (``version``, ``cells``: count and plan each, what `tessera simulate` and
 # `tessera report` read) with the fleet's own figures in ``fleet`` and a ``provenance`` object beside them

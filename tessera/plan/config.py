@@ -8,6 +8,7 @@ from typing import Any
 
 from tessera.contracts.enums import Objective
 from tessera.contracts.plan import Plan, PoolCell, PoolPlan
+from tessera.contracts.provenance import Provenance, Serializable, fingerprint
 from tessera.errors import UserError
 from tessera.hardware import AUTO, check_link_name
 from tessera.plan.model.serving import BUDGETS, Point, Slo, Traffic
@@ -183,3 +184,16 @@ def result_json(r: ServingResult) -> dict[str, Any]:
             "chosen": r.tessera.chosen, "solve_s": r.solve_s, "wall_s": r.wall_s,
             "bound_ratio": r.tessera.plan.bound_ratio if r.tessera.plan and r.tessera.chosen == "milp" else None,
             "strategies": {n: strategy_json(r, n) for n in r.strategies}}
+
+
+def planner_provenance(model: str, cfg: PlannerConfig, deployment: Serializable | None = None, *,
+                       images: bool = False) -> Provenance:
+    """A planner's file (plan, fleet plan, advice, compare cell): the model, the plan it wrote or describes
+    (None: none), the traffic and SLO it planned for; a planner simulates nothing, so no rate or seed.
+    ``images``: a diffusion model's (its output is denoising steps, its SLO the latency of one image)."""
+    t, slo = cfg.traffic, cfg.slo
+    return Provenance(model=model, plan=fingerprint(deployment) if deployment is not None else None,
+                      prompt=str(t.prompt), output=str(t.steps if images else t.output),
+                      output_per_request=1.0 if images else float(t.output),
+                      slo_ttft_s=None if images else slo.ttft_s, slo_tpot_s=None if images else slo.tpot_s,
+                      slo_e2e_s=slo.image_s if images else None, slo_target=slo.target)

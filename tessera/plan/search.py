@@ -23,13 +23,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+import tessera.plan.strategies as st
 from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import STRATEGIES, Objective, Phase
 from tessera.contracts.plan import Plan
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec, cell_link
-from tessera.plan import strategies as st
 from tessera.plan.baselines.attention_ffn import has_attention
 from tessera.plan.baselines.homogeneous import homogeneous
 from tessera.plan.baselines.prefill_decode import prefill_decode

@@ -18,7 +18,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tessera.contracts.provenance import planner_provenance
 from tessera.errors import UserError
 from tessera.hardware import AUTO, best_link, cell_link
 from tessera.plan import (
@@ -33,6 +32,7 @@ from tessera.plan import (
     homogeneous,
     model_kind,
     plan_serving,
+    planner_provenance,
     resolve_gpu,
 )
 from tessera.report.agreement import summary, summary_line
