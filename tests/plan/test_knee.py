@@ -13,6 +13,7 @@ from tessera.plan.model.knee import (
     Load,
     Tail,
     erlang_c,
+    image_knee,
     md1_wait,
     mmc_wait,
     pd_knee,
@@ -160,3 +161,23 @@ def test_gamma_spread_against_the_exponential_and_erlang() -> None:
     # cv² = ¼ is Erlang-4 of mean 1 (rate 4): P(G ≤ 1.5) = 1 − e^−6·(1 + 6 + 18 + 36) = 0.8488
     assert gamma_below(1.5, 1.0, 0.25) == pytest.approx(1 - math.exp(-6) * 61, abs=0.005)
     assert gamma_below(0.99, 1.0, 0.0) == 0.0 and gamma_below(1.0, 1.0, 0.0) == 1.0  # no spread: a step
+
+
+def test_image_knee_of_one_group_is_processor_sharing_by_hand() -> None:
+    # One group, an iteration of n images costs 0.1 + 0.05·n s, 10 steps, 100 places (no slot wait): M/G/1
+    # processor sharing, whose mean sojourn is insensitive to the job-size law: 10·0.15 / (1 − λ·10·0.05).
+    costs = IterCosts(decode=((1, one(0.15)), (100, one(0.1 + 0.05 * 100))))
+    k = image_knee(costs, Engine(seqs=100, budget=0, microbatches=1), steps=10, latency_slo_s=6.0)
+    assert 0 < k.rate_per_s < 2.0  # ρ = λ·10·0.05 < 1
+    assert k.ttft_s == pytest.approx(1.5 / (1 - 0.5 * k.rate_per_s), rel=1e-3)
+
+
+def test_image_knee_counts_the_other_groups_fixed_cost_by_hand() -> None:
+    # Two groups of up to 2 images (4 places) sharing one device; a group's iteration streams the weights once
+    # (0.1 s) and adds 0.05 s per image. With N ≥ 1 others in the replica both groups are busy once N + 1 ≥ 2,
+    # so an arriving image lives 10·(2·0.1 + 0.05·(N + 1)) s, and the places run out when N = λ·life reaches 4:
+    # λ = 4 / (10·(0.2 + 0.05·5)) = 0.889/s. Counting only the per-image cost (all groups at one image) would
+    # put it at 1.14/s.
+    costs = IterCosts(decode=((1, one(0.15)), (2, one(0.2))))
+    k = image_knee(costs, Engine(seqs=4, budget=0, microbatches=2), steps=10, latency_slo_s=1e6)
+    assert k.capacity_per_s == pytest.approx(4 / 4.5, rel=1e-4)

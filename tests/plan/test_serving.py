@@ -9,6 +9,7 @@ import pytest
 
 from tessera.graph import KernelKind, Role
 from tessera.hardware import link
+from tessera.plan import PlannerConfig, plan_serving
 from tessera.plan.model.serving import Slo, Traffic, steady_shape
 from tessera.plan.model.shapes import IterShape, iteration_graph
 from tessera.plan.model.units import UnitCost, allreduce_s, group_link, make_unit, shard
@@ -202,3 +203,28 @@ def test_an_engine_fills_ninety_percent_of_a_gpu_less_its_runtime() -> None:
     assert h100.mem_bytes == 80 * 2**30
     assert engine_gpu(h100, 0.9).mem_bytes == 70 * 2**30
     assert engine_gpu(h100, 1.0).mem_bytes == 78 * 2**30
+
+
+def test_step_tables_sample_the_shapes_the_engine_runs() -> None:
+    # The simulator interpolates a plan's step table, and kernel costs are not linear in tokens: each decode
+    # count's full iteration (n decodes and a K − n chunk, the engine's iteration while prompts queue) is a
+    # grid point. An image table's rows are whole steps with every group at n images, labelled n·m images,
+    # so a batch that does not divide by m (6 over 4 groups) is interpolated, not priced as 8 images.
+    cfg = PlannerConfig(traffic=Traffic(prompt=16, output=8))
+    r = plan_serving("llama-tiny", "H100,L40S", cfg)
+    for s in r.strategies.values():
+        if s.plan is None or "mixed" not in s.plan.phases:
+            continue
+        k = s.plan.engine.max_num_batched_tokens
+        pts = s.plan.phases["mixed"].points
+        for n in {p.batch for p in pts}:
+            assert any(p.batch == n and p.tokens == max(k, n) for p in pts), (s.name, n, k)
+    r = plan_serving("dit-tiny", "H100,L40S", PlannerConfig(batch_cap=6, microbatches=(4,)))
+    seen = 0
+    for s in r.strategies.values():
+        if s.plan is None:
+            continue
+        ph = s.plan.phases["denoise"]
+        assert all(p.batch % ph.microbatches == 0 for p in ph.points), (s.name, [p.batch for p in ph.points])
+        seen += ph.microbatches == 4 and s.plan.engine.max_num_seqs == 6
+    assert seen  # the case the labels are for: 6 images over 4 groups

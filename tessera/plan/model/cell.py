@@ -143,20 +143,26 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
 
 def step_points(p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSpec, cost: KernelCosts,
                 t: Traffic) -> tuple[StepPoint, ...]:
-    """Token models: one micro-batch's iteration on a full grid of decode sequences {1, ½, all of a
-    group's}, chunk tokens {0, ½, all of the budget K} and contexts {P, P + O} (the simulator interpolates
-    in all three). Image models: whole steps of one image per micro-batch, ½ and all of the batch."""
+    """Token models: one micro-batch's iteration on a full grid of decode sequences n ∈ {1, ½, all of a
+    group's}, chunk tokens {0, ½K, and K − n for each n} and contexts {P, P + O} (the simulator interpolates
+    in all three). Each n's full iteration, n decodes and a K − n chunk, is a grid point: kernel costs are
+    not linear in tokens (tile and wave steps), and the engine runs full iterations while prefill is
+    queued. Image models: whole steps with every micro-batch at 1, ½ and all of its images."""
     m = p.microbatches
+    sizes = group_sizes(-(-p.batch // m))
+    chunks = sorted({0, -(-p.budget // 2), *(max(0, p.budget - n) for n in sizes)})
     out = []
-    if shapes.images:  # one image per micro-batch, half and all of the batch: what the knee samples
-        for b in sorted({m, max(m, p.batch // 2), p.batch}):
+    if shapes.images:  # every group at 1, ½ and all of its images (what the knee samples), labelled with
+        # the images the step then holds, n·m: a batch that does not divide by m is interpolated between
+        for n in group_sizes(-(-p.batch // m)):
+            b = n * m
             ev = evaluate_cached(shapes.graph(b, m), p.assignment, units, lk, cost)
             out.append(StepPoint(batch=b, tokens=b, context=0, microbatches=m, device_busy_s=ev.device_busy_s,
                                  link_busy_s=ev.link_tuple(), latency_s=ev.latency_s,
                                  step_s=max(m * ev.bottleneck_s, ev.latency_s)))
         return tuple(out)
-    for n in group_sizes(-(-p.batch // m)):
-        for chunk in sorted({0, -(-p.budget // 2), p.budget}):
+    for n in sizes:
+        for chunk in chunks:
             for ctx in (t.prompt, t.prompt + t.output):
                 sh = replace(chunk_shape(n, chunk, t, p.batch, m), context=ctx)
                 g = shapes.at(sh)

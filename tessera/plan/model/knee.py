@@ -468,40 +468,47 @@ def knee_of(attain: Callable[[float], tuple[float, State, float, float, float]],
 
 def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
                target: float = SLO_TARGET) -> Knee:
-    """Images: a request holds one of B places for ``steps`` iterations of its group, whose period grows
-    with the images in it (a denoising step is compute-bound). The images share the iterations like jobs
-    sharing a processor (M/G/1 processor sharing, at load ρ = λ_g·steps·c1, c1 an image's marginal share
-    of its group's period): an image's latency averages
-    steps·L(1) / (1 − ρ) (L(1): one image's iteration alone), its part beyond the fixed steps·c0
-    gamma-distributed with squared coefficient of variation ρ (none unloaded, an exponential's near
-    saturation, where the 90th percentile is about 2.3 means), and the wait for a place when all B are
-    taken (M/M/c). The mean-field of the token form (τ̄ at the mean n) would
-    miss that an image spends its life when the group is busiest."""
+    """Images: a request holds one of B places for ``steps`` iterations of its group. Each group's iteration
+    costs every resource r a fixed a_r (the weights it streams, paid once per busy group) plus c_r per image
+    in it (a denoising step is compute-bound); both are read off the samples at 1 and b images. With N images
+    in the replica spread over the m groups (a share u = min(1, N/m) of them busy), an iteration lasts
+    τ(N) = max(max_r m·u·a_r + c_r·N, the own group's latency), so an image that arrives to N others lives
+    steps·τ(N + 1) and Little's law N = λ·steps·τ(N + 1) closes the mean (for one group this is M/G/1
+    processor sharing: steps·τ(1) / (1 − ρ), ρ = λ·steps·c at the bottleneck). Its part beyond the fixed
+    steps·(τ(1) − c) is gamma-distributed with squared coefficient of variation ρ (none unloaded, an
+    exponential's near saturation), and it waits for a place when all B are taken (M/M/c). A group's
+    other groups' fixed costs are what make a many-group pipeline of few images slower than its per-image
+    cost alone says."""
     m, b = e.microbatches, e.group_seqs
-    none = Load(busy_s=(0.0,) * len(costs.at(1).busy_s), latency_s=0.0)
+    one, top = costs.at(1), costs.at(b)
+    per_image = tuple((t - o) / (b - 1) if b > 1 else o for o, t in zip(one.busy_s, top.busy_s, strict=True))
+    fixed = tuple(max(0.0, o - c) for o, c in zip(one.busy_s, per_image, strict=True))
+    f = costs.fit[0][0] if costs.fit else 1.0
+    r_max = max(range(len(per_image)), key=lambda r: per_image[r])  # the bottleneck of the images' work
 
-    def tau(n: float) -> Period:
-        return period(costs.at(n), none, m, 0.0, costs.fit)
+    def tau(n_img: float) -> float:  # seconds per iteration with n_img images in the replica
+        u = min(1.0, max(n_img, 1.0) / m)
+        own = min(float(b), max(1.0, n_img / (m * u)))
+        busy = max(m * u * a + c * n_img for a, c in zip(fixed, per_image, strict=True))
+        return f * max(busy, costs.at(own).latency_s)
 
-    # an image's marginal share of a group's iteration (from every group holding 1 and b; a group of one
-    # image: all of its period), and the iteration of one image alone (the other groups idle) per step
-    c1 = (tau(b).mean_s - tau(1).mean_s) / (b - 1) if b > 1 else tau(1).mean_s
-    one = costs.at(1).latency_s
-    c0 = max(0.0, one - c1)
+    alone = tau(1.0)
+    c_b = f * per_image[r_max]  # an image's seconds of the bottleneck per step, as the groups interleave
 
     def state(lam: float) -> State:
-        rho = lam / m * steps * c1
-        life = steps * one / (1 - rho) if rho < 1 else math.inf
-        n = lam / m * life  # Little's law per group
-        ok = rho < 1 and lam * life < e.seqs and n <= b
-        return State(n, rho, 0.0, tau(min(max(n, 1.0), b)), ok, "" if ok else "slots", 0.0, life)
+        rho = lam * steps * c_b
+        n = _little(lambda x: lam * steps * tau(x + 1.0), e.seqs) if rho < 1 else math.inf
+        life = steps * tau(n + 1.0) if math.isfinite(n) else math.inf
+        ok = rho < 1 and math.isfinite(n) and lam * life < e.seqs
+        per = Period(mean_s=life / steps if ok else alone, var_s2=0.0, busy_s=0.0, full_s=0.0)
+        return State(n / m if ok else float(b), rho, 0.0, per, ok, "" if ok else "slots", 0.0, life)
 
     def attain(lam: float) -> tuple[float, State, float, float, float]:
         s = state(lam)
         if not s.feasible:
             return 0.0, s, math.inf, 0.0, 0.0
-        fixed = steps * c0
-        shared = gamma_below(latency_slo_s - fixed, s.hold_s - fixed, s.rho)
+        fixed_s = steps * max(0.0, alone - c_b)
+        shared = gamma_below(latency_slo_s - fixed_s, s.hold_s - fixed_s, s.rho)
         slot = mmc_wait(lam, e.seqs, s.hold_s)
         ok = min(shared, 1 - slot.above(latency_slo_s - s.hold_s))
         return ok, s, s.hold_s + _mean(slot), ok, 1.0
@@ -509,6 +516,18 @@ def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
     cap = capacity(state, steps, costs, e)
     k = knee_of(attain, cap, target)
     return k if k.binding != "TTFT" else Knee(**{**k.__dict__, "binding": "latency"})
+
+
+def _little(f: Callable[[float], float], limit: float) -> float:
+    """The least N ≥ 0 with N = f(N), f increasing (the images in the replica at a rate); inf when none
+    lies below ``limit`` places."""
+    lo, hi = 0.0, float(limit)
+    if f(hi) > hi:
+        return math.inf
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) > mid else (lo, mid)
+    return hi
 
 
 def gamma_below(t: float, mean: float, cv2: float) -> float:
