@@ -5,6 +5,7 @@ module or private name. The imports are read from the source with `ast`, nothing
 from __future__ import annotations
 
 import ast
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,3 +239,44 @@ def test_bench_scripts_import_no_private_tessera_module_or_name() -> None:
             bad |= {f"  {path.name}:{node.lineno} imports {n}" for n in names
                     if n.startswith("tessera.") and any(private(p) for p in n.split("."))}
     assert not bad, "private tessera names imported by bench scripts:\n" + "\n".join(sorted(bad))
+
+
+# What tessera.report may import: it renders the contracts and reads nothing of the stages (what only a stage
+# knows, its caller looks up: tessera.study.report_facts); outside tessera, the standard library and the
+# drawing and table libraries.
+REPORT_MAY_IMPORT = ("tessera.contracts", "tessera.errors", "tessera.text", "tessera.report")
+REPORT_MAY_IMPORT_OUTSIDE = frozenset({"matplotlib", "numpy", "rich"})
+
+
+def outside_imports(mod: str) -> list[tuple[str, int]]:
+    """(top-level name, line) of every import of something outside tessera, at any depth."""
+    out = []
+    for node in statements(ast.parse(MODULES[mod].read_text(), filename=str(MODULES[mod]))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            ([node.module or ""] if not node.level else [])
+        out += [(n.split(".")[0], node.lineno) for n in names if n.split(".")[0] != "tessera"]
+    return out
+
+
+def report_breaches(edges: list[Edge], outside: dict[str, list[tuple[str, int]]]) -> list[str]:
+    """The imports of tessera.report modules that reach past what it may import."""
+    bad = [f"  {e.importer}:{e.line} imports {e.imported}" for e in edges if stage_of(e.importer) == "tessera.report"
+           and not any(e.imported == p or e.imported.startswith(p + ".") for p in REPORT_MAY_IMPORT)]
+    allowed = sys.stdlib_module_names | REPORT_MAY_IMPORT_OUTSIDE | {"__future__"}
+    bad += [f"  {m}:{line} imports {name}" for m, found in outside.items() for name, line in found
+            if stage_of(m) == "tessera.report" and name not in allowed]
+    return sorted(bad)
+
+
+def test_report_imports_nothing_but_the_contracts() -> None:
+    outside = {m: outside_imports(m) for m in MODULES if stage_of(m) == "tessera.report"}
+    bad = report_breaches(EDGES, outside)
+    assert not bad, "tessera.report renders contracts only; it imports:\n" + "\n".join(bad)
+
+
+def test_the_report_rule_catches_a_stage_and_a_foreign_library() -> None:
+    edges = [Edge("tessera.report.html", "tessera.hardware.catalog", None, 3),
+             Edge("tessera.report.html", "tessera.contracts.plan", "Plan", 4)]
+    outside = {"tessera.report.plots": [("matplotlib", 9), ("pandas", 10), ("json", 11)]}
+    assert report_breaches(edges, outside) == ["  tessera.report.html:3 imports tessera.hardware.catalog",
+                                               "  tessera.report.plots:10 imports pandas"]

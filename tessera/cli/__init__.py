@@ -39,7 +39,8 @@ def _root(
 # spans stages is registered from tessera/cli/ instead (REGISTRARS).
 STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "engine", "serve",
           "report", "study")
-REGISTRARS = {"plan": "tessera.cli.plan"}  # `tessera plan` joins the plan and fleet stages
+REGISTRARS = {"plan": "tessera.cli.plan",  # `tessera plan` joins the plan and fleet stages
+              "report": "tessera.cli.report"}  # `tessera report` gathers every stage's files, then renders
 
 
 _registered: list[str] = []  # stages already registered (main may run many times in one process: tests)

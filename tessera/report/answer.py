@@ -8,12 +8,10 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from tessera.contracts.ir import KernelGraph, Role
 from tessera.contracts.plan import Plan, PoolPlan
-from tessera.graph.ir import KernelGraph, Role
-from tessera.hardware import catalog
 from tessera.report.agreement import TOLERANCE
 from tessera.report.data import CompareCell, CostAccuracy, RentOption, ReportData, SimRun
-from tessera.sim.traffic import plan_capacity_per_s, plan_goodput_per_s
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,12 +56,10 @@ class Gain:
 RUNTIME_VENDORS = ("nvidia",)
 
 
-def runtime_covers(gpu_name: str) -> bool:
+def runtime_covers(data: ReportData, gpu_name: str) -> bool:
     """Whether Tessera's runtime can run a plan on this catalog GPU (RUNTIME_VENDORS)."""
-    try:
-        return catalog.gpu(gpu_name).vendor in RUNTIME_VENDORS
-    except ValueError:
-        return False
+    facts = data.gpu(gpu_name)
+    return facts is not None and facts.vendor in RUNTIME_VENDORS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +106,10 @@ class Answer:
     worst_ttft_p99_s: float | None  # the highest p99 over seeds
     worst_tpot_p99_s: float | None
     sweep: tuple[tuple[float, float], ...] = ()  # (load, SLO attainment) of the plan's rate sweep, by load
+    cost_sources: tuple[tuple[str, str], ...] = ()  # (GPU, where its kernel costs come from) of the GPUs named
+
+    def cost_source(self, gpu_name: str) -> str:
+        return dict(self.cost_sources).get(gpu_name, "not in the catalog")
 
     @property
     def predicted_usd_per_million_tokens(self) -> float | None:
@@ -162,14 +162,13 @@ def placement_words(d: Plan | PoolPlan) -> str:
     return "Tessera's kernel placement" if d.strategy == "tessera" else f"the {d.strategy} plan"
 
 
-def capacity_of(d: Plan | PoolPlan, runs: Sequence[SimRun]) -> float | None:
+def capacity_of(data: ReportData, runs: Sequence[SimRun]) -> float | None:
     """The one capacity: the planner's goodput at the SLO (all cells and replicas); a plan file without one
     (written before goodput was planned) falls back on what its runs recorded, then on its throughput."""
-    good = plan_goodput_per_s(d)
-    if good:
-        return good
+    if data.goodput_per_s:
+        return data.goodput_per_s
     recorded = next((s.capacity_tokens_per_s for s in runs if s.capacity_tokens_per_s), None)
-    return recorded or plan_capacity_per_s(d)
+    return recorded or data.capacity_per_s
 
 
 def _options(data: ReportData, model: str, own_usd_per_mtok: float) -> tuple[RentOption | None,
@@ -179,8 +178,8 @@ def _options(data: ReportData, model: str, own_usd_per_mtok: float) -> tuple[Ren
     the runtime runs."""
     refs = [c.reference for c in data.compare or () if c.model == model and c.reference is not None]
     every = list({(o.label, o.usd_per_hour, o.goodput_tokens_per_s): o for o in (*data.options, *refs)}.values())
-    ok = [o for o in every if all(runtime_covers(g) for g in o.gpus)]
-    left_out = tuple(sorted({g for o in every for g in o.gpus if not runtime_covers(g)}))
+    ok = [o for o in every if all(runtime_covers(data, g) for g in o.gpus)]
+    left_out = tuple(sorted({g for o in every for g in o.gpus if not runtime_covers(data, g)}))
     cheaper = min((o for o in ok if o.usd_per_million_tokens < own_usd_per_mtok),
                   key=lambda o: o.usd_per_million_tokens, default=None)
     homog = min((o for o in ok if len(set(o.gpus)) == 1), key=lambda o: o.usd_per_million_tokens, default=None)
@@ -190,9 +189,8 @@ def _options(data: ReportData, model: str, own_usd_per_mtok: float) -> tuple[Ren
 def _best_baseline(data: ReportData, model: str, gpus: tuple[str, ...]) -> tuple[str, float] | None:
     """The best other strategy on the same GPUs: from the same planning run (``baseline_plans``) when given,
     else from the compare matrix's cell for this model and GPUs."""
-    own = [(p.strategy, g) for p in data.baseline_plans if (g := plan_goodput_per_s(p))]
-    if own:
-        return max(own, key=lambda x: x[1])
+    if data.baseline_goodputs:
+        return max(data.baseline_goodputs, key=lambda x: x[1])
     cell = matrix_cell(data.compare, model, gpus)
     b = cell.best_baseline() if cell is not None else None
     return (b.name, b.throughput_per_s or 0.0) if b is not None and b.throughput_per_s else None
@@ -223,7 +221,7 @@ def answer_of(data: ReportData) -> Answer | None:
         return None
     runs = runs_of(data.sims, d.strategy)
     goodputs = [g for g in (s.goodput_tokens_per_s for s in runs) if g is not None]
-    capacity = capacity_of(d, runs)
+    capacity = capacity_of(data, runs)
     gpus = deployment_gpus(d)
     usd = d.usd_per_hour
     rates = sorted({s.rate_per_s for s in runs if s.rate_per_s is not None})
@@ -244,7 +242,7 @@ def answer_of(data: ReportData) -> Answer | None:
         output=prov.output if prov else (str(work["output"]) if work.get("output") else None),
         cheaper=cheaper, homogeneous=homog, left_out=left_out,
         best_baseline=_best_baseline(data, d.model, gpus), knee=knee_gap(data.compare, d.model, gpus),
-        cost_accuracy=data.cost_accuracy,
+        cost_accuracy=data.cost_accuracy, cost_sources=tuple((g.name, g.cost_source) for g in data.gpu_facts),
         worst_ttft_p99_s=max((s.result.ttft_s["p99"] for s in runs), default=None),
         worst_tpot_p99_s=max((s.result.tpot_s["p99"] for s in runs), default=None),
         sweep=tuple(sorted((s.offered_tokens_per_s / capacity, s.result.slo_attainment)

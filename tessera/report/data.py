@@ -7,14 +7,14 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tessera.contracts.enums import STRATEGIES
+from tessera.contracts.ir import KernelGraph
 from tessera.contracts.plan import Plan, PoolPlan
 from tessera.contracts.provenance import Provenance, fingerprint, of_file
 from tessera.contracts.results import FrontierPoint, SimResult
 from tessera.errors import UserError
-from tessera.graph.ir import KernelGraph
 
 # Order in which strategies appear everywhere (tables, bars, legends); unknown names follow, sorted.
 BASELINES = STRATEGIES[1:]
@@ -174,6 +174,48 @@ class SimRun:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GpuFacts:
+    """What the report states about one GPU type it names, looked up by its caller in the hardware catalog and
+    the cost model (tessera.study.report_facts); ``vendor`` None: the GPU is not in the catalog."""
+
+    name: str
+    cost_source: str  # where its kernel costs come from: measured tables, or a transfer (in words)
+    vendor: str | None = None
+    usd_per_hour: float = 0.0
+    price_date: str = ""
+    price_source: str = ""
+    dtypes: tuple[str, ...] = ()  # the dtypes with a datasheet rate (fp32, tf32, bf16, fp16, fp8 order)
+    spec_source: str = ""
+
+
+class GanttSpan(Protocol):
+    """One bar of a pipeline Gantt as the simulator lays it out (tessera.sim.trace.Span has these fields)."""
+
+    @property
+    def row(self) -> str: ...  # "dev0 H100-SXM" or "link 0->1"
+
+    @property
+    def start_s(self) -> float: ...
+
+    @property
+    def dur_s(self) -> float: ...
+
+    @property
+    def microbatch(self) -> int: ...
+
+    @property
+    def kind(self) -> str: ...  # compute | link
+
+
+@dataclass(frozen=True, kw_only=True)
+class GanttFacts:
+    """A plan's pipelined iterations laid out by the simulator, and the figure's title."""
+
+    spans: tuple[GanttSpan, ...]
+    title: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReportData:
     """Every section is optional: None omits it with a one-line note, so a demo fills what exists."""
 
@@ -188,12 +230,21 @@ class ReportData:
     frontier: tuple[FrontierPoint, ...] | None = None  # advisor mixes; else derived from `compare`
     frontier_title: str = "Advisor: GPU mixes on the throughput–cost plane"
     commands: tuple[str, ...] = ()  # shell commands that reproduce the inputs
-    deploy: tuple[str, ...] = ()  # the commands that serve the plan (tessera.plan.deploy.launch_lines)
+    deploy: tuple[str, ...] = ()  # the commands that serve the plan (tessera.plan.launch_lines)
     options: tuple[RentOption, ...] = ()  # alternatives to the plan's pool (same-size homogeneous, advisor)
     baseline_plans: tuple[Plan | PoolPlan, ...] = ()  # the other strategies' deployments (memory comparison)
     evaluation: dict[str, Any] | None = None  # `tessera evaluate --json` output (the study of shapes × pools)
     evaluation_maps: tuple[tuple[str, Path], ...] = ()  # (label, PNG): the study's best and worst placements
     cost_accuracy: CostAccuracy | None = None  # the cost model's measured error (bench_cost_aic.py)
+    # What only the stages know, looked up by the caller (tessera.study.report_facts.with_facts): each named
+    # GPU's catalog entry, the planner's goodput at the SLO and capacity before it of the deployment (all
+    # cells and replicas, output tokens/s or images/s; None: the plan file has none), each baseline plan's
+    # (strategy, goodput), and the Gantt of the plan's iterations (None: not drawn, or given as gantt_png).
+    gpu_facts: tuple[GpuFacts, ...] = ()
+    goodput_per_s: float | None = None
+    capacity_per_s: float | None = None
+    baseline_goodputs: tuple[tuple[str, float], ...] = ()
+    gantt: GanttFacts | None = None
 
     def __post_init__(self) -> None:
         if self.pool is not None and self.plan != self.pool.lead:
@@ -208,6 +259,14 @@ class ReportData:
     def deployment(self) -> Plan | PoolPlan | None:
         """What serves the traffic: the pool when there is one, else the plan."""
         return self.pool if self.pool is not None else self.plan
+
+    def gpu(self, name: str) -> GpuFacts | None:
+        """The catalog's entry for a GPU the report names; None: not in the catalog (or not looked up)."""
+        return next((g for g in self.gpu_facts if g.name == name and g.vendor is not None), None)
+
+    def cost_source(self, name: str) -> str:
+        """Where a named GPU's kernel costs come from (in words)."""
+        return next((g.cost_source for g in self.gpu_facts if g.name == name), "not in the catalog")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,11 +1,10 @@
-"""The report's "Deploy it" section: the commands that serve the plan (tessera.plan.deploy's lines, made by
-`tessera report` from the plan file it was given; PLAN.json where the report was built without one)."""
+"""The report's "Deploy it" section: the commands that serve the plan (tessera.plan's launch lines, looked up
+by the report's caller for the plan file it was given; PLAN.json where the report was built without one)."""
 
 from __future__ import annotations
 
 from html import escape
 
-from tessera.plan import launch_lines
 from tessera.report.data import ReportData
 
 
@@ -15,7 +14,7 @@ def deploy_html(data: ReportData) -> str:
                 "<code>tessera serve</code>.</p>")
     if data.plan is None:
         return '<p class="note">Deploy commands omitted: no plan given.</p>'
-    lines = data.deploy or tuple(launch_lines(data.plan, "PLAN.json"))
+    lines = data.deploy
     ours = [x.removeprefix("deploy with: ") for x in lines if x.startswith("deploy with: ")]
     peers = [x.strip().removeprefix("as ") for x in lines if x.startswith("  as ")]
     out = ["<p>To serve this plan with Tessera's engine (one server per replica):</p>",

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import base64
-import functools
 import re
 from collections import Counter
 from collections.abc import Callable
 from html import escape
 from pathlib import Path
-from typing import Any
 
 from tessera.contracts.plan import PoolPlan
 from tessera.errors import UserError
-from tessera.hardware import catalog
 from tessera.report import plots
 from tessera.report.answer import (
     RUNTIME_VENDORS,
@@ -38,6 +35,7 @@ from tessera.report.tables import (
 )
 from tessera.text import plural
 
+FIGURES, GANTT_PNG = "figures", "gantt.png"  # under the output folder: the figures the page embeds
 REFERENCE_CLAIM = "up to 2.3× serving throughput and 1.6× cost efficiency over disaggregation baselines"
 
 CSS = """
@@ -131,30 +129,13 @@ def _rent_text(gpus: tuple[str, ...]) -> str:
     return " + ".join(f"{n}× {g}" for g, n in Counter(gpus).items())
 
 
-@functools.cache
-def cost_source(gpu_name: str) -> str:
-    """Where a GPU's kernel costs come from: its own measured tables, or a transfer from measured GPUs
-    (cached: reading the measured tables takes seconds)."""
-    try:
-        return _aic_costs().source(catalog.gpu(gpu_name)) or "measured on this machine"
-    except (ValueError, UserError):
-        return "not in the catalog"
-
-
-@functools.cache
-def _aic_costs() -> Any:
-    from tessera.cost.aic import AicCosts  # read only when a report names GPUs
-
-    return AicCosts()
-
-
 def _pm(v: float) -> str:
     return f"{100 * v:.1f}%" if v < 0.1 else f"{100 * v:.0f}%"
 
 
 def _cost_text(a: Answer) -> str:
     """The cost model's error as it applies to these GPUs: measured tables or transferred costs."""
-    srcs = {g: cost_source(g) for g in sorted(set(a.gpus))}
+    srcs = {g: a.cost_source(g) for g in sorted(set(a.gpus))}
     measured = [g for g, src in srcs.items() if src.startswith("measured")]
     moved = [g for g in srcs if g not in measured]
     acc = a.cost_accuracy
@@ -232,8 +213,8 @@ def _checked_text(a: Answer) -> str:
             + _fmt_spread(a.attainment, _pct))
 
 
-def _option_text(o: RentOption, own: float | None) -> str:
-    srcs = "; ".join(f"{g} kernel costs: {cost_source(g)}" for g in sorted(set(o.gpus)))
+def _option_text(a: Answer, o: RentOption, own: float | None) -> str:
+    srcs = "; ".join(f"{g} kernel costs: {a.cost_source(g)}" for g in sorted(set(o.gpus)))
     vs = f", {own / o.usd_per_million_tokens:.2f}× cheaper per token" if own and o.usd_per_million_tokens < own \
         else (f", {o.usd_per_million_tokens / own:.2f}× dearer per token" if own else "")
     return (f"{_rent_text(o.gpus)}: {_tok(o.goodput_tokens_per_s)} for ${o.usd_per_hour:.2f}/h, "
@@ -253,9 +234,9 @@ def _alternative_rows(a: Answer) -> list[tuple[str, str]]:
         rows.append(("Against the alternatives on these GPUs", f"{a.edge:.2f}× the predicted goodput of the best "
                      f"baseline ({name}, {_tok(good)}){tie}"))
     if a.homogeneous is not None:
-        rows.append(("Best option of one GPU type", _option_text(a.homogeneous, own)))
+        rows.append(("Best option of one GPU type", _option_text(a, a.homogeneous, own)))
     if a.cheaper is not None and a.cheaper != a.homogeneous:
-        rows.append(("Cheaper per token if you can choose the GPUs", _option_text(a.cheaper, own)))
+        rows.append(("Cheaper per token if you can choose the GPUs", _option_text(a, a.cheaper, own)))
     runtime = f"the CPU and CUDA devices: the catalog's {', '.join(v.upper() for v in RUNTIME_VENDORS)} GPUs"
     if a.left_out:
         runtime += f"; options on {', '.join(a.left_out)} are left out: it cannot run them"
@@ -300,7 +281,7 @@ def _gains_html(data: ReportData) -> str:
             f"<th>worst</th><th>cells</th></tr>{rows}</table>")
 
 
-def _rent_sentence(cell: CompareCell) -> str:
+def _rent_sentence(data: ReportData, cell: CompareCell) -> str:
     """What to rent for the cell's model: the pair under Tessera or the same-size homogeneous pool, whichever
     serves a token for less (a pool the runtime cannot run is named as such), and how sure: planner
     predictions, with the simulator's knee check of Tessera's plan where the matrix has one."""
@@ -309,7 +290,7 @@ def _rent_sentence(cell: CompareCell) -> str:
     if own is None or cell.unit != "tokens/s":
         return ""
     if ref is not None and ref.usd_per_million_tokens < own:
-        runs = all(runtime_covers(g) for g in ref.gpus)
+        runs = all(runtime_covers(data, g) for g in ref.gpus)
         text = (f"Per token, rent <b>{escape(ref.label)}</b> rather than this pair: "
                 f"{escape(fmt_rate(ref.goodput_tokens_per_s, cell.unit))} for ${ref.usd_per_hour:.2f}/h, "
                 f"${ref.usd_per_million_tokens:.3f}/M tokens against ${own:.3f}/M, "
@@ -344,7 +325,7 @@ def headline(data: ReportData) -> str:
             ref = cell.reference
             parts[-1] += (f", and <b>{g:.2f}×</b> the goodput per dollar of the best same-size homogeneous "
                           f"deployment ({escape(ref.label)})." if g is not None and ref is not None else ".")
-            parts.append(_rent_sentence(cell))
+            parts.append(_rent_sentence(data, cell))
         elif t is not None:
             parts.append(f"Tessera found no placement of <b>{escape(cell.model)}</b> on <b>{escape(cell.pool)}</b>: "
                          f"{escape(t.reason or 'infeasible')}.")
@@ -556,8 +537,8 @@ def _weights_by_strategy(data: ReportData, model_bytes: int) -> str:
 
 def _gantt_html(data: ReportData, fig_dir: Path) -> str:
     png = data.gantt_png
-    if png is None and data.plan is not None:
-        png = plots.plot_gantt(data.plan, fig_dir / "gantt.png")
+    if png is None and data.gantt is not None:
+        png = plots.plot_gantt(data.gantt, fig_dir / GANTT_PNG)
     if png is None:
         return _omitted("Pipeline Gantt", "no plan and no Gantt image given (--plan, or --gantt from "
                                           "tessera simulate --gantt).")
@@ -573,12 +554,11 @@ def _provenance_html(data: ReportData) -> str:
                   | {g for c in data.compare or () if c.reference for g in c.reference.gpus})
     rows = []
     for name in gpus:
-        try:
-            s = catalog.gpu(name)
-            dtypes = ", ".join(k for k in ("fp32", "tf32", "bf16", "fp16", "fp8") if k in s.peak_flops_per_s)
-            rows.append([name, f"{s.usd_per_hour:.2f}", f"{s.price_date}: {s.price_source}", dtypes,
-                         cost_source(name), s.source])
-        except ValueError:
+        s = data.gpu(name)
+        if s is not None:
+            rows.append([name, f"{s.usd_per_hour:.2f}", f"{s.price_date}: {s.price_source}", ", ".join(s.dtypes),
+                         s.cost_source, s.spec_source])
+        else:
             rows.append([name, "—", "not in the catalog", "—", "—", "—"])
     cmds = "".join(escape(c) + "\n" for c in data.commands)
     return ("<ul><li><b>Kernel times</b>: tessera/cost, measured GPU tables (NVIDIA AIConfigurator's database) "
@@ -654,7 +634,7 @@ def build_report(data: ReportData, out_dir: Path, *, on_section: Callable[[str],
     """Write out_dir/report.html (and the figures it embeds, under out_dir/figures) and return its path.
     ``on_section(title)`` is called before each section is built (a progress bar's hook)."""
     out_dir = Path(out_dir)
-    fig_dir = out_dir / "figures"
+    fig_dir = out_dir / FIGURES
     fig_dir.mkdir(parents=True, exist_ok=True)
     builders: list[tuple[str, str, Callable[[], str]]] = [
         ("compare", "Compare matrix", lambda: _compare_html(data, fig_dir)),

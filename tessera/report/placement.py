@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.collections import PatchCollection  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
+from tessera.contracts.ir import KernelGraph, KernelKind  # noqa: E402
 from tessera.errors import UserError  # noqa: E402
-from tessera.graph.ir import KernelGraph, KernelKind  # noqa: E402
 
 DPI = 150
 PROLOGUE, EPILOGUE = "pro", "epi"

@@ -4,6 +4,7 @@ Each function writes one PNG at DPI and returns its path; sizes are fixed per in
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -13,7 +14,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tessera.contracts.plan import Plan
-from tessera.report.data import CompareCell, FrontierPoint, SimRun, strategy_order  # noqa: E402
+from tessera.report.data import (  # noqa: E402
+    CompareCell,
+    FrontierPoint,
+    GanttFacts,
+    GanttSpan,
+    SimRun,
+    strategy_order,
+)
 from tessera.report.placement import DPI, device_colours, plot_placement_map  # noqa: E402
 
 __all__ = ["DPI", "plot_placement_map", "pareto_frontier", "plot_frontier", "plot_compare_matrix",
@@ -290,28 +298,22 @@ def frontier_from_cells(cells: tuple[CompareCell, ...] | list[CompareCell], mode
     return out
 
 
-def plot_gantt(plan: Plan, path: Path) -> Path:
-    """Three pipelined iterations of the plan's decode phase ("mixed" for serving-model plans; the first phase
-    when it has neither: denoise, encode). The spans come from the simulator's Gantt (tessera.sim.gantt, laid
-    out there, not here); this drawing adds the legend: one colour per micro-batch, transfers hatched."""
-    from tessera.sim.gantt import plot_plan  # the sim stage lays the iterations out
-
-    phase = "decode" if "decode" in plan.phases else "mixed" if "mixed" in plan.phases else next(iter(plan.phases))
-    spans = plot_plan(plan, path, phase=phase)
-    return draw_gantt(spans, path, title=f"{plan.model}, {plan.strategy} plan, phase {phase}: 3 iterations, "
-                                         f"{plan.phases[phase].microbatches} micro-batches in flight")
+def plot_gantt(gantt: GanttFacts, path: Path) -> Path:
+    """The plan's iterations as the simulator laid them out (``gantt``, looked up before the report is
+    built); this drawing adds the legend: one colour per micro-batch, transfers hatched."""
+    return draw_gantt(gantt.spans, path, title=gantt.title)
 
 
 GANTT_COLOURS = plt.get_cmap("tab10")
 
 
-def draw_gantt(spans: list, path: Path, *, title: str) -> Path:
+def draw_gantt(spans: Sequence[GanttSpan], path: Path, *, title: str) -> Path:
     """One row per device, then one per link; bar colour = micro-batch (legend), hatched = transfer."""
     return _save(gantt_figure(spans, title=title), path)
 
 
-def gantt_figure(spans: list, *, title: str) -> plt.Figure:
-    """The figure draw_gantt saves; ``spans``: tessera.sim.trace.Span values."""
+def gantt_figure(spans: Sequence[GanttSpan], *, title: str) -> plt.Figure:
+    """The figure draw_gantt saves."""
     rows = list(dict.fromkeys(s.row for s in sorted(spans, key=lambda s: (s.kind != "compute", s.row))))
     mbs = sorted({s.microbatch for s in spans})
     fig, ax = plt.subplots(figsize=(11, 1.9 + 0.55 * len(rows)), dpi=DPI)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from tessera.contracts.ir import KernelGraph
 from tessera.contracts.plan import Plan
 from tessera.contracts.results import SimResult
-from tessera.graph.ir import KernelGraph
 from tessera.report.data import CompareCell, SimRun, strategy_order
 from tessera.text import plural
 

@@ -45,6 +45,7 @@ from tessera.report.data import (
 )
 from tessera.report.html import build_report
 from tessera.sim import LatencyTargets, LengthSpec, WorkloadSpec, simulate
+from tessera.study.report_facts import with_facts
 
 OUT = Path(os.environ.get("TESSERA_DEMO_OUT", "out"))
 # Files read from the results folder (--results): the compare matrix, the evaluation study (`tessera
@@ -180,7 +181,7 @@ def main(results: Path) -> None:
     if "mixed" in plan.phases:  # the iteration graph at the plan's operating point (its assignment's kernels)
         graphs = (Shapes(MODEL, capture_source(MODEL), cfg, images=False).graph(plan.batch, plan.microbatches),)
     baselines = tuple(o.deployment for n, o in result.strategies.items() if n != "tessera" and o.feasible and o.plan is not None)
-    data = report_data(deployment, baselines, graphs, sims, sweep, advice, results)
+    data = with_facts(report_data(deployment, baselines, graphs, sims, sweep, advice, results), OUT)
     with Steps("report", stream=sys.stdout) as step:
         path = build_report(data, OUT, on_section=step)
     console.print(answer_text(data), highlight=False, soft_wrap=True)

@@ -17,6 +17,7 @@ from tessera.graph import Buffer, Kernel, KernelKind, Role, build_graph
 from tessera.report.answer import Spread, answer_of, matrix_gains, placement_words, weight_copies
 from tessera.report.data import RentOption, ReportData, parse_cell, parse_sim
 from tessera.report.html import build_report
+from tessera.study.report_facts import with_facts
 
 OUT_TOKENS, RATE, CAPACITY = 256, 5.0, 1600.0  # offered 5 req/s × 256 = 1280 tok/s = 80% of 1600
 
@@ -41,7 +42,7 @@ def seeds_data(**kw) -> ReportData:
                           source="planner prediction"))
     args = dict(plan=replace(toy_plan(), goodput_per_s=CAPACITY), sims=tuple(parse_sim(s, s["label"], "t") for s in sims),
                 sweep=tuple(parse_sim(s, s["label"], "t") for s in sweep), options=options)
-    return ReportData(**{**args, **kw})
+    return with_facts(ReportData(**{**args, **kw}))  # the GPUs' catalog entries, the planned goodput
 
 
 def test_goodput_and_load_of_one_run_by_hand() -> None:
