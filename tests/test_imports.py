@@ -25,7 +25,7 @@ PLAN_INSIDE_ALLOWED: frozenset[tuple[str, str]] = frozenset({
     # modules when those move under tessera/cli/ (tessera.cli imports every stage's CLI today)
     ("tessera.cli.plan", "tessera.plan.flags"),
     ("tessera.fleet.cli", "tessera.plan.flags"),
-    ("tessera.sim.cli", "tessera.plan.flags"),
+    ("tessera.cli.sim", "tessera.plan.flags"),
     ("tessera.study.cli", "tessera.plan.flags"),
     # a named-model builder over HiGHS that fleet's GPU-mix MILP uses too; it belongs below both stages
     ("tessera.fleet.mix", "tessera.plan.solver.highs"),

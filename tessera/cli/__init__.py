@@ -35,11 +35,12 @@ def _root(
 ) -> None:
     """Kernel-granularity disaggregation over heterogeneous GPU pools."""
 
-# Each stage's `cli` module exposes register(app); the order is the order of `tessera --help`. A verb that
-# spans stages is registered from tessera/cli/ instead (REGISTRARS).
+# Each verb group's module exposes register(app); the order is the order of `tessera --help`. A group's
+# module is tessera/cli/<group>.py, but for those still in their stage's `cli` module (REGISTRARS).
 STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "engine", "serve",
           "report", "study")
-REGISTRARS = {"plan": "tessera.cli.plan"}  # `tessera plan` joins the plan and fleet stages
+REGISTRARS = {s: f"tessera.{s}.cli" for s in ("capture", "hardware", "cost", "ptx", "fleet", "runtime",
+                                              "engine", "serve", "report", "study")}
 
 
 _registered: list[str] = []  # stages already registered (main may run many times in one process: tests)
@@ -48,7 +49,7 @@ _registered: list[str] = []  # stages already registered (main may run many time
 def _register_all() -> None:
     for stage in STAGES:
         if stage not in _registered:
-            importlib.import_module(REGISTRARS.get(stage, f"tessera.{stage}.cli")).register(app)
+            importlib.import_module(REGISTRARS.get(stage, f"tessera.cli.{stage}")).register(app)
             _registered.append(stage)
 
 

@@ -1,4 +1,4 @@
-"""CLI verbs of this stage; registered by tessera.cli: `tessera simulate`."""
+"""`tessera simulate`: a plan served by the discrete-event simulator (tessera.sim); registered by tessera.cli."""
 
 from __future__ import annotations
 
