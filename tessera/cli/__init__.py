@@ -40,7 +40,7 @@ def _root(
 STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "engine", "serve",
           "report", "study")
 REGISTRARS = {s: f"tessera.{s}.cli" for s in ("capture", "hardware", "cost", "ptx", "fleet", "runtime",
-                                              "engine", "serve", "report", "study")}
+                                              "report", "study")}
 
 
 _registered: list[str] = []  # stages already registered (main may run many times in one process: tests)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from tessera.engine.flags import (
+from tessera.cli.engine_flags import (
     Adaptive,
     Devices,
     Dtype,
