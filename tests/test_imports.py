@@ -24,7 +24,7 @@ PLAN_INSIDE_ALLOWED: frozenset[tuple[str, str]] = frozenset({
     # the serving flags (typer options) the stage CLIs share; they leave tessera.plan with the stages' cli.py
     # modules when those move under tessera/cli/ (tessera.cli imports every stage's CLI today)
     ("tessera.cli.plan", "tessera.plan.flags"),
-    ("tessera.fleet.cli", "tessera.plan.flags"),
+    ("tessera.cli.fleet", "tessera.plan.flags"),
     ("tessera.cli.sim", "tessera.plan.flags"),
     ("tessera.study.cli", "tessera.plan.flags"),
     # a named-model builder over HiGHS that fleet's GPU-mix MILP uses too; it belongs below both stages

@@ -10,8 +10,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from tessera.cli.fleet import plan_pool_command
 from tessera.errors import UserError
-from tessera.fleet.cli import plan_pool_command
 from tessera.hardware import AUTO
 from tessera.plan import launch_lines, plan_serving, planner_provenance, result_table
 from tessera.plan.flags import (
