@@ -26,7 +26,7 @@ PLAN_INSIDE_ALLOWED: frozenset[tuple[str, str]] = frozenset({
     ("tessera.cli.plan", "tessera.plan.flags"),
     ("tessera.cli.fleet", "tessera.plan.flags"),
     ("tessera.cli.sim", "tessera.plan.flags"),
-    ("tessera.study.cli", "tessera.plan.flags"),
+    ("tessera.cli.study", "tessera.plan.flags"),
     # a named-model builder over HiGHS that fleet's GPU-mix MILP uses too; it belongs below both stages
     ("tessera.fleet.mix", "tessera.plan.solver.highs"),
 })

@@ -39,8 +39,7 @@ def _root(
 # module is tessera/cli/<group>.py, but for those still in their stage's `cli` module (REGISTRARS).
 STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "engine", "serve",
           "report", "study")
-REGISTRARS = {s: f"tessera.{s}.cli" for s in ("capture", "hardware", "cost", "ptx", "runtime", "report",
-                                              "study")}
+REGISTRARS = {"report": "tessera.report.cli"}
 
 
 _registered: list[str] = []  # stages already registered (main may run many times in one process: tests)
