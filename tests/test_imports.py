@@ -21,12 +21,6 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset()
 # Edges (importer module, tessera.plan submodule) from outside tessera.plan that still bypass the package's
 # surface (tessera/plan/__init__.py), each with why; the list only shrinks (test_every_allowed_edge_still_exists).
 PLAN_INSIDE_ALLOWED: frozenset[tuple[str, str]] = frozenset({
-    # the serving flags (typer options) the stage CLIs share; they leave tessera.plan with the stages' cli.py
-    # modules when those move under tessera/cli/ (tessera.cli imports every stage's CLI today)
-    ("tessera.cli.plan", "tessera.plan.flags"),
-    ("tessera.cli.fleet", "tessera.plan.flags"),
-    ("tessera.cli.sim", "tessera.plan.flags"),
-    ("tessera.cli.study", "tessera.plan.flags"),
     # a named-model builder over HiGHS that fleet's GPU-mix MILP uses too; it belongs below both stages
     ("tessera.fleet.mix", "tessera.plan.solver.highs"),
 })

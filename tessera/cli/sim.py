@@ -11,12 +11,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tessera.cli.plan_flags import check_context
 from tessera.contracts.enums import Phase
 from tessera.contracts.plan import Plan, PoolPlan, read_plan_file
 from tessera.contracts.provenance import Provenance, fingerprint
 from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError
-from tessera.plan.flags import check_context
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run
 from tessera.sim.failure import Failure
