@@ -22,15 +22,15 @@ ALLOWED: frozenset[tuple[str, str]] = frozenset()
 # Edges (importer module, tessera.plan submodule) from outside tessera.plan that still bypass the package's
 # surface (tessera/plan/__init__.py), each with why; the list only shrinks (test_every_allowed_edge_still_exists).
 PLAN_INSIDE_ALLOWED: frozenset[tuple[str, str]] = frozenset({
-    # the serving flags (typer options) the stage CLIs share; they leave tessera.plan with the stages' cli.py
-    # modules when those move under tessera/cli/ (tessera.cli imports every stage's CLI today)
-    ("tessera.cli.plan", "tessera.plan.flags"),
-    ("tessera.fleet.cli", "tessera.plan.flags"),
-    ("tessera.sim.cli", "tessera.plan.flags"),
-    ("tessera.study.cli", "tessera.plan.flags"),
     # a named-model builder over HiGHS that fleet's GPU-mix MILP uses too; it belongs below both stages
     ("tessera.fleet.mix", "tessera.plan.solver.highs"),
 })
+
+# Command-line parsing (typer, and click under it) belongs to tessera/cli/ alone: a stage is a library.
+CLI_LIBRARIES = ("typer", "click")
+# Modules outside tessera.cli that still import one, each with why; the list only shrinks
+# (test_every_allowed_edge_still_exists).
+CLI_LIBRARY_ALLOWED: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -217,12 +217,48 @@ def test_other_packages_import_plan_only_through_its_package() -> None:
         "\n".join(bad)
 
 
+def cli_library_importers(trees: dict[str, ast.AST]) -> dict[str, list[int]]:
+    """Module -> the lines where it imports a CLI library (``typer``, ``typer.main``, ``click``...), for the
+    modules outside tessera.cli."""
+    found: dict[str, list[int]] = {}
+    for mod, tree in trees.items():
+        if mod == "tessera.cli" or mod.startswith("tessera.cli."):
+            continue
+        for node in statements(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if not node.level else []
+            if any(n.split(".")[0] in CLI_LIBRARIES for n in names):
+                found.setdefault(mod, []).append(node.lineno)
+    return found
+
+
+CLI_LIBRARY_IMPORTERS = cli_library_importers(
+    {m: ast.parse(p.read_text(), filename=str(p)) for m, p in MODULES.items()})
+
+
+def test_the_cli_library_finder_reads_every_form_of_import_and_spares_tessera_cli() -> None:
+    trees = {m: ast.parse(src) for m, src in {
+        "tessera.sim.a": "import typer\n", "tessera.sim.b": "def f():\n    from typer.main import get_command\n",
+        "tessera.sim.c": "import click.testing as t\n", "tessera.sim.d": "from . import typer_free\nimport json\n",
+        "tessera.cli.sim": "import typer\n", "tessera.cli": "import typer\n"}.items()}
+    assert cli_library_importers(trees) == {"tessera.sim.a": [1], "tessera.sim.b": [2], "tessera.sim.c": [1]}
+
+
+def test_only_tessera_cli_imports_typer() -> None:
+    """Stages are libraries: parsing a command line (typer, click) is tessera/cli/'s, which calls them."""
+    bad = {m: lines for m, lines in CLI_LIBRARY_IMPORTERS.items() if m not in CLI_LIBRARY_ALLOWED}
+    assert not bad, "typer/click imported outside tessera/cli/; move the verb there:\n" + "\n".join(
+        f"  {m}:{line}" for m, lines in sorted(bad.items()) for line in lines)
+
+
 def test_every_allowed_edge_still_exists() -> None:
     """An edge removed from the code leaves the allow-list too, so that it cannot come back unnoticed."""
     present = {(e.importer, e.imported) for e in EDGES}
     assert ALLOWED <= present, f"no longer imported, drop from ALLOWED: {sorted(ALLOWED - present)}"
     gone = PLAN_INSIDE_ALLOWED - present
     assert not gone, f"no longer imported, drop from PLAN_INSIDE_ALLOWED: {sorted(gone)}"
+    gone_cli = CLI_LIBRARY_ALLOWED - set(CLI_LIBRARY_IMPORTERS)
+    assert not gone_cli, f"no longer import typer/click, drop from CLI_LIBRARY_ALLOWED: {sorted(gone_cli)}"
 
 
 def test_bench_scripts_import_no_private_tessera_module_or_name() -> None:

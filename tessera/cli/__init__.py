@@ -35,12 +35,10 @@ def _root(
 ) -> None:
     """Kernel-granularity disaggregation over heterogeneous GPU pools."""
 
-# Each stage's `cli` module exposes register(app); the order is the order of `tessera --help`. A verb that
-# spans stages is registered from tessera/cli/ instead (REGISTRARS).
+# Each verb group's module, tessera/cli/<group>.py, exposes register(app); the order is the order of
+# `tessera --help`.
 STAGES = ("capture", "hardware", "cost", "ptx", "plan", "fleet", "sim", "runtime", "engine", "serve",
           "report", "study")
-REGISTRARS = {"plan": "tessera.cli.plan",  # `tessera plan` joins the plan and fleet stages
-              "report": "tessera.cli.report"}  # `tessera report` gathers every stage's files, then renders
 
 
 _registered: list[str] = []  # stages already registered (main may run many times in one process: tests)
@@ -49,7 +47,7 @@ _registered: list[str] = []  # stages already registered (main may run many time
 def _register_all() -> None:
     for stage in STAGES:
         if stage not in _registered:
-            importlib.import_module(REGISTRARS.get(stage, f"tessera.{stage}.cli")).register(app)
+            importlib.import_module(f"tessera.cli.{stage}").register(app)
             _registered.append(stage)
 
 

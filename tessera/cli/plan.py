@@ -10,11 +10,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from tessera.errors import UserError
-from tessera.fleet.cli import plan_pool_command
-from tessera.hardware import AUTO
-from tessera.plan import launch_lines, plan_serving, planner_provenance, result_table
-from tessera.plan.flags import (
+from tessera.cli.fleet import plan_pool_command
+from tessera.cli.plan_flags import (
     IMAGE_S,
     OUTPUT,
     PROMPT,
@@ -38,6 +35,9 @@ from tessera.plan.flags import (
     check_out_file,
     config_of,
 )
+from tessera.errors import UserError
+from tessera.hardware import AUTO
+from tessera.plan import launch_lines, plan_serving, planner_provenance, result_table
 from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)

@@ -43,6 +43,17 @@ def parse_ids(text: str, where: str) -> tuple[int, ...]:
     return ids
 
 
+def prompts_of(*, text: str | None = None, ids: str | None = None, file: Path | None = None,
+               defaults: SamplingParams) -> list[Prompt]:
+    """The prompts given one way, the first of: a JSON-lines ``file`` (sampling fields per line over
+    ``defaults``), token ``ids`` as ``1,2,3``, or ``text``."""
+    if file is not None:
+        return read_prompts(file, defaults)
+    if ids is not None:
+        return [Prompt(text=None, ids=parse_ids(ids, "--prompt-ids"), params=defaults)]
+    return [Prompt(text=text or "", ids=None, params=defaults)]
+
+
 def read_prompts(path: Path, defaults: SamplingParams) -> list[Prompt]:
     out = []
     for n, line in enumerate(read_text(path, "prompts file").splitlines(), start=1):

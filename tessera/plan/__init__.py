@@ -5,8 +5,7 @@ This module is the only one other packages import (tests/test_imports.py checks 
 ``model/`` (the serving model), ``solver/`` (the placement MILP, its bounds and the verifier),
 ``baselines/`` (the four coarse alternatives), ``search.py`` (plan_serving), ``config.py`` (PlannerConfig
 and the results), ``captures.py`` (the capture cache), ``pool.py``, ``strategies.py`` (placement rules),
-``flags.py`` (the planning verbs' flags), ``deploy.py`` (serving commands for a plan) and ``tables.py``
-(the terminal table of a result).
+``deploy.py`` (serving commands for a plan) and ``tables.py`` (the terminal table of a result).
 """
 
 from tessera.contracts.plan import (

@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import difflib
 import itertools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from tessera.contracts.enums import Objective, Phase
+from tessera.contracts.plan import Plan
 from tessera.cost import CostModel
 from tessera.errors import UserError, choices_error
 from tessera.graph import KernelGraph, KernelKind, Role
 from tessera.hardware import LinkSpec
-from tessera.plan import is_attention_kernel
+from tessera.plan import is_attention_kernel, plan_graph
+
+if TYPE_CHECKING:
+    from tessera.runtime.program import Program  # torch: for the annotation only
 
 
 def attention_gemm(graph: KernelGraph, devices: int = 2) -> tuple[int, ...]:
@@ -156,3 +162,29 @@ def placements(name: str, graphs: dict[str, KernelGraph], devices: int, microbat
     else:
         raise choices_error("placement", name, [*PLACEMENTS, MILP])
     return {ph: unfuse(graphs[ph], a) for ph, a in got.items()}
+
+
+def plan_placements(plan: Plan, programs: Mapping[str, Program]) -> dict[str, tuple[int, ...]]:
+    """phase -> assignment for running a Plan file's placement on ``programs`` (step key, e.g. decode@8 ->
+    the runtime's program). The plan's graphs were captured by the planner (bf16, fake, fused view): where
+    a phase's kernels differ from the program's fused view, the plan's assignment is carried over kernel by
+    kernel and each fused kernel's ops run on its device. A serving-model plan's mixed iteration aligns
+    with every step. Phases no program runs keep the plan's assignment."""
+    from tessera.capture import capture_model  # the capture stage imports torch: not at CLI start-up
+    from tessera.capture.fuse import unfuse
+
+    by_phase = {ph: tuple(p.assignment) for ph, p in plan.phases.items()}
+    mixed = (plan_graph(plan), tuple(plan.phases[Phase.MIXED].assignment)) if Phase.MIXED in plan.phases \
+        else None
+    for key, prog in programs.items():
+        ph = key.split("@")[0]
+        if mixed is not None:
+            g = prog.placement_graph
+            by_phase[ph] = unfuse(g, carry_over(mixed[0], mixed[1], g))
+            continue
+        pp = plan.phases.get(ph)
+        if pp is not None and len(by_phase[ph]) != len(prog.ops):
+            shape = {k: v for k, v in pp.graph_shape.items() if k in ("batch", "seq", "context") and v}
+            g = prog.placement_graph
+            by_phase[ph] = unfuse(g, carry_over(capture_model(plan.model, ph, **shape), tuple(pp.assignment), g))
+    return by_phase

@@ -20,12 +20,12 @@ Metrics (all on the windowed output series, see docs/sim.md "Failures"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from tessera.contracts.plan import Plan
+from tessera.contracts.plan import Plan, PoolPlan
 from tessera.errors import UserError
 
 Cell = tuple[Plan, int]  # (plan, count): count copies of the plan, each itself plan.replicas replicas
@@ -108,3 +108,26 @@ def check_failures(failures: tuple[Failure, ...], n_initial: int, replicas_of: l
             avail[k] = f.at_s + f.replan_s
         nxt += replicas_of[j]
     return joins
+
+
+def replica_plan(plan: Plan | PoolPlan, replica: int, replicas: int = 1) -> Plan:
+    """The cell plan serving replica index ``replica`` when ``plan`` runs ``replicas`` times: replicas are
+    numbered cell by cell, each cell count × replicas × plan.replicas times (an index past the end is the
+    simulator's error to give; the last cell's plan is returned)."""
+    if isinstance(plan, Plan):
+        return plan
+    first = 0
+    for c in plan.cells:
+        first += c.count * replicas * c.plan.replicas
+        if replica < first:
+            return c.plan
+    return plan.cells[-1].plan
+
+
+def replica_loss(plan: Plan | PoolPlan, *, at_s: float, replica: int, spare: bool, replan_s: float,
+                 replicas: int = 1) -> Failure:
+    """Replica ``replica`` lost at ``at_s``; with ``spare``, one cell of the lost replica's plan joins after
+    ``replan_s``, else the pool serves on with one replica fewer."""
+    lost = replica_plan(plan, replica, replicas)
+    cell = (replace(lost, replicas=1), 1) if spare else None
+    return Failure(at_s=at_s, replica=replica, replacement=cell, replan_s=replan_s)

@@ -12,11 +12,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 
 from tessera.contracts.enums import Phase
-from tessera.contracts.plan import Plan
+from tessera.contracts.plan import Plan, PoolPlan
 from tessera.sim.model import PlanModel, SchedulerConfig  # noqa: E402
+from tessera.sim.pool import Run  # noqa: E402
 from tessera.sim.stages import run_groups  # noqa: E402
 from tessera.sim.timing import StepTable  # noqa: E402
 from tessera.sim.trace import Span, iteration_spans  # noqa: E402
+from tessera.sim.workload import WorkloadSpec  # noqa: E402
 from tessera.text import plural  # noqa: E402
 
 
@@ -78,3 +80,13 @@ def plot_plan(plan: Plan, path: str | Path, *, phase: str = "decode", tokens: fl
     plot_spans(spans, path, f"{plan.model} {plan.strategy} {phase}: {iterations} iterations at tokens={tok:g}, "
                             f"context={ctx:g}, {mbs}")
     return spans
+
+
+def plot_run(plan: Plan | PoolPlan, run: Run, workload: WorkloadSpec, path: str | Path) -> list[Span]:
+    """A few pipelined iterations of a simulation's first cell: a mixed plan's at its token budget, another's
+    at its largest batch, at prompt + half the output of context (the shortest lengths the workload asks)."""
+    pm = run.models["throughput"]
+    ctx = float(workload.prompt.lo or 0) + float(workload.output.lo or 0) / 2
+    lead = plan.lead if isinstance(plan, PoolPlan) else plan
+    tokens = None if pm.mixed else pm.max_batch * pm.iter.tokens_per_item
+    return plot_plan(lead, path, phase=pm.iter.phase, tokens=tokens, context=0.0 if pm.image else ctx)

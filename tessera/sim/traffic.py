@@ -4,9 +4,12 @@ goodput)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tessera.contracts.plan import Plan, PoolPlan
+from tessera.contracts.provenance import Provenance, fingerprint
 from tessera.contracts.slo import LatencyTargets
-from tessera.sim.workload import LengthSpec, traces
+from tessera.sim.workload import LengthSpec, WorkloadSpec, traces
 
 DEFAULT_PROMPT, DEFAULT_OUTPUT = 512, 128  # tokens, for a plan that names no traffic
 
@@ -69,3 +72,76 @@ def mean_tokens(spec: LengthSpec, column: int) -> float:
     if spec.trace:
         return float(traces()[spec.trace][:, column].mean())
     return (spec.lo + spec.hi) / 2
+
+
+GOODPUT_SHARE = 0.9  # `tessera simulate`'s default load: this share of the plan's goodput
+
+
+def cell_plans(plan: Plan | PoolPlan) -> list[Plan]:
+    """The plan of each different cell (a lone Plan: itself)."""
+    return [c.plan for c in plan.cells] if isinstance(plan, PoolPlan) else [plan]
+
+
+def default_workload(plan: Plan | PoolPlan, kind: str | None, rate_per_s: float | None, *, requests: int,
+                     prompt: LengthSpec, output: LengthSpec, replicas: int, burst: str = "gamma",
+                     burst_cv: float = 3.0, on_s: float = 10.0,
+                     off_s: float = 20.0) -> tuple[WorkloadSpec, str]:
+    """The workload asked for, its gaps filled from the plan: a rate without a kind is poisson; neither (or
+    an open kind without a rate) is poisson at GOODPUT_SHARE of the plan's goodput × replicas where it has
+    one, offline otherwise. The second value says which default was taken ("" when none)."""
+    note = ""
+    if kind is None:
+        kind = "poisson" if rate_per_s is not None else None
+    if rate_per_s is None and kind != "offline":
+        good = plan_goodput_per_s(plan)
+        if good:
+            mean_out = 1.0 if images(plan) else mean_tokens(output, 1)
+            rate_per_s = GOODPUT_SHARE * good * replicas / mean_out
+            kind = kind or "poisson"
+            unit = "images" if images(plan) else "tokens"
+            note = (f"{kind} arrivals at {GOODPUT_SHARE:.0%} of the plan's goodput "
+                    f"({good * replicas:,.4g} {unit}/s): {rate_per_s:.4g} req/s")
+        elif kind is None:
+            kind = "offline"
+    spec = WorkloadSpec(kind=kind, requests=requests, rate_per_s=rate_per_s or 0.0, prompt=prompt,
+                        output=output, burst=burst, burst_cv=burst_cv, on_s=on_s, off_s=off_s)
+    return spec, note
+
+
+def targets_with(plan: Plan | PoolPlan, *, ttft_s: float | None = None, tpot_s: float | None = None,
+                 e2e_s: float | None = None) -> LatencyTargets | None:
+    """The plan's SLO, each target given replacing its own; None where no target is left."""
+    given = {k: v for k, v in (("ttft_s", ttft_s), ("tpot_s", tpot_s), ("e2e_s", e2e_s)) if v is not None}
+    slo = replace(plan_slo(plan) or LatencyTargets(), **given)
+    return slo if slo.given else None
+
+
+def predicted_requests_per_s(plan: Plan | PoolPlan, spec: WorkloadSpec, replicas: int) -> float | None:
+    """Requests/s the plan's throughput (× replicas) serves at the workload's mean output range; None for an
+    offline or traced workload, or a plan without a throughput (a pool of image cells)."""
+    thr = (plan.throughput_per_s if not plan.images else None) if isinstance(plan, PoolPlan) \
+        else plan.throughput_tokens_per_s
+    if spec.kind == "offline" or not thr or spec.output.trace:
+        return None
+    return thr * replicas / ((spec.output.lo + spec.output.hi) / 2)
+
+
+def offered_load(plan: Plan | PoolPlan, spec: WorkloadSpec, replicas: int) -> float | None:
+    """Offered output tokens/s (images/s) over the plan's goodput × replicas; None offline, or for a plan
+    without a goodput."""
+    good = plan_goodput_per_s(plan)
+    if spec.kind == "offline" or not good:
+        return None
+    per_request = 1.0 if images(plan) else mean_tokens(spec.output, 1)
+    return spec.rate_per_s * per_request / (good * replicas)
+
+
+def simulation_provenance(plan: Plan | PoolPlan, prompt: LengthSpec, output: LengthSpec,
+                          slo: LatencyTargets | None, *, workload: str | None, rate_per_s: float | None,
+                          seed: int | None, target: float | None = None) -> Provenance:
+    """What a simulation of ``plan`` was run with, for the file it writes."""
+    return Provenance(model=plan.model, plan=fingerprint(plan), prompt=str(prompt), output=str(output),
+                      output_per_request=1.0 if images(plan) else mean_tokens(output, 1),
+                      slo_ttft_s=slo.ttft_s if slo else None, slo_tpot_s=slo.tpot_s if slo else None,
+                      slo_e2e_s=slo.e2e_s if slo else None, slo_target=target, workload=workload,
+                      rate_per_s=rate_per_s, seed=seed)

@@ -176,7 +176,7 @@ def test_tiny_fleet_end_to_end(tmp_path) -> None:
 
 
 def test_cli_bad_pool_is_one_line(tmp_path) -> None:
-    from tessera.fleet.cli import register
+    from tessera.cli.fleet import register
 
     app = typer.Typer()
     app.command("noop")(lambda: None)

@@ -15,9 +15,9 @@ import pytest
 import typer
 from typer.main import get_command
 
+from tessera.cli.serve import register
 from tessera.contracts.plan import Device, PhasePlan, Plan
 from tessera.plan.deploy import launch_lines, peer_launches, tessera_launches
-from tessera.serve.cli import register
 
 SPLIT = Path(__file__).parents[2] / "bench" / "results" / "engine_split_plan.json"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from tessera.contracts.enums import Objective, Phase
-from tessera.runtime.placements import MILP, PLACEMENTS, carry_over, placements
+from tessera.contracts.enums import Objective
+from tessera.runtime.placements import MILP, PLACEMENTS, placements, plan_placements
 from tessera.text import plural
 
 
@@ -51,36 +51,16 @@ def register(app: typer.Typer) -> None:
         plan = run_target(target)
         if plan is not None:
             model = plan.model
-            by_phase = {ph: tuple(p.assignment) for ph, p in plan.phases.items()}
             if len(plan.devices) != len(devs):
                 raise ValueError(f"plan {target} has {plural(len(plan.devices), 'device')} but --devices names {len(devs)}")
         else:
-            model, by_phase = target, {}
+            model = target
         job = Job(model=model, batch=batch, seq=prompt if seq is None else seq,
                   new_tokens=output if new_tokens is None else new_tokens)
         check_job(job)  # before any real weights exist: a model too big for this machine is one line
         programs = capture_steps(job)
-        if by_phase:  # a Plan file: its graphs were captured by the planner (bf16, fake, fused view): align
-            # its kernels with the program's fused view kernel by kernel, then run each on its fused kernel's device
-            from tessera.capture import capture_model
-            from tessera.capture.fuse import unfuse
-
-            mixed = None
-            if Phase.MIXED in plan.phases:  # the serving model's iteration: its kernels align with both steps
-                from tessera.plan import plan_graph
-
-                mixed = (plan_graph(plan), plan.phases[Phase.MIXED].assignment)
-            for key, prog in programs.items():
-                ph = key.split("@")[0]
-                if mixed is not None:
-                    g = prog.placement_graph
-                    by_phase[ph] = unfuse(g, carry_over(mixed[0], tuple(mixed[1]), g))
-                    continue
-                pp = plan.phases.get(ph)
-                if pp is not None and len(by_phase[ph]) != len(prog.ops):
-                    shape = {k: v for k, v in pp.graph_shape.items() if k in ("batch", "seq", "context") and v}
-                    g = prog.placement_graph
-                    by_phase[ph] = unfuse(g, carry_over(capture_model(model, ph, **shape), tuple(pp.assignment), g))
+        if plan is not None:
+            by_phase = plan_placements(plan, programs)
         else:
             by_phase = placements(placement_name, placement_graphs(programs), len(devs), microbatches)
         spec = RunSpec(job=job, devices=devs,

@@ -1,5 +1,5 @@
 """How the GPU catalog is shown. The verb, `tessera gpus`, also names where each GPU's kernel costs come
-from, which is the cost stage's knowledge: tessera/cost/cli.py registers it and calls ``show_catalog``,
+from, which is the cost stage's knowledge: tessera/cli/cost.py registers it and calls ``show_catalog``,
 so that the catalog stays free of the cost stage, which reads it."""
 
 from __future__ import annotations

@@ -12,8 +12,7 @@ import typer
 from tessera.capture.zoo import resolve
 from tessera.errors import UserError
 from tessera.hardware import AUTO
-from tessera.plan.model.serving import Slo, Traffic
-from tessera.plan.search import PlannerConfig
+from tessera.plan import PlannerConfig, Slo, Traffic
 
 BatchCap = Annotated[int | None, typer.Option(
     "--max-num-seqs", "--batch", help="cap on the sequences (images) in flight per cell, vLLM's max_num_seqs "

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import typer
 
-from tessera.hardware import AUTO
-from tessera.plan.flags import (
+from tessera.cli.plan_flags import (
     IMAGE_S,
     OUTPUT,
     PROMPT,
@@ -25,6 +24,7 @@ from tessera.plan.flags import (
     check_context,
     config_of,
 )
+from tessera.hardware import AUTO
 from tessera.study.compare import MODELS, run_compare
 from tessera.study.evaluate import placement_maps, run_evaluate
 from tessera.text import stdout_console

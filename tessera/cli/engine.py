@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from tessera.engine.flags import (
+from tessera.cli.engine_flags import (
     Adaptive,
     Devices,
     Dtype,
@@ -68,7 +68,7 @@ def register_generate(app: typer.Typer) -> None:
         from tessera.engine.devices import parse_devices
         from tessera.engine.engine import load_engine, resolve_dtype
         from tessera.engine.loader import open_model
-        from tessera.engine.prompts import Prompt, parse_ids, read_prompts
+        from tessera.engine.prompts import prompts_of
         from tessera.engine.serve_run import generate_on_workers
         from tessera.engine.tokenizer import tokenizer_for
         from tessera.errors import UserError
@@ -79,12 +79,7 @@ def register_generate(app: typer.Typer) -> None:
             raise UserError("give exactly one of --prompt, --prompt-ids and --prompts-file")
         defaults = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                   seed=seed, stop=tuple(stop), ignore_eos=ignore_eos)
-        if prompts_file is not None:
-            prompts = read_prompts(prompts_file, defaults)
-        elif prompt_ids is not None:
-            prompts = [Prompt(text=None, ids=parse_ids(prompt_ids, "--prompt-ids"), params=defaults)]
-        else:
-            prompts = [Prompt(text=prompt, ids=None, params=defaults)]
+        prompts = prompts_of(text=prompt, ids=prompt_ids, file=prompts_file, defaults=defaults)
         source = open_model(model)
         codec = tokenizer_for(source)
         ids = [list(p.ids) if p.ids is not None else codec.encode(p.text or "") for p in prompts]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from tessera.engine.flags import (
+from tessera.cli.engine_flags import (
     Adaptive,
     Devices,
     Dtype,

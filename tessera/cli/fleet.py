@@ -10,14 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tessera.errors import UserError
-from tessera.fleet.advise import Advice, MixChoice, advise
-from tessera.fleet.cells import cell_name
-from tessera.fleet.fleet import FleetPlan, plan_fleet
-from tessera.fleet.spec import FleetSpec
-from tessera.hardware import AUTO
-from tessera.plan import PlannerConfig, resolve_gpu
-from tessera.plan.flags import (
+from tessera.cli.plan_flags import (
     IMAGE_S,
     OUTPUT,
     PROMPT,
@@ -35,6 +28,13 @@ from tessera.plan.flags import (
     check_out_file,
     config_of,
 )
+from tessera.errors import UserError
+from tessera.fleet.advise import Advice, MixChoice, advise
+from tessera.fleet.cells import cell_name
+from tessera.fleet.fleet import FleetPlan, plan_fleet
+from tessera.fleet.spec import FleetSpec
+from tessera.hardware import AUTO
+from tessera.plan import PlannerConfig, resolve_gpu
 from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)

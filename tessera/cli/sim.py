@@ -1,34 +1,40 @@
-"""CLI verbs of this stage; registered by tessera.cli: `tessera simulate`."""
+"""`tessera simulate`: a plan served by the discrete-event simulator (tessera.sim); registered by tessera.cli."""
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from tessera.cli.plan_flags import check_context
 from tessera.contracts.enums import Phase
 from tessera.contracts.plan import Plan, PoolPlan, read_plan_file
-from tessera.contracts.provenance import Provenance, fingerprint
+from tessera.contracts.provenance import Provenance
 from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError
-from tessera.plan.flags import check_context
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run
-from tessera.sim.failure import Failure
+from tessera.sim.failure import Failure, replica_loss
 from tessera.sim.knee import Knee, KneeConfig, find_knee
 from tessera.sim.metrics import SimResult
 from tessera.sim.model import SchedulerConfig
 from tessera.sim.trace import write_chrome_trace
-from tessera.sim.traffic import images, mean_tokens, plan_goodput_per_s, plan_lengths, plan_slo
+from tessera.sim.traffic import (
+    cell_plans,
+    default_workload,
+    images,
+    offered_load,
+    plan_lengths,
+    predicted_requests_per_s,
+    simulation_provenance,
+    targets_with,
+)
 from tessera.sim.workload import LengthSpec, WorkloadSpec
 from tessera.text import plural
-
-GOODPUT_SHARE = 0.9  # default load: this share of the plan's goodput
 
 out = Console()
 
@@ -68,97 +74,32 @@ def _table(r: SimResult, title: str, load: float | None = None) -> Table:
 
 def _warn_overload(plan: Plan | PoolPlan, spec: WorkloadSpec, replicas: int) -> None:
     """A rate far beyond what the plan serves is allowed (a saturation test) but said out loud."""
-    thr = (plan.throughput_per_s if not plan.images else None) if isinstance(plan, PoolPlan) \
-        else plan.throughput_tokens_per_s
-    if spec.kind == "offline" or not thr or spec.output.trace:
-        return
-    cap = thr * replicas / ((spec.output.lo + spec.output.hi) / 2)  # requests/s the plan predicts
-    if spec.rate_per_s > 10 * cap:
+    cap = predicted_requests_per_s(plan, spec, replicas)
+    if cap is not None and spec.rate_per_s > 10 * cap:
         print(f"note: --rate {spec.rate_per_s:g} req/s is {spec.rate_per_s / cap:,.0f}× the plan's predicted "
               f"capacity ({cap:.2f} req/s): the queue grows for the whole run", file=sys.stderr)
 
 
-def _failure(plan: Plan | PoolPlan, fail_at: float | None, fail_replica: int, replacement: str, replan_s: float,
-             replicas: int = 1) -> list:
+def _failures(plan: Plan | PoolPlan, fail_at: float | None, fail_replica: int, replacement: str,
+              replan_s: float, replicas: int = 1) -> list[Failure]:
     if fail_at is None:
         return []
     if replacement not in ("none", "same"):
         raise UserError(f"unknown --fail-replacement {replacement!r}; valid: none, same")
     # "same": a spare cell of the lost replica's plan joins after the re-plan time; "none": one fewer replica
-    lost = _replica_plan(plan, fail_replica, replicas)
-    cell = (replace(lost, replicas=1), 1) if replacement == "same" else None
-    return [Failure(at_s=fail_at, replica=fail_replica, replacement=cell, replan_s=replan_s)]
-
-
-def _replica_plan(plan: Plan | PoolPlan, replica: int, replicas: int) -> Plan:
-    """The cell plan serving replica index ``replica``: the simulator numbers replicas cell by cell, each
-    cell count × replicas × plan.replicas times (an index past the end is the simulator's error to give)."""
-    if isinstance(plan, Plan):
-        return plan
-    first = 0
-    for c in plan.cells:
-        first += c.count * replicas * c.plan.replicas
-        if replica < first:
-            return c.plan
-    return plan.cells[-1].plan
-
-
-def _workload(plan: Plan | PoolPlan, kind: str | None, rate: float | None, requests: int, prompt: LengthSpec,
-              output: LengthSpec, burst: str, burst_cv: float, replicas: int, on_s: float = 10.0,
-              off_s: float = 20.0) -> tuple[WorkloadSpec, str]:
-    """The workload the flags ask for; a rate without --workload is poisson; neither (or an open workload
-    without a rate) is poisson at 90% of the plan's goodput where it has one, offline otherwise. The second
-    value says which default was taken ("" when none)."""
-    note = ""
-    if kind is None:
-        kind = "poisson" if rate is not None else None
-    if rate is None and kind != "offline":
-        good = plan_goodput_per_s(plan)
-        if good:
-            mean_out = 1.0 if images(plan) else mean_tokens(output, 1)
-            rate = GOODPUT_SHARE * good * replicas / mean_out
-            kind = kind or "poisson"
-            note = (f"{kind} arrivals at {GOODPUT_SHARE:.0%} of the plan's goodput "
-                    f"({good * replicas:,.4g} {'images' if images(plan) else 'tokens'}/s): {rate:.4g} req/s")
-        elif kind is None:
-            kind = "offline"
-    spec = WorkloadSpec(kind=kind, requests=requests, rate_per_s=rate or 0.0, prompt=prompt, output=output,
-                        burst=burst, burst_cv=burst_cv, on_s=on_s, off_s=off_s)
-    return spec, note
+    return [replica_loss(plan, at_s=fail_at, replica=fail_replica, spare=replacement == "same",
+                         replan_s=replan_s, replicas=replicas)]
 
 
 def _slo(plan: Plan | PoolPlan, ttft_ms: float | None, tpot_ms: float | None,
          e2e_ms: float | None) -> LatencyTargets | None:
     """The plan's SLO, each target the flags give replacing its own."""
-    base = plan_slo(plan) or LatencyTargets()
     flags = (("ttft_s", ttft_ms, "--slo-ttft-ms"), ("tpot_s", tpot_ms, "--slo-tpot-ms"),
              ("e2e_s", e2e_ms, "--slo-e2e-ms"))
     for _, v, flag in flags:
         if v is not None and not v > 0:
             raise UserError(f"{flag} {v:g} must be a positive time in milliseconds")
-    given = {k: v / 1e3 for k, v, _ in flags if v is not None}
-    slo = replace(base, **given)
-    return slo if slo.given else None
-
-
-def provenance_of(plan: Plan | PoolPlan, prompt: LengthSpec, output: LengthSpec, slo: LatencyTargets | None,
-                  *, workload: str | None, rate_per_s: float | None, seed: int | None,
-                  target: float | None = None) -> Provenance:
-    """What a simulation of ``plan`` was run with, for the file it writes."""
-    return Provenance(model=plan.model, plan=fingerprint(plan), prompt=str(prompt), output=str(output),
-                      output_per_request=1.0 if images(plan) else mean_tokens(output, 1),
-                      slo_ttft_s=slo.ttft_s if slo else None, slo_tpot_s=slo.tpot_s if slo else None,
-                      slo_e2e_s=slo.e2e_s if slo else None, slo_target=target, workload=workload,
-                      rate_per_s=rate_per_s, seed=seed)
-
-
-def _load(plan: Plan | PoolPlan, spec: WorkloadSpec, replicas: int) -> float | None:
-    """Offered output tokens/s (images/s) over the plan's goodput × replicas."""
-    good = plan_goodput_per_s(plan)
-    if spec.kind == "offline" or not good:
-        return None
-    per_request = 1.0 if images(plan) else mean_tokens(spec.output, 1)
-    return spec.rate_per_s * per_request / (good * replicas)
+    return targets_with(plan, **{k: v / 1e3 for k, v, _ in flags if v is not None})
 
 
 def _trace_window(text: str) -> tuple[float, float]:
@@ -290,21 +231,22 @@ def register(app: typer.Typer) -> None:
         slo = _slo(plan, slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
         cfg = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               microbatches=microbatches, chunked_prefill=chunked_prefill, router=router)
-        if chunked_prefill and any(Phase.MIXED in p.phases for p in _cell_plans(plan)):
+        if chunked_prefill and any(Phase.MIXED in p.phases for p in cell_plans(plan)):
             print("note: a serving-model (mixed) plan always prefills in chunks up to its token budget; "
                   "--chunked-prefill changes nothing for it", file=sys.stderr)
         target = knee_target(slo_target if slo_target is not None else old_target, knee)
         if knee:
             k = find_knee(plan, prompt=p_spec, output=o_spec, slo=slo, scheduler=cfg, replicas=replicas,
                           config=KneeConfig(target=target, requests=requests, seeds=(seed, seed + 1)))
-            _print_knee(k, json_out, provenance_of(plan, p_spec, o_spec, slo, workload="poisson",
-                                                   rate_per_s=k.rate_per_s, seed=seed, target=target))
+            _print_knee(k, json_out, simulation_provenance(plan, p_spec, o_spec, slo, workload="poisson",
+                                                           rate_per_s=k.rate_per_s, seed=seed, target=target))
             return
         window = _trace_window(trace_window_s) if trace is not None else None
         if window_s is not None and not window_s > 0:
             raise UserError(f"--window-s {window_s:g} must be a positive time in seconds")
-        spec, note = _workload(plan, workload, rate, requests or 1000, p_spec, o_spec, burst, burst_cv,
-                               replicas, on_s, off_s)
+        spec, note = default_workload(plan, workload, rate, requests=requests or 1000, prompt=p_spec,
+                                      output=o_spec, replicas=replicas, burst=burst, burst_cv=burst_cv,
+                                      on_s=on_s, off_s=off_s)
         if note:
             print(f"note: simulating {note}", file=sys.stderr)
         _warn_overload(plan, spec, replicas)
@@ -316,7 +258,7 @@ def register(app: typer.Typer) -> None:
                                     low_load=low_load, switch_s=None if switch_ms is None else switch_ms / 1e3)
         r = run(plan, spec, replicas=replicas, policy=policy, seed=seed, slo=slo, config=cfg,
                 trace_window_s=window, window_s=window_s,
-                failures=_failure(plan, fail_at, fail_replica, fail_replacement, fail_replan_s, replicas))
+                failures=_failures(plan, fail_at, fail_replica, fail_replacement, fail_replan_s, replicas))
         res = r.result
         if trace is not None:
             events = write_chrome_trace(trace, {m: pm.plan for m, pm in r.models.items()}, r.trace, r.spans)
@@ -324,8 +266,10 @@ def register(app: typer.Typer) -> None:
                 print(f"note: --trace-window-s {trace_window_s} starts after the simulated span "
                       f"({res.sim_wall_s:.3g} s): {trace} holds {events} events", file=sys.stderr)
         if gantt is not None:
-            _gantt(plan, r, spec, gantt)
-        kv = max(p.kv_capacity_tokens for p in _cell_plans(plan))
+            from tessera.sim.gantt import plot_run  # matplotlib is slow to import: only for a Gantt
+
+            plot_run(plan, r, spec, gantt)
+        kv = max(p.kv_capacity_tokens for p in cell_plans(plan))
         stranded = fail_at is not None and fail_replacement == "none" and res.replicas <= 1
         if res.lost == res.requests:
             raise UserError(f"all {res.requests} requests lost: {_lost_text(spec, kv, stranded)}"
@@ -333,7 +277,7 @@ def register(app: typer.Typer) -> None:
         if res.lost:
             print(f"note: {res.lost} of {res.requests} requests lost: {_lost_text(spec, kv, stranded)}",
                   file=sys.stderr)
-        prov = provenance_of(plan, spec.prompt, spec.output, slo, workload=spec.kind, seed=seed,
+        prov = simulation_provenance(plan, spec.prompt, spec.output, slo, workload=spec.kind, seed=seed,
                              rate_per_s=None if spec.kind == "offline" else spec.rate_per_s)
         if json_out:
             print(json.dumps({**(res.to_dict() if detail else res.to_json()), "provenance": prov.to_dict()}))
@@ -341,20 +285,5 @@ def register(app: typer.Typer) -> None:
             kind = f" (pool of {plural(len(plan.cells), 'different cell')})" if isinstance(plan, PoolPlan) else ""
             rate_s = "" if spec.kind == "offline" else f" {spec.rate_per_s:.4g} req/s"
             out.print(_table(res, f"{plan.model} / {plan.strategy}{kind} / {spec.kind}{rate_s}, prompt "
-                                  f"{spec.prompt}, output {spec.output}", _load(plan, spec, replicas)))
+                                  f"{spec.prompt}, output {spec.output}", offered_load(plan, spec, replicas)))
 
-
-def _gantt(plan: Plan | PoolPlan, r, spec: WorkloadSpec, path: Path) -> None:
-    """A few pipelined iterations of the first cell's iterative phase: a mixed plan's at its token budget,
-    another's at its largest batch, at prompt + half the output of context."""
-    from tessera.sim.gantt import plot_plan  # matplotlib is slow to import: only when a Gantt is asked for
-
-    pm = r.models["throughput"]
-    ctx = float(spec.prompt.lo or 0) + float(spec.output.lo or 0) / 2
-    lead = plan.lead if isinstance(plan, PoolPlan) else plan
-    tokens = None if pm.mixed else pm.max_batch * pm.iter.tokens_per_item
-    plot_plan(lead, path, phase=pm.iter.phase, tokens=tokens, context=0.0 if pm.image else ctx)
-
-
-def _cell_plans(plan: Plan | PoolPlan) -> list[Plan]:
-    return [c.plan for c in plan.cells] if isinstance(plan, PoolPlan) else [plan]

@@ -9,13 +9,13 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from tessera.cli.hardware import show_catalog
 from tessera.cost import calibrate as cal
 from tessera.cost.aic import AicCosts
 from tessera.cost.profiles import SHIPPED, load_profiles
 from tessera.errors import choices_error
 from tessera.hardware import catalog as hw_catalog
 from tessera.hardware import use_catalog
-from tessera.hardware.cli import show_catalog
 from tessera.text import stdout_console
 
 cost_app = typer.Typer(no_args_is_help=True, help="Calibrate the cost model and measure its accuracy.")
