@@ -9,6 +9,7 @@ import pytest
 
 from tessera.plan.model.knee import (
     Engine,
+    ImageServer,
     IterCosts,
     Load,
     Tail,
@@ -18,6 +19,7 @@ from tessera.plan.model.knee import (
     mmc_wait,
     pd_knee,
     period,
+    pooled_image_knee,
     sum_above,
     token_knee,
 )
@@ -181,3 +183,21 @@ def test_image_knee_counts_the_other_groups_fixed_cost_by_hand() -> None:
     costs = IterCosts(decode=((1, one(0.15)), (2, one(0.2))))
     k = image_knee(costs, Engine(seqs=4, budget=0, microbatches=2), steps=10, latency_slo_s=1e6)
     assert k.capacity_per_s == pytest.approx(4 / 4.5, rel=1e-4)
+
+
+def test_pooled_image_knee_by_hand() -> None:
+    # Two replicas of one group each, n images costing 0.1 + 0.05·n s per step, 10 steps, many places. Each
+    # takes half the traffic: alone, an image lives 10·0.15/(1 − ρ) s (processor sharing, ρ = (λ/2)·10·0.05),
+    # of which 10·0.1 s is fixed. Behind a least-loaded router it waits behind others only when both are
+    # busy, Erlang C(2, 2ρ) of the time, so the load-borne part shrinks by C(2, 2ρ)/(2ρ).
+    costs = IterCosts(decode=((1, one(0.15)), (100, one(0.1 + 0.05 * 100))))
+    srv = ImageServer(costs=costs, engine=Engine(seqs=100, budget=0, microbatches=1), steps=10)
+    k = pooled_image_knee([(srv, 2, 0.5)], latency_slo_s=4.0)
+    rho = k.rate_per_s / 2 * 10 * 0.05
+    life = 1.5 / (1 - rho)
+    assert k.ttft_s == pytest.approx(1.0 + (life - 1.0) * erlang_c(2, 2 * rho) / (2 * rho), rel=1e-3)
+    # pooling never loses: at least two lone replicas' knees, and one replica is the single form
+    single = image_knee(costs, Engine(seqs=100, budget=0, microbatches=1), steps=10, latency_slo_s=4.0)
+    assert k.rate_per_s >= 2 * single.rate_per_s
+    alone = pooled_image_knee([(srv, 1, 1.0)], latency_slo_s=4.0)
+    assert alone.rate_per_s == pytest.approx(single.rate_per_s, rel=1e-4)

@@ -19,6 +19,7 @@ from tessera.graph import KernelGraph
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.config import PlannerConfig, StrategyResult
 from tessera.plan.model.cell import Shapes, cell_strategy
+from tessera.plan.model.knee import pooled_image_knee
 from tessera.plan.model.serving import closeness
 from tessera.plan.model.units import DP_LAYOUTS, UnitCost, gpu_weight_bytes, has_moe, make_dp_unit, make_unit
 from tessera.plan.pool import Pool
@@ -102,14 +103,19 @@ def homogeneous(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost: 
         return StrategyResult(name="homogeneous", applicable=True, usd_per_hour=usd,
                               point=near.point if near else None,
                               reason="no GPU type holds a replica at any group size: " + "; ".join(whys))
-    return deployment(per_type, shapes, usd)
+    return deployment(per_type, shapes, usd, cfg)
 
 
-def deployment(per_type: list[tuple[StrategyResult, int]], shapes: Shapes, usd: float) -> StrategyResult:
-    """The pool's replicas: one cell of identical copies, or a PoolPlan of each type's cell with its count."""
+def deployment(per_type: list[tuple[StrategyResult, int]], shapes: Shapes, usd: float,
+               cfg: PlannerConfig) -> StrategyResult:
+    """The pool's replicas: one cell of identical copies, or a PoolPlan of each type's cell with its count.
+    Token replicas add up; image replicas behind the router pool their load (pooled_goodput)."""
     total = sum(r.goodput * k for r, k in per_type)
+    if shapes.images:
+        total = max(total, pooled_goodput(per_type, cfg))
     per_type.sort(key=lambda x: -x[0].goodput)
-    desc = ", ".join(f"{k}×{r.plan.devices[0].gpu} ({r.goodput:,.0f}/s each)" for r, k in per_type if r.plan)
+    rate = "{:.3g}" if shapes.images else "{:,.0f}"  # images/s are fractions; tokens/s are not
+    desc = ", ".join(f"{k}×{r.plan.devices[0].gpu} ({rate.format(r.goodput)}/s each)" for r, k in per_type if r.plan)
     tps = tuple(r.tp[0] for r, k in per_type for _ in range(k))
     layout = {g: w for r, _ in per_type for g, w in r.detail.get("layout", {}).items()}
     lead, k_lead = per_type[0]
@@ -127,6 +133,17 @@ def deployment(per_type: list[tuple[StrategyResult, int]], shapes: Shapes, usd: 
     pool = PoolPlan(cells=tuple(PoolCell(plan=replace(r.plan, strategy="homogeneous"), count=k)
                                 for r, k in per_type if r.plan is not None))
     return StrategyResult(plan=pool.lead, pool=pool, **common)
+
+
+def pooled_goodput(per_type: list[tuple[StrategyResult, int]], cfg: PlannerConfig) -> float:
+    """Images/s of the replicas behind a least-loaded router (knee.pooled_image_knee), each replica's share
+    of the traffic in proportion to what it serves alone (the router's weights); 0 when one replica."""
+    members = [(r.point.server, k, r.goodput) for r, k in per_type if r.point is not None and r.point.server]
+    total = sum(k * g for _, k, g in members)
+    if len(members) != len(per_type) or sum(k for _, k, _ in members) < 2 or total <= 0:
+        return 0.0
+    return pooled_image_knee([(srv, k, g / total) for srv, k, g in members], latency_slo_s=cfg.slo.image_s,
+                             target=cfg.slo.target).rate_per_s
 
 
 def _capacity(p: Plan, images: bool) -> float:

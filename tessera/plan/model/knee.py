@@ -466,54 +466,122 @@ def knee_of(attain: Callable[[float], tuple[float, State, float, float, float]],
 # ---- the knee of an image point --------------------------------------------------------------------------------
 
 
-def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
-               target: float = SLO_TARGET) -> Knee:
-    """Images: a request holds one of B places for ``steps`` iterations of its group. Each group's iteration
-    costs every resource r a fixed a_r (the weights it streams, paid once per busy group) plus c_r per image
-    in it (a denoising step is compute-bound); both are read off the samples at 1 and b images. With N images
-    in the replica spread over the m groups (a share u = min(1, N/m) of them busy), an iteration lasts
-    τ(N) = max(max_r m·u·a_r + c_r·N, the own group's latency), so an image that arrives to N others lives
-    steps·τ(N + 1) and Little's law N = λ·steps·τ(N + 1) closes the mean (for one group this is M/G/1
-    processor sharing: steps·τ(1) / (1 − ρ), ρ = λ·steps·c at the bottleneck). Its part beyond the fixed
-    steps·(τ(1) − c) is gamma-distributed with squared coefficient of variation ρ (none unloaded, an
-    exponential's near saturation), and it waits for a place when all B are taken (M/M/c). A group's
-    other groups' fixed costs are what make a many-group pipeline of few images slower than its per-image
-    cost alone says."""
-    m, b = e.microbatches, e.group_seqs
-    one, top = costs.at(1), costs.at(b)
-    per_image = tuple((t - o) / (b - 1) if b > 1 else o for o, t in zip(one.busy_s, top.busy_s, strict=True))
-    fixed = tuple(max(0.0, o - c) for o, c in zip(one.busy_s, per_image, strict=True))
-    f = costs.fit[0][0] if costs.fit else 1.0
-    r_max = max(range(len(per_image)), key=lambda r: per_image[r])  # the bottleneck of the images' work
+@dataclass(frozen=True, kw_only=True)
+class ImageServer:
+    """One replica serving images: a request holds one of B places for ``steps`` iterations of its group.
+    Each group's iteration costs every resource r a fixed a_r (the weights it streams, paid once per busy
+    group) plus c_r per image in it (a denoising step is compute-bound); both are read off the samples at 1
+    and b images. With N images in the replica spread over the m groups (a share u = min(1, N/m) of them
+    busy), an iteration lasts τ(N) = max(max_r m·u·a_r + c_r·N, the own group's latency), so an image that
+    arrives to N others lives steps·τ(N + 1) and Little's law N = λ·steps·τ(N + 1) closes the mean (for one
+    group this is M/G/1 processor sharing: steps·τ(1) / (1 − ρ), ρ = λ·steps·c at the bottleneck). Its part
+    beyond the fixed steps·(τ(1) − c) is gamma-distributed with squared coefficient of variation ρ (none
+    unloaded, an exponential's near saturation), and it waits for a place when all B are taken (M/M/c).
+    The other groups' fixed costs are what make a many-group pipeline of few images slower than its
+    per-image cost alone says."""
 
-    def tau(n_img: float) -> float:  # seconds per iteration with n_img images in the replica
+    costs: IterCosts
+    engine: Engine
+    steps: int
+
+    @property
+    def per_image_s(self) -> tuple[float, ...]:
+        b, one, top = self.engine.group_seqs, self.costs.at(1), self.costs.at(self.engine.group_seqs)
+        return tuple((t - o) / (b - 1) if b > 1 else o for o, t in zip(one.busy_s, top.busy_s, strict=True))
+
+    @property
+    def fit(self) -> float:
+        return self.costs.fit[0][0] if self.costs.fit else 1.0
+
+    def tau(self, n_img: float) -> float:
+        """Seconds per iteration with ``n_img`` images in the replica."""
+        m, b = self.engine.microbatches, self.engine.group_seqs
+        per = self.per_image_s
+        fixed = tuple(max(0.0, o - c) for o, c in zip(self.costs.at(1).busy_s, per, strict=True))
         u = min(1.0, max(n_img, 1.0) / m)
         own = min(float(b), max(1.0, n_img / (m * u)))
-        busy = max(m * u * a + c * n_img for a, c in zip(fixed, per_image, strict=True))
-        return f * max(busy, costs.at(own).latency_s)
+        busy = max(m * u * a + c * n_img for a, c in zip(fixed, per, strict=True))
+        return self.fit * max(busy, self.costs.at(own).latency_s)
 
-    alone = tau(1.0)
-    c_b = f * per_image[r_max]  # an image's seconds of the bottleneck per step, as the groups interleave
+    @property
+    def c_s(self) -> float:
+        """An image's seconds of the bottleneck per step, as the groups interleave."""
+        return self.fit * max(self.per_image_s)
 
-    def state(lam: float) -> State:
-        rho = lam * steps * c_b
-        n = _little(lambda x: lam * steps * tau(x + 1.0), e.seqs) if rho < 1 else math.inf
-        life = steps * tau(n + 1.0) if math.isfinite(n) else math.inf
+    @property
+    def fixed_s(self) -> float:
+        """The part of an image's latency no load adds to: its steps alone, less its own share."""
+        return self.steps * max(0.0, self.tau(1.0) - self.c_s)
+
+    def state(self, lam: float) -> State:
+        e, steps = self.engine, self.steps
+        rho = lam * steps * self.c_s
+        n = _little(lambda x: lam * steps * self.tau(x + 1.0), e.seqs) if rho < 1 else math.inf
+        life = steps * self.tau(n + 1.0) if math.isfinite(n) else math.inf
         ok = rho < 1 and math.isfinite(n) and lam * life < e.seqs
-        per = Period(mean_s=life / steps if ok else alone, var_s2=0.0, busy_s=0.0, full_s=0.0)
-        return State(n / m if ok else float(b), rho, 0.0, per, ok, "" if ok else "slots", 0.0, life)
+        per = Period(mean_s=life / steps if ok else self.tau(1.0), var_s2=0.0, busy_s=0.0, full_s=0.0)
+        return State(n / e.microbatches if ok else float(e.group_seqs), rho, 0.0, per, ok, "" if ok else "slots",
+                     0.0, life)
+
+    def met(self, s: State, lam: float, slo_s: float, shrink: float = 1.0, cv2: float | None = None) -> float:
+        """P(an image's latency ≤ ``slo_s``) at state ``s``: the gamma spread beyond the fixed part (its
+        load-borne part scaled by ``shrink``, its squared coefficient of variation ``cv2``, ρ by default),
+        and the wait for a place."""
+        fixed = self.fixed_s
+        shared = gamma_below(slo_s - fixed, (s.hold_s - fixed) * shrink, s.rho if cv2 is None else cv2)
+        slot = mmc_wait(lam, self.engine.seqs, s.hold_s)
+        return min(shared, 1 - slot.above(slo_s - s.hold_s))
+
+
+def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
+               target: float = SLO_TARGET) -> Knee:
+    """The SLO knee of one image replica (ImageServer)."""
+    srv = ImageServer(costs=costs, engine=e, steps=steps)
 
     def attain(lam: float) -> tuple[float, State, float, float, float]:
-        s = state(lam)
+        s = srv.state(lam)
         if not s.feasible:
             return 0.0, s, math.inf, 0.0, 0.0
-        fixed_s = steps * max(0.0, alone - c_b)
-        shared = gamma_below(latency_slo_s - fixed_s, s.hold_s - fixed_s, s.rho)
-        slot = mmc_wait(lam, e.seqs, s.hold_s)
-        ok = min(shared, 1 - slot.above(latency_slo_s - s.hold_s))
-        return ok, s, s.hold_s + _mean(slot), ok, 1.0
+        ok = srv.met(s, lam, latency_slo_s)
+        return ok, s, s.hold_s + _mean(mmc_wait(lam, e.seqs, s.hold_s)), ok, 1.0
 
-    cap = capacity(state, steps, costs, e)
+    cap = capacity(srv.state, steps, costs, e)
+    k = knee_of(attain, cap, target)
+    return k if k.binding != "TTFT" else Knee(**{**k.__dict__, "binding": "latency"})
+
+
+def pooled_image_knee(members: Sequence[tuple[ImageServer, int, float]], *, latency_slo_s: float,
+                      target: float = SLO_TARGET) -> Knee:
+    """The SLO knee of R image replicas behind a least-loaded router. ``members``: (replica, count, its
+    share of the traffic per replica); the shares sum to 1 over all R replicas. Each replica's mean load
+    is its own (ImageServer at its share of λ); what the router changes is who shares: an image waits
+    behind others only when every replica is busy, which happens with the Erlang C probability C(R, R·ρ̄)
+    at the replicas' mean utilisation ρ̄, not with each replica's own ρ. So the load-borne part of the
+    latency shrinks by C(R, R·ρ̄)/(R·ρ̄) (M/M/R's wait over M/M/1's at the same ρ) and its spread is C
+    instead of ρ; one replica (R = 1) is ImageServer's own form."""
+    r_total = sum(n for _, n, _ in members)
+    if r_total < 1 or abs(sum(n * w for _, n, w in members) - 1) > 1e-6:
+        raise ValueError(f"pooled_image_knee: shares {[w for *_, w in members]} x counts must sum to 1")
+
+    def attain(lam: float) -> tuple[float, State, float, float, float]:
+        states = [(srv, n, lam * w, srv.state(lam * w)) for srv, n, w in members]
+        lead = states[0][3]
+        if not all(s.feasible for *_, s in states):
+            return 0.0, lead, math.inf, 0.0, 0.0
+        rho = min(sum(n * s.rho for _, n, _, s in states) / r_total, 1 - 1e-12)
+        wait = erlang_c(r_total, r_total * rho) if rho > 0 else 0.0
+        shrink = wait / (r_total * rho) if rho > 0 else 1.0
+        ok = sum(n * l_i * srv.met(s, l_i, latency_slo_s, shrink, wait) for srv, n, l_i, s in states) / lam
+        mean = sum(n * l_i * (srv.fixed_s + (s.hold_s - srv.fixed_s) * shrink) for srv, n, l_i, s in states) / lam
+        return ok, lead, mean, ok, 1.0
+
+    def pool_state(lam: float) -> State:
+        return attain(lam)[1] if all(srv.state(lam * w).feasible for srv, _, w in members) else \
+            State(0.0, 1.0, 0.0, Period(0.0, 0.0, 0.0, 0.0), False, "slots")
+
+    lead_srv = members[0][0]
+    cap = capacity(pool_state, lead_srv.steps, lead_srv.costs, Engine(
+        seqs=sum(srv.engine.seqs * n for srv, n, _ in members), budget=0, microbatches=1))
     k = knee_of(attain, cap, target)
     return k if k.binding != "TTFT" else Knee(**{**k.__dict__, "binding": "latency"})
 
@@ -607,5 +675,6 @@ def pd_knee(prefill_s: Callable[[float], float], max_prompts: int, decode: IterC
     return knee_of(attain, lo, target)
 
 
-__all__: Sequence[str] = ("SLO_TARGET", "Engine", "Fit", "IterCosts", "Knee", "Load", "erlang_c", "image_knee",
+__all__: Sequence[str] = ("SLO_TARGET", "Engine", "Fit", "ImageServer", "IterCosts", "Knee", "Load", "erlang_c",
+                          "image_knee", "pooled_image_knee",
                           "md1_wait", "mmc_wait", "pd_knee", "period", "sum_above", "token_knee")

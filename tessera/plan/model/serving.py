@@ -28,7 +28,7 @@ from tessera.contracts.slo import Slo
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
-from tessera.plan.model.knee import Engine, Fit, IterCosts, Knee, Load, image_knee, token_knee
+from tessera.plan.model.knee import Engine, Fit, ImageServer, IterCosts, Knee, Load, image_knee, token_knee
 from tessera.plan.model.shapes import IterShape
 from tessera.plan.solver.verify import (
     POLICIES,
@@ -121,6 +121,7 @@ class Point:
     reason: str | None  # why it does not fit or misses the SLO
     knee: Knee | None = None
     per_request: int = 1  # output units per request: O tokens, or 1 image
+    server: ImageServer | None = None  # images: the replica the knee priced (a pool of replicas reprices it)
 
     @property
     def goodput(self) -> float:
@@ -264,14 +265,14 @@ def off(got: Load, want: Load) -> float:
 INTERPOLATION_TOLERANCE = 0.02  # an interpolated decode cost this far from the evaluated one is resampled
 
 
-def image_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units, link, cost: KernelCosts,
-                traffic: Traffic, slo: Slo) -> list[tuple[int, Knee]]:
+def image_server(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units, link, cost: KernelCosts,
+                 traffic: Traffic) -> ImageServer:
+    """One image replica of placement ``a`` as the knee prices it: each group at 1, ½ and all its images."""
     b = math.ceil(batch / m)
     g = at(IterShape(images=b))
     costs = IterCosts(decode=tuple((n, load_at(at, IterShape(images=n), a, units, link, cost))
                                    for n in group_sizes(b)), fit=interleaving(g, g, a, m, units, link, cost))
-    return [(0, image_knee(costs, Engine(seqs=batch, budget=0, microbatches=m), steps=traffic.steps,
-                           latency_slo_s=slo.image_s, target=slo.target))]
+    return ImageServer(costs=costs, engine=Engine(seqs=batch, budget=0, microbatches=m), steps=traffic.steps)
 
 
 def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: int, units: tuple[GpuSpec, ...],
@@ -296,8 +297,10 @@ def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: i
     # forward at max_num_batched_tokens): budgets whose activations do not fit beside the KV are not run
     placed = max(1, g.shape.get("tokens", 1))
     fitting = tuple(k for k in budgets if over_memory(at_budget(mem, k, placed), units) is None)
-    knees = image_knees(at, a, **args) if images else token_knees(at, a, **args, budgets=fitting,
-                                                                   extra_latency_s=extra_latency_s)
+    server = image_server(at, a, **{k: v for k, v in args.items() if k != "slo"}) if images else None
+    knees = [(0, image_knee(server.costs, server.engine, steps=traffic.steps, latency_slo_s=slo.image_s,
+                            target=slo.target))] if server else \
+        token_knees(at, a, **args, budgets=fitting, extra_latency_s=extra_latency_s)
     if not knees:
         why = (f"no token budget of {', '.join(map(str, budgets))} exceeds the {math.ceil(batch / m)} decodes "
                "of a micro-batch" if fitting else over_memory(at_budget(mem, min(budgets), placed), units))
@@ -310,7 +313,7 @@ def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: i
     common["memory_bytes"] = at_budget(mem, k, placed) if k else mem
     return Point(**common, budget=k, ttft_s=kn.ttft_s + extra_latency_s, throughput=kn.capacity_per_s * per_request,
                  fits=True, meets_slo=meets, reason=None if meets else miss_reason(kn, slo, images, batch, m, k),
-                 knee=kn)
+                 knee=kn, server=server)
 
 
 def at_budget(mem: tuple[dict[str, int], ...], budget: int, placed_tokens: int) -> tuple[dict[str, int], ...]:
