@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import uvicorn
 from uvicorn.server import HANDLED_SIGNALS
@@ -29,7 +29,7 @@ from tessera.engine.tokenizer import tokenizer_for
 from tessera.errors import UserError
 from tessera.plan import Traffic
 from tessera.serve.app import Server, build_app
-from tessera.serve.config import ServerConfig
+from tessera.serve.config import ServerConfig, default_model_len
 from tessera.serve.loop import EngineThread
 from tessera.serve.metrics import Metrics
 
@@ -44,7 +44,7 @@ class ServeSpec:
     kinds: tuple[WorkerKind, ...]
     placement: str = "layer_split"  # a rule, "plan", or a PLAN.json
     replan: str = "layer_split"  # after a lost worker (a lone survivor runs everything)
-    config: EngineConfig
+    config: EngineConfig  # serve(): max_model_len None is the model's context, at most DEFAULT_MODEL_LEN
     dtype: str = "auto"
     load_format: str = "auto"
     seed: int = 0
@@ -218,7 +218,11 @@ def check_port(host: str, port: int) -> None:
 
 
 def serve(spec: ServeSpec) -> None:
-    """``tessera serve``: until SIGTERM/SIGINT, then drained."""
+    """``tessera serve``: until SIGTERM/SIGINT, then drained; without a model length, the model's context
+    window at most DEFAULT_MODEL_LEN (default_model_len)."""
+    if spec.config.max_model_len is None:
+        length = default_model_len(open_model(spec.model).arch.context_window)
+        spec = replace(spec, config=replace(spec.config, max_model_len=length))
     check_port(spec.server.host, spec.server.port)
     opened = open_engine(spec)
     try:
