@@ -22,6 +22,7 @@ from tessera.engine.cluster import ClusterSettings
 from tessera.engine.config import EngineConfig
 from tessera.engine.devices import WorkerKind
 from tessera.engine.engine import Engine, load_engine, resolve_dtype
+from tessera.engine.generate import in_process
 from tessera.engine.loader import open_model
 from tessera.engine.serve import InProcess, WorkerPool
 from tessera.engine.serve_run import Costs, check_host_memory, check_worker_memory, placer_for
@@ -72,10 +73,6 @@ class Opened:
     def close(self) -> None:
         for p in self.pools:
             p.__exit__(None, None, None)
-
-
-def in_process(kinds: tuple[WorkerKind, ...]) -> bool:
-    return len(kinds) == 1 and kinds[0].name == "cpu"
 
 
 def open_engine(spec: ServeSpec) -> Opened:
