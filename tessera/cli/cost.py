@@ -11,7 +11,7 @@ from rich.table import Table
 
 from tessera.cli.hardware import show_catalog
 from tessera.cost import calibrate as cal
-from tessera.cost.aic import AicCosts
+from tessera.cost.aic import cost_sources
 from tessera.cost.profiles import SHIPPED, load_profiles
 from tessera.errors import choices_error
 from tessera.hardware import catalog as hw_catalog
@@ -22,12 +22,6 @@ cost_app = typer.Typer(no_args_is_help=True, help="Calibrate the cost model and 
 
 PROFILES_HELP = "Directory laid out like <gpu>/<model>/mlp.csv (Vidur format); default: the shipped profiles."
 CATALOG_HELP = "Extra catalog TOML (adds GPUs, overrides prices); same as the TESSERA_CATALOG env var."
-
-
-def cost_sources(specs: list[hw_catalog.GpuSpec]) -> dict[str, str]:
-    """Where each GPU's kernel costs come from: AIConfigurator's tables, this machine, or the roofline."""
-    costs = AicCosts()
-    return {g.name: costs.source(g) or ("measured on this machine" if g.measured else "roofline") for g in specs}
 
 
 def gpus(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
@@ -51,21 +45,17 @@ def calibrate_cmd(
     """Fit per-kernel-class efficiencies (compute, memory, launch) to measured profiles."""
     _setup(catalog)
     model = cal.calibrated_model(load_profiles(profiles))
-    data = cal.model_to_dict(model)
     if out is not None:
         cal.write_calibration(model, out)
     if as_json:
-        print(json.dumps(data))
+        print(json.dumps(cal.model_to_dict(model)))
         return
     t = Table(title=f"fitted efficiencies ({profiles})")
     for c in ("scope", "kind", "compute", "memory", "launch us"):
         t.add_column(c)
-    scopes = {"all GPUs (datasheet predictor)": data["efficiency"], **data["per_gpu"]}
-    for scope, effs in scopes.items():
-        for kind, e in effs.items():
-            launch = e["launch_s"]
-            t.add_row(scope, kind, f"{e['compute']:.3f}", f"{e['memory']:.3f}",
-                      "default" if launch is None else f"{launch * 1e6:.2f}")
+    for scope, kind, e in cal.efficiency_rows(model):
+        t.add_row(scope, kind, f"{e.compute:.3f}", f"{e.memory:.3f}",
+                  "default" if e.launch_s is None else f"{e.launch_s * 1e6:.2f}")
     stdout_console().print(t)
 
 
@@ -140,8 +130,7 @@ def profile(
     as_json: bool = typer.Option(False, "--json", help="Print what was written as one JSON object."),
 ) -> None:
     """Time every captured kernel of MODEL on the local device; write a profile (Vidur format + per kernel)."""
-    from tessera.capture.zoo import resolve
-    from tessera.cost.profiler import profile_model, write_profile
+    from tessera.cost.profiler import profile_to
 
     if device != "cpu":
         raise choices_error("profiling device", device, ["cpu"])
@@ -149,16 +138,11 @@ def profile(
         sizes = tuple(int(b) for b in batches.split(","))
     except ValueError:
         raise typer.BadParameter(f"--batches {batches!r} must be comma-separated integers") from None
-    spec = resolve(model)
-    timings = profile_model(model, batches=sizes, context=context, repeats=repeats)
-    cfg = spec.config.get("text_config", spec.config)
-    folder = write_profile(timings, out, config=cfg)
+    run = profile_to(model, out, batches=sizes, context=context, repeats=repeats)
     if as_json:
-        print(json.dumps({"model": model, "device": device, "batches": list(sizes), "context": context,
-                          "repeats": repeats, "kernel_timings": len(timings), "folder": str(folder),
-                          "files": sorted(p.name for p in Path(folder).iterdir())}))
+        print(json.dumps(run.to_dict()))
         return
-    print(f"{len(timings)} kernel timings -> {folder}")
+    print(f"{run.kernel_timings} kernel timings -> {run.folder}")
 
 
 def register(app: typer.Typer) -> None:

@@ -5,7 +5,6 @@ in this process or on worker processes split by a placement. Imports are made in
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import typer
@@ -66,11 +65,8 @@ def register_generate(app: typer.Typer) -> None:
         from tessera.engine.cluster import ClusterSettings
         from tessera.engine.config import EngineConfig, SamplingParams
         from tessera.engine.devices import parse_devices
-        from tessera.engine.engine import load_engine, resolve_dtype
-        from tessera.engine.loader import open_model
+        from tessera.engine.generate import GenerateSpec, generate
         from tessera.engine.prompts import prompts_of
-        from tessera.engine.serve_run import generate_on_workers
-        from tessera.engine.tokenizer import tokenizer_for
         from tessera.errors import UserError
 
         kinds = parse_devices(devices)
@@ -80,32 +76,18 @@ def register_generate(app: typer.Typer) -> None:
         defaults = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                   seed=seed, stop=tuple(stop), ignore_eos=ignore_eos)
         prompts = prompts_of(text=prompt, ids=prompt_ids, file=prompts_file, defaults=defaults)
-        source = open_model(model)
-        codec = tokenizer_for(source)
-        ids = [list(p.ids) if p.ids is not None else codec.encode(p.text or "") for p in prompts]
-        longest = max(len(i) + p.params.max_tokens for i, p in zip(ids, prompts, strict=True))
+        # 0 as not given, as before: generate() defaults it to the longest request
         config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                              page_size=page_size, max_model_len=max_model_len or longest,
+                              page_size=page_size, max_model_len=max_model_len or None,
                               microbatches=microbatches)
-        t0 = time.perf_counter()
-        if len(kinds) == 1 and kinds[0].name == "cpu":
-            engine = load_engine(source, config, dtype=dtype, load_format=load_format, codec=codec)
-            t1 = time.perf_counter()
-            outs = engine.generate(ids, [p.params for p in prompts])
-        else:
-            if load_format == "auto" and not source.has_weights:
-                raise UserError(f"{source.name} has no safetensors weights to load; use --load-format dummy")
-            engine, outs, ready_s = generate_on_workers(
-                source, resolve_dtype(dtype, source), config, kinds, placement,
-                [(i, p.params) for i, p in zip(ids, prompts, strict=True)], load_format=load_format,
-                settings=ClusterSettings(transport=transport))
-            t1 = t0 + ready_s
-        t2 = time.perf_counter()
-        for c in outs:
+        r = generate(GenerateSpec(model=model, prompts=tuple(prompts), kinds=kinds, placement=placement,
+                                  config=config, dtype=dtype, load_format=load_format,
+                                  settings=ClusterSettings(transport=transport)))
+        for c in r.completions:
             typer.echo(c.to_json() if as_json else c.text)
-        tokens = sum(len(c.token_ids) for c in outs)
-        print(f"{len(outs)} prompt(s), {tokens} tokens in {len(engine.history)} iterations, {t2 - t1:.2f} s "
-              f"({tokens / max(t2 - t1, 1e-9):.1f} tokens/s); load {t1 - t0:.2f} s", file=sys.stderr)
+        print(f"{len(r.completions)} prompt(s), {r.tokens} tokens in {r.iterations} iterations, "
+              f"{r.generate_s:.2f} s ({r.tokens / max(r.generate_s, 1e-9):.1f} tokens/s); load {r.load_s:.2f} s",
+              file=sys.stderr)
 
 
 def register_serve(app: typer.Typer) -> None:
@@ -169,10 +151,10 @@ def register_serve(app: typer.Typer) -> None:
             output=LengthSpec.parse(output), burst=burst, burst_cv=burst_cv, on_s=on_s, off_s=off_s)
         if kill_at is not None and kill_at < 0:
             raise UserError(f"--kill-at {kill_at}: a request index >= 0")
-        longest = None if wl is None or wl.prompt.trace or wl.output.trace else wl.prompt.hi + wl.output.hi
+        # 0 as not given, as before: serve_run() defaults it to the stream's longest request
         config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                               page_size=page_size, microbatches=microbatches,
-                              max_model_len=max_model_len or longest)
+                              max_model_len=max_model_len or None)
         spec = ServeRunSpec(model=model, kinds=kinds, placement=placement, workload=wl,
                             workload_file=str(workload_file) if workload_file else None, config=config,
                             dtype=dtype,

@@ -28,13 +28,11 @@ from tessera.cli.plan_flags import (
     check_out_file,
     config_of,
 )
-from tessera.errors import UserError
-from tessera.fleet.advise import Advice, MixChoice, advise
+from tessera.fleet.advise import Advice, MixChoice, advise, parse_have
 from tessera.fleet.cells import cell_name
-from tessera.fleet.fleet import FleetPlan, plan_fleet
-from tessera.fleet.spec import FleetSpec
+from tessera.fleet.fleet import FleetPlan, plan_pool_file
 from tessera.hardware import AUTO
-from tessera.plan import PlannerConfig, resolve_gpu
+from tessera.plan import PlannerConfig
 from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)
@@ -60,9 +58,8 @@ def fleet_table(fp: FleetPlan) -> Table:
 def plan_pool_command(model: str, pool_path: Path | str, objective: str = "throughput", as_json: bool = False,
                       out_path: Path | str | None = None, cfg: PlannerConfig | None = None) -> FleetPlan:
     """What `tessera plan MODEL --pool pool.toml` and `tessera fleet plan` run."""
-    spec = FleetSpec.load(pool_path)
     with Steps(f"plan {model} on pool {pool_path}") as steps:
-        fp = plan_fleet(model, spec, cfg, objective=objective, progress=steps)
+        fp = plan_pool_file(model, pool_path, cfg, objective=objective, progress=steps)
     if out_path is not None:
         fp.save(out_path)
         print(f"wrote {out_path} (the fleet's pool plan of {model}; `tessera simulate` and `tessera report "
@@ -131,31 +128,13 @@ def register(app: typer.Typer) -> None:
         with Steps(f"advise {model}") as progress:
             a = advise(model, cfg, budget, types, progress=progress, have=parse_have(have))
         if save is not None:
-            Path(save).write_text(json.dumps(a.file_dict(), indent=1))
+            a.save(save)
             print(f"wrote {save} (the advised mix's pool plan of {model}; `tessera simulate` and `tessera "
                   "report --plan` read it)", file=sys.stderr)
         if as_json:
             print(json.dumps(a.to_dict()))
             return
         print_advice(a, slo_ttft_ms, slo_tpot_ms)
-
-
-def parse_have(text: str | None) -> dict[str, int]:
-    """``H100:4,L40S:2`` -> {"H100-SXM": 4, "L40S": 2} (aliases resolved; a type named twice is summed)."""
-    counts: dict[str, int] = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        name, sep, n = part.partition(":")
-        try:
-            count = int(n) if sep else 1
-        except ValueError:
-            count = 0
-        if count < 1:
-            raise UserError(f"--have {part.strip()!r} is not TYPE:COUNT with a count >= 1, e.g. H100:4,L40S:2")
-        g = resolve_gpu(name.strip()).name
-        counts[g] = counts.get(g, 0) + count
-    return counts
 
 
 def _choice_row(t: Table, c: MixChoice, owned: bool) -> None:
@@ -188,4 +167,4 @@ def print_advice(a: Advice, slo_ttft_ms: float, slo_tpot_ms: float) -> None:
               f"{'; '.join(f'{t} ({why})' for t, why in a.pruned) or 'none'}", highlight=False)
 
 
-__all__ = ["UserError", "config_of", "fleet_table", "parse_have", "plan_pool_command", "print_advice", "register"]
+__all__ = ["config_of", "fleet_table", "plan_pool_command", "print_advice", "register"]

@@ -37,7 +37,7 @@ from tessera.cli.plan_flags import (
 )
 from tessera.errors import UserError
 from tessera.hardware import AUTO
-from tessera.plan import launch_lines, plan_serving, planner_provenance, result_table
+from tessera.plan import plan_serving, result_json, result_table, save_deployment
 from tessera.progress import Steps
 
 out = Console(width=None if Console().is_terminal else 140)
@@ -90,19 +90,9 @@ def register(app: typer.Typer) -> None:
                             "for goodput at the SLO: drop --objective")
         with Steps(f"plan {model} on {gpus}") as step:
             r = plan_serving(model, gpus, cfg, progress=step)
-        deployment = r.tessera.deployment
         if save is not None:
-            if deployment is None:
-                raise UserError(f"no feasible plan to write to {save}: {r.tessera.reason or 'nothing fits'}")
-            deployment.save(save)  # a PoolPlan file when the answer is several different cells
-            kind = "pool plan" if deployment is not r.tessera.plan else "plan"
-            print(f"wrote {save} (Tessera's {kind} of {model})", file=sys.stderr)
-            if deployment is r.tessera.plan:
-                print("\n".join(launch_lines(deployment, str(save))), file=sys.stderr)
-            else:
-                print("deploy with: one `tessera serve` per cell of the pool, each with that cell's own plan "
-                      "(`tessera plan MODEL --gpus CELL -o cell.json` prints it)", file=sys.stderr)
+            print("\n".join(save_deployment(r, save)), file=sys.stderr)
         if as_json:
-            print(json.dumps({**r.to_json(), "provenance": planner_provenance(model, cfg, deployment, images=r.images).to_dict()}))
+            print(json.dumps(result_json(r, cfg)))
         else:
             out.print(result_table(r))

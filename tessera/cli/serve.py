@@ -57,15 +57,14 @@ def register(app: typer.Typer) -> None:
         from tessera.engine.cluster import ClusterSettings
         from tessera.engine.config import EngineConfig
         from tessera.engine.devices import parse_devices
-        from tessera.engine.loader import open_model
         from tessera.serve.config import ServerConfig
         from tessera.serve.launch import ServeSpec, serve
 
         kinds = parse_devices(devices)
-        context = open_model(model).arch.context_window
-        length = max_model_len or min(x for x in (context, DEFAULT_MODEL_LEN) if x is not None)
+        # 0 as not given, as before: serve() defaults it to the model's context, at most 2048
         config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                              page_size=page_size, max_model_len=length, microbatches=microbatches)
+                              page_size=page_size, max_model_len=max_model_len or None,
+                              microbatches=microbatches)
         server = ServerConfig(served_model_name=served_model_name or model, api_key=api_key,
                               max_waiting=max_waiting, host=host, port=port)
         serve(ServeSpec(model=model, kinds=kinds, placement=placement, replan=replan, config=config,
@@ -75,5 +74,3 @@ def register(app: typer.Typer) -> None:
                                                   latency_placement=latency_placement, high_load=high_load,
                                                   low_load=low_load) if adaptive else None))
 
-
-DEFAULT_MODEL_LEN = 2048  # tokens: keeps the default KV cache (max-num-seqs sequences of it) small

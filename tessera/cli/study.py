@@ -26,7 +26,7 @@ from tessera.cli.plan_flags import (
 )
 from tessera.hardware import AUTO
 from tessera.study.compare import MODELS, run_compare
-from tessera.study.evaluate import placement_maps, run_evaluate
+from tessera.study.evaluate import evaluate_study
 from tessera.text import stdout_console
 
 
@@ -39,13 +39,11 @@ def evaluate(
     no_sim: bool = typer.Option(False, "--no-sim", help="skip the planner–simulator check at 95% load"),
 ) -> None:
     """Model families × workload shapes × pools of 2-16 GPUs: Tessera vs every baseline (resumable)."""
-    data = run_evaluate(out_dir=out_dir, quick=quick, fresh=fresh, simulate_plans=not no_sim, limit=limit)
-    placement_maps(data, out_dir, "eval.quick" if quick else "eval")
+    study = evaluate_study(out_dir=out_dir, quick=quick, fresh=fresh, simulate_plans=not no_sim, limit=limit)
     if as_json:
-        print(json.dumps(data["summary"]))
+        print(json.dumps(study.summary))
     else:
-        stem = "eval.quick" if quick else "eval"
-        stdout_console().print((out_dir / f"{stem}.md").read_text(), markup=False, highlight=False)
+        stdout_console().print(study.markdown, markup=False, highlight=False)
 
 
 def compare(

@@ -190,3 +190,10 @@ class AicCosts:
             grid = np.unique(np.concatenate([t.points[:, 0] for t in tables]))
             self._curves[ck] = TokenCurve.of(grid, lambda t: self.raw_s(g, table, (t, *shape)))
         return self._curves[ck]
+
+
+def cost_sources(specs: list[GpuSpec]) -> dict[str, str]:
+    """GPU name -> where its kernel costs come from, in words (`tessera gpus`): AIConfigurator's tables
+    (measured or transferred), this machine (a measured host), or the roofline."""
+    costs = AicCosts()
+    return {g.name: costs.source(g) or ("measured on this machine" if g.measured else "roofline") for g in specs}

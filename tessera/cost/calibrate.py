@@ -188,5 +188,15 @@ def model_to_dict(model: CostModel) -> dict[str, Any]:
             "gemm_tables": {g: len(t.shapes) for g, t in model.gemm_tables.items()}}
 
 
+ALL_GPUS = "all GPUs (datasheet predictor)"  # the scope of the efficiencies every GPU shares
+
+
+def efficiency_rows(model: CostModel) -> list[tuple[str, str, Efficiency]]:
+    """(scope, kernel kind, efficiency) of every fitted efficiency: those all GPUs share (``ALL_GPUS``),
+    then each GPU's own (`tessera cost calibrate`'s table)."""
+    scopes = {ALL_GPUS: model.efficiency, **model.per_gpu}
+    return [(scope, kind.value, e) for scope, effs in scopes.items() for kind, e in effs.items()]
+
+
 def write_calibration(model: CostModel, path: Path) -> None:
     path.write_text(json.dumps(model_to_dict(model), indent=1) + "\n")

@@ -17,11 +17,13 @@ import json
 import statistics
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from tessera.capture.zoo import resolve
 from tessera.contracts.enums import Phase
 from tessera.cost.profiles import KERNEL_COLUMNS, OPS, SHAPE_COLUMNS, KernelTiming
 from tessera.graph import Kernel, KernelKind
@@ -152,3 +154,33 @@ def write_profile(timings: list[KernelTiming], out: Path, *, config: dict[str, A
             w.writerow({**{f"time_stats.{op}.median": f"{ops[op] * 1e3:.6g}" for op in OPS if op in ops},
                         **shape, "num_tokens": tokens})
     return folder
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileRun:
+    """What `tessera profile` did: the model timed at each batch size, the kernel timings taken and the
+    folder written with its files."""
+
+    model: str
+    device: str
+    batches: tuple[int, ...]
+    context: int
+    repeats: int
+    kernel_timings: int
+    folder: Path
+    files: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "device": self.device, "batches": list(self.batches),
+                "context": self.context, "repeats": self.repeats, "kernel_timings": self.kernel_timings,
+                "folder": str(self.folder), "files": list(self.files)}
+
+
+def profile_to(model: str, out: Path, *, batches: tuple[int, ...], context: int, repeats: int) -> ProfileRun:
+    """``profile_model`` on the CPU, written by ``write_profile`` under ``out/cpu/<model>/``."""
+    spec = resolve(model)  # an unknown model: one line before any timing
+    timings = profile_model(model, batches=batches, context=context, repeats=repeats)
+    folder = write_profile(timings, out, config=spec.config.get("text_config", spec.config))
+    return ProfileRun(model=model, device="cpu", batches=batches, context=context, repeats=repeats,
+                      kernel_timings=len(timings), folder=folder,
+                      files=tuple(sorted(p.name for p in Path(folder).iterdir())))

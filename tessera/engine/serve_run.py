@@ -266,8 +266,18 @@ def traffic_of(arrivals: tuple[Arrival, ...]) -> Traffic:
                    output=max(1, round(statistics.mean(a.params.max_tokens for a in arrivals))))
 
 
+def stream_model_len(stream: Stream, *, generated: bool) -> int:
+    """The default model length (tokens): for a stream generated from length ranges, the longest request
+    those ranges can draw (prompt ``hi`` + output ``hi``), whatever this seed drew; for a workload file or
+    trace-sampled lengths, the longest request of the stream."""
+    w = stream.workload
+    if generated and not (w.prompt.trace or w.output.trace):
+        return w.prompt.hi + w.output.hi
+    return max(len(a.prompt_ids) + a.params.max_tokens for a in stream.arrivals)
+
+
 def prepared(spec: ServeRunSpec) -> tuple[ServeRunSpec, ModelSource, torch.dtype, Stream]:
-    """The spec with its model length settled (the stream's longest request unless given), the model, its
+    """The spec with its model length settled (stream_model_len unless given), the model, its
     dtype and the stream, every request checked against the context before anything starts."""
     source = open_model(spec.model)
     if spec.load_format == "auto" and not source.has_weights:
@@ -276,7 +286,7 @@ def prepared(spec: ServeRunSpec) -> tuple[ServeRunSpec, ModelSource, torch.dtype
     stream = file_stream(spec.workload_file, vocab) if spec.workload_file else generated_stream(
         spec.workload, spec.seed, vocab)
     config = spec.config if spec.config.max_model_len else replace(
-        spec.config, max_model_len=max(len(a.prompt_ids) + a.params.max_tokens for a in stream.arrivals))
+        spec.config, max_model_len=stream_model_len(stream, generated=spec.workload_file is None))
     spec = replace(spec, config=config)
     check_requests(stream.arrivals, source, spec.config)
     if spec.fault is not None and not 0 <= spec.fault.at_request < len(stream.arrivals):

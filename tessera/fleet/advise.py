@@ -16,8 +16,10 @@ owned GPUs, the budget pays for those beyond them).
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tessera.contracts import FrontierPoint, Provenance, SimResult
@@ -123,11 +125,34 @@ class Advice:
             raise UserError(f"the advice for {self.model} rents nothing that serves it: no plan to write")
         return {**self.pool.to_dict(), "advice": self.to_dict(), "provenance": self.to_dict()["provenance"]}
 
+    def save(self, path: str | Path) -> None:
+        """Write ``file_dict`` to ``path`` (`advise -o FILE`)."""
+        Path(path).write_text(json.dumps(self.file_dict(), indent=1))
+
     def frontier_points(self) -> list[FrontierPoint]:
         return [FrontierPoint(label=f"{c.group} {c.label}", group=c.group, usd_per_hour=c.usd_per_hour,
                               throughput_per_s=c.throughput_per_s)
                 for c in (self.mix, self.homogeneous, self.prefill_decode)
                 if c is not None and c.usd_per_hour > 0 and c.throughput_per_s > 0]
+
+
+def parse_have(text: str | None) -> dict[str, int]:
+    """``H100:4,L40S:2`` -> {"H100-SXM": 4, "L40S": 2} (`advise --have`: aliases resolved, a type named
+    twice summed, a bare TYPE counting one)."""
+    counts: dict[str, int] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, sep, n = part.partition(":")
+        try:
+            count = int(n) if sep else 1
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise UserError(f"--have {part.strip()!r} is not TYPE:COUNT with a count >= 1, e.g. H100:4,L40S:2")
+        g = resolve_gpu(name.strip()).name
+        counts[g] = counts.get(g, 0) + count
+    return counts
 
 
 def rent_usd(gpus: Cell, have: dict[str, int]) -> float:

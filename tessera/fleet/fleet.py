@@ -186,6 +186,12 @@ def plan_fleet(model: str, spec: FleetSpec, cfg: PlannerConfig | None = None, *,
         notes=tuple(_notes(cfg, lz.gap, budget_s, len(cands) - lz.evaluated)))
 
 
+def plan_pool_file(model: str, pool_path: str | Path, cfg: PlannerConfig | None = None, *,
+                   objective: str = "throughput", progress: Any = None) -> FleetPlan:
+    """``plan_fleet`` on the pool file at ``pool_path`` (`tessera plan --pool`, `tessera fleet plan`)."""
+    return plan_fleet(model, FleetSpec.load(pool_path), cfg, objective=objective, progress=progress)
+
+
 def bounded_candidates(cp: CellPlanner, spec: FleetSpec, max_gpus: int, step: Any) -> list[Cell]:
     """The pool's candidate cells that hold the weights, groups planned, pairs bounded; those with a zero
     bound (nothing meets the SLO) dropped."""

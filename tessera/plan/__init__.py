@@ -23,7 +23,7 @@ from tessera.plan.baselines.layer_pipeline import rule as layer_pipeline_rule
 from tessera.plan.baselines.prefill_decode import decode_shape, prefill_shape
 from tessera.plan.captures import GraphSource, capture_source
 from tessera.plan.config import PlannerConfig, ServingResult, StrategyResult, planner_provenance
-from tessera.plan.deploy import launch_lines
+from tessera.plan.deploy import launch_lines, result_json, save_deployment
 from tessera.plan.model.cell import Shapes, make_plan, model_kind
 from tessera.plan.model.serving import BATCHES, Slo, Traffic, batch_ceiling, score_point, steady_shape
 from tessera.plan.model.shapes import IterShape
@@ -50,5 +50,5 @@ __all__ = [
     "decode_shape", "default_cost", "engine_gpu", "evaluate", "homogeneous", "is_attention_kernel",
     "latency_variant", "launch_lines", "layer_pipeline_rule", "list_schedule_s", "make_plan", "make_unit",
     "milp", "model_kind", "plan_graph", "plan_serving", "planner_provenance", "prefill_shape", "prepare", "resolve_gpu",
-    "result_table", "score_point", "solve_phase", "steady_shape", "uniform",
+    "result_json", "result_table", "save_deployment", "score_point", "solve_phase", "steady_shape", "uniform",
 ]

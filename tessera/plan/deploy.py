@@ -22,10 +22,14 @@ import json
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from tessera.capture.zoo import SPECS
 from tessera.contracts.enums import Phase
 from tessera.contracts.plan import Plan
+from tessera.errors import UserError
+from tessera.plan.config import PlannerConfig, ServingResult, planner_provenance
 
 UNIT = re.compile(r"^(\d+)x(.+?)(-dp-ep|-dp-tp)?$")  # tessera.plan.model.units.unit_name: 2xH100-SXM, 8xH200-dp-ep
 
@@ -169,3 +173,23 @@ def launch_lines(plan: Plan, plan_path: str, *, port: int = 8000) -> list[str]:
         "placement (no tensor-parallel groups, no prefill/decode split)"]
     lines += [f"  as {x.engine} ({x.role}): {x.command}" for x in peers]
     return lines
+
+
+def save_deployment(r: ServingResult, path: str | Path) -> list[str]:
+    """Write Tessera's deployment of ``r`` to ``path`` (`tessera plan -o`): its plan, or a pool plan when the
+    answer is several different cells. Returns the lines that say what was written and how to deploy it."""
+    deployment = r.tessera.deployment
+    if deployment is None:
+        raise UserError(f"no feasible plan to write to {path}: {r.tessera.reason or 'nothing fits'}")
+    deployment.save(path)
+    if deployment is not r.tessera.plan:
+        return [f"wrote {path} (Tessera's pool plan of {r.model})",
+                "deploy with: one `tessera serve` per cell of the pool, each with that cell's own plan "
+                "(`tessera plan MODEL --gpus CELL -o cell.json` prints it)"]
+    return [f"wrote {path} (Tessera's plan of {r.model})", *launch_lines(deployment, str(path))]
+
+
+def result_json(r: ServingResult, cfg: PlannerConfig) -> dict[str, Any]:
+    """`tessera plan --json`: the result's contract with the provenance of Tessera's deployment."""
+    prov = planner_provenance(r.model, cfg, r.tessera.deployment, images=r.images)
+    return {**r.to_json(), "provenance": prov.to_dict()}

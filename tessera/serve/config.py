@@ -7,6 +7,14 @@ from dataclasses import dataclass, field
 
 from tessera.errors import UserError
 
+DEFAULT_MODEL_LEN = 2048  # tokens: keeps the default KV cache (max-num-seqs sequences of it) small
+
+
+def default_model_len(context_window: int | None) -> int:
+    """`tessera serve`'s longest prompt + output when none is given: the model's context window (tokens;
+    None: unbounded), at most DEFAULT_MODEL_LEN."""
+    return min(x for x in (context_window, DEFAULT_MODEL_LEN) if x is not None)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ServerConfig:

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import uvicorn
 from uvicorn.server import HANDLED_SIGNALS
@@ -22,6 +22,7 @@ from tessera.engine.cluster import ClusterSettings
 from tessera.engine.config import EngineConfig
 from tessera.engine.devices import WorkerKind
 from tessera.engine.engine import Engine, load_engine, resolve_dtype
+from tessera.engine.generate import in_process
 from tessera.engine.loader import open_model
 from tessera.engine.serve import InProcess, WorkerPool
 from tessera.engine.serve_run import Costs, check_host_memory, check_worker_memory, placer_for
@@ -29,7 +30,7 @@ from tessera.engine.tokenizer import tokenizer_for
 from tessera.errors import UserError
 from tessera.plan import Traffic
 from tessera.serve.app import Server, build_app
-from tessera.serve.config import ServerConfig
+from tessera.serve.config import ServerConfig, default_model_len
 from tessera.serve.loop import EngineThread
 from tessera.serve.metrics import Metrics
 
@@ -44,7 +45,7 @@ class ServeSpec:
     kinds: tuple[WorkerKind, ...]
     placement: str = "layer_split"  # a rule, "plan", or a PLAN.json
     replan: str = "layer_split"  # after a lost worker (a lone survivor runs everything)
-    config: EngineConfig
+    config: EngineConfig  # serve(): max_model_len None is the model's context, at most DEFAULT_MODEL_LEN
     dtype: str = "auto"
     load_format: str = "auto"
     seed: int = 0
@@ -72,10 +73,6 @@ class Opened:
     def close(self) -> None:
         for p in self.pools:
             p.__exit__(None, None, None)
-
-
-def in_process(kinds: tuple[WorkerKind, ...]) -> bool:
-    return len(kinds) == 1 and kinds[0].name == "cpu"
 
 
 def open_engine(spec: ServeSpec) -> Opened:
@@ -218,7 +215,11 @@ def check_port(host: str, port: int) -> None:
 
 
 def serve(spec: ServeSpec) -> None:
-    """``tessera serve``: until SIGTERM/SIGINT, then drained."""
+    """``tessera serve``: until SIGTERM/SIGINT, then drained; without a model length, the model's context
+    window at most DEFAULT_MODEL_LEN (default_model_len)."""
+    if spec.config.max_model_len is None:
+        length = default_model_len(open_model(spec.model).arch.context_window)
+        spec = replace(spec, config=replace(spec.config, max_model_len=length))
     check_port(spec.server.host, spec.server.port)
     opened = open_engine(spec)
     try:

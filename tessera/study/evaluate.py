@@ -341,6 +341,24 @@ def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, sim
     return data
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evaluation:
+    """What `tessera evaluate` shows: the study's summary (eval[.quick].json's ``summary``), its markdown
+    (eval[.quick].md) and the placement maps drawn (label, PNG path)."""
+
+    summary: dict[str, Any]
+    markdown: str
+    maps: tuple[tuple[str, Path], ...]
+
+
+def evaluate_study(*, out_dir: Path, quick: bool = False, fresh: bool = False, simulate_plans: bool = True,
+                   limit: int | None = None) -> Evaluation:
+    """``run_evaluate``, then the placement maps of its best and worst cells beside the files."""
+    data = run_evaluate(out_dir=out_dir, quick=quick, fresh=fresh, simulate_plans=simulate_plans, limit=limit)
+    maps = placement_maps(data, out_dir, "eval.quick" if quick else "eval")
+    return Evaluation(summary=data["summary"], markdown=markdown(data), maps=tuple(maps))
+
+
 def placement_maps(data: dict[str, Any], fig_dir: Path, stem: str = "eval") -> list[tuple[str, Path]]:
     """PNG placement maps of the best and worst cells (by goodput gain) that have a single-cell placement."""
     fig_dir.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tessera.cost import default_cost_model
-from tessera.cost.aic import AicCosts
+from tessera.cost.aic import AicCosts, cost_sources
 from tessera.cost.aic_import import select_rows
 from tessera.cost.aic_validate import Scorer, default_setting, validate_transfer
 from tessera.cost.tables import (
@@ -279,3 +279,12 @@ def test_nested_choice_never_reads_the_held_out_gpu(tmp_path: Path) -> None:
     ratios = [Scorer(AicCosts(tmp_path / d), "moe", 20).ratios("H200", base["fit_on"], default_setting("moe"))
               for d in ("a", "b")]
     np.testing.assert_allclose(ratios[1], ratios[0] / 3, rtol=1e-9)
+
+
+def test_cost_sources_name_each_gpu_its_source() -> None:
+    """`tessera gpus`: a GPU AIConfigurator measured reads its tables, a host measured here is this machine,
+    a host not measured falls back to the roofline."""
+    cpu = gpu("cpu")
+    got = cost_sources([gpu("H100-SXM"), cpu, replace(cpu, name="host-x", measured=False)])
+    assert got["H100-SXM"].startswith("measured tables")
+    assert got["cpu"] == "measured on this machine" and got["host-x"] == "roofline"

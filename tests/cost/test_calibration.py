@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from tessera.cost import CostModel, Efficiency
-from tessera.cost.calibrate import fit_kind, validate
+from tessera.cost.calibrate import ALL_GPUS, efficiency_rows, fit_kind, validate
 from tessera.cost.network import fit_send_recv
 from tessera.cost.profiler import vidur_op
 from tessera.cost.profiles import GEMM_OPS, ModelShape, Sample, load_profiles, op_kernel, read_mlp_csv
@@ -110,3 +110,12 @@ def test_cli_validate_json_and_errors(tmp_path: Path, run_cli: RunCli) -> None:
     assert code == 2 and "not a Vidur mlp.csv" in err
     code, _, err = run_cli(["profile", "llama-tiny", "--device", "tpu"])
     assert code == 2 and "valid: cpu" in err
+
+
+def test_efficiency_rows_shared_first_then_per_gpu() -> None:
+    """`tessera cost calibrate`'s table: every shared efficiency, then each GPU's own, in order."""
+    shared = {KernelKind.GEMM: Efficiency(compute=0.5, memory=0.6)}
+    own = {KernelKind.ATTENTION: Efficiency(compute=0.7, memory=0.8, launch_s=2e-6)}
+    model = CostModel(efficiency=shared, per_gpu={"H100-SXM": own})
+    assert efficiency_rows(model) == [(ALL_GPUS, "gemm", Efficiency(compute=0.5, memory=0.6)),
+                                      ("H100-SXM", "attention", Efficiency(compute=0.7, memory=0.8, launch_s=2e-6))]

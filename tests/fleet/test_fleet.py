@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from tessera.errors import UserError
 from tessera.fleet import FleetPlan, FleetSpec, plan_fleet, replan_without
+from tessera.fleet.advise import Advice, MixChoice, parse_have
 from tessera.fleet.cells import activation_deps, balance_two, candidate_cells, is_group, shortest_latency
 from tessera.fleet.fleet import cell_planner, fleet_config
 from tessera.fleet.mix import lazy_mix, solve_mix, verify_mix
@@ -173,6 +174,27 @@ def test_tiny_fleet_end_to_end(tmp_path) -> None:
     new, replan_s = replan_without(fp, "H100")
     assert replan_s > 0 and new.spec.counts == {A: 1, B: 1}
     assert new.goodput_per_s <= fp.goodput_per_s
+
+
+def test_parse_have_resolves_aliases_and_sums() -> None:
+    """`advise --have`: aliases become catalog names, a type named twice is summed, a bare type counts one."""
+    assert parse_have("H100:4,L40S:2") == {A: 4, "L40S": 2}
+    assert parse_have("H100:1, H100-SXM:2,L4") == {A: 3, B: 1}
+    assert parse_have(None) == {} and parse_have(" , ") == {}
+    for bad in ("H100:x", "H100:0", "L4:-1"):
+        with pytest.raises(UserError, match=f"--have '{bad}' is not TYPE:COUNT with a count >= 1"):
+            parse_have(bad)
+    with pytest.raises(UserError, match="H999"):
+        parse_have("H999:1")
+
+
+def test_advice_without_a_pool_writes_nothing(tmp_path) -> None:
+    nothing = MixChoice(group="mix", counts=(), chosen=(), throughput_per_s=0.0, usd_per_hour=0.0, gap=0.0)
+    a = Advice(model="llama-tiny", budget_usd_per_hour=1.0, config=PlannerConfig(), kept_types=(), pruned=(),
+               mix=nothing, homogeneous=None, prefill_decode=None)
+    with pytest.raises(UserError, match="rents nothing that serves it: no plan to write"):
+        a.save(tmp_path / "advice.json")
+    assert not (tmp_path / "advice.json").exists()
 
 
 def test_cli_bad_pool_is_one_line(tmp_path) -> None:

@@ -16,8 +16,9 @@ import typer
 from typer.main import get_command
 
 from tessera.cli.serve import register
-from tessera.contracts.plan import Device, PhasePlan, Plan
-from tessera.plan.deploy import launch_lines, peer_launches, tessera_launches
+from tessera.contracts.plan import Device, PhasePlan, Plan, PoolPlan
+from tessera.plan import PlannerConfig, Traffic, plan_serving
+from tessera.plan.deploy import launch_lines, peer_launches, result_json, save_deployment, tessera_launches
 
 SPLIT = Path(__file__).parents[2] / "bench" / "results" / "engine_split_plan.json"
 
@@ -125,3 +126,22 @@ def test_plan_out_prints_the_serve_commands(tmp_path):
         assert (got["max_num_seqs"], got["max_num_batched_tokens"], got["microbatches"]) == (
             e["max_num_seqs"], e["max_num_batched_tokens"], e["microbatches"])
         assert got["max_model_len"] == 16 + 8
+
+
+def test_save_deployment_writes_the_plan_and_says_how_to_serve_it(tmp_path) -> None:
+    """`tessera plan -o`: the file read back is Tessera's deployment; the lines name it, then how to serve
+    it (a single plan: launch_lines; a pool of different cells: one serve per cell)."""
+    cfg = PlannerConfig(traffic=Traffic(prompt=16, output=8))
+    r = plan_serving("llama-tiny", "H100,L40S", cfg)
+    path = tmp_path / "p.json"
+    lines = save_deployment(r, path)
+    deployment = r.tessera.deployment
+    if deployment is r.tessera.plan:
+        assert Plan.load(path) == deployment
+        assert lines == [f"wrote {path} (Tessera's plan of llama-tiny)", *launch_lines(deployment, str(path))]
+    else:
+        assert PoolPlan.load(path) == deployment
+        assert lines[0] == f"wrote {path} (Tessera's pool plan of llama-tiny)"
+        assert lines[1].startswith("deploy with: one `tessera serve` per cell")
+    j = json.loads(json.dumps(result_json(r, cfg)))
+    assert set(j) == {*r.to_json(), "provenance"} and j["provenance"]["model"] == "llama-tiny"

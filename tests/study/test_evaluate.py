@@ -18,6 +18,7 @@ from tessera.study.evaluate import (
     MODEL_SHAPES,
     POOLS,
     QUICK,
+    evaluate_study,
     load_cells,
     matrix,
     sensitivity_links,
@@ -186,3 +187,12 @@ def test_k_plus_k_pool_replicates_the_pair_and_its_best_baseline() -> None:
     cell = {**PAIR, "n_gpus": 16, "fleet": f,
             "tessera": {**PAIR["tessera"], "goodput_per_s": 8000.0, "source": "fleet", "used": f["used"]}}
     assert es.best_baseline(cell) == ("replicated 8x(H100-SXM+L40S = layer_pipeline)", 7200.0)
+
+
+def test_evaluate_study_shows_what_it_wrote(tmp_path) -> None:
+    """`tessera evaluate` prints the files' own markdown and summary (no cell run: --limit 0)."""
+    e = evaluate_study(out_dir=tmp_path, quick=True, limit=0)
+    assert e.markdown == (tmp_path / "eval.quick.md").read_text()
+    assert e.summary == json.loads((tmp_path / "eval.quick.json").read_text())["summary"]
+    assert "PARTIAL: 0 of 8 cells" in e.markdown  # the quick matrix is 8 cells (evaluate --help)
+    assert e.maps == ()  # no cell, no best or worst placement to draw
