@@ -26,7 +26,7 @@ from tessera.cli.plan_flags import (
 )
 from tessera.hardware import AUTO
 from tessera.study.compare import MODELS, run_compare
-from tessera.study.evaluate import evaluate_study
+from tessera.study.evaluate import Shard, evaluate_study
 from tessera.text import stdout_console
 
 
@@ -37,9 +37,12 @@ def evaluate(
     fresh: bool = typer.Option(False, "--fresh", help="forget cells of an earlier run instead of resuming"),
     limit: int | None = typer.Option(None, "--limit", min=0, help="run at most this many new cells (0: only rebuild the summary from the cells there)"),
     no_sim: bool = typer.Option(False, "--no-sim", help="skip the planner–simulator check at 95% load"),
+    shard: str = typer.Option("1/1", "--shard", metavar="K/N",
+                              help="run every N-th cell still to run, from the K-th: N processes side by side"),
 ) -> None:
     """Model families × workload shapes × pools of 2-16 GPUs: Tessera vs every baseline (resumable)."""
-    study = evaluate_study(out_dir=out_dir, quick=quick, fresh=fresh, simulate_plans=not no_sim, limit=limit)
+    study = evaluate_study(out_dir=out_dir, quick=quick, fresh=fresh, simulate_plans=not no_sim, limit=limit,
+                           shard=Shard.parse(shard))
     if as_json:
         print(json.dumps(study.summary))
     else:

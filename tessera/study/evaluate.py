@@ -301,10 +301,34 @@ def key_of(c: dict[str, Any]) -> CellKey:
     return CellKey(model=c["model"], shape=c["shape"], pool=c["pool"], link=c["link"])
 
 
+@dataclass(frozen=True, kw_only=True)
+class Shard:
+    """Which of the cells still to run this process takes: every ``count``-th from ``index`` (0-based),
+    so ``count`` processes resume one matrix side by side, each appending whole lines to one file."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise UserError(f"--shard {self.index + 1}/{self.count}: K must be 1..N, N >= 1 (e.g. 1/2 and 2/2)")
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        k, _, n = text.partition("/")
+        if not (k.isdigit() and n.isdigit()):
+            raise UserError(f"--shard {text!r}: expected K/N, e.g. 1/2 and 2/2 for two processes")
+        return cls(index=int(k) - 1, count=int(n))
+
+
 def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, simulate_plans: bool = True,
-                 limit: int | None = None) -> dict[str, Any]:
+                 limit: int | None = None, shard: Shard = Shard()) -> dict[str, Any]:
     """Run (or resume) the matrix, appending each cell to eval[.quick].cells.jsonl; then write
-    eval[.quick].json and .md from every cell there. Returns the JSON written."""
+    eval[.quick].json and .md from every cell there. Returns the JSON written. ``shard``: this process's
+    share of the cells still to run (``fresh`` is refused with more than one shard: one would delete
+    what the others wrote)."""
+    if fresh and shard.count > 1:
+        raise UserError("--fresh with --shard: start the shards without --fresh after one --fresh --limit 0")
     stem = "eval.quick" if quick else "eval"
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = out_dir / f"{stem}.cells.jsonl"
@@ -312,6 +336,7 @@ def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, sim
         lines.unlink()
     done = {key_of(c) for c in load_cells(lines)}
     todo = [x for x in matrix(quick) if CellKey(model=x[0], shape=x[1], pool=x[2].name, link=x[3]) not in done]
+    todo = todo[shard.index::shard.count]
     if limit is not None:
         todo = todo[:limit]
     all_shapes = shapes()
@@ -325,7 +350,7 @@ def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, sim
         c = run_cell(m, all_shapes[sname], pool, link, cache, simulate_plan=simulate_plans,
                      pair_cell=pair_of(pool, m, sname, link, finished))
         finished.append(c)
-        with lines.open("a") as f:
+        with lines.open("a") as f:  # one write per line: shards side by side append whole lines
             f.write(json.dumps(c) + "\n")
         _log(f"    {c.get('error') or c['tessera']['chosen']}: {c['wall_s']:.1f} s")
     cells = load_cells(lines)
@@ -352,9 +377,10 @@ class Evaluation:
 
 
 def evaluate_study(*, out_dir: Path, quick: bool = False, fresh: bool = False, simulate_plans: bool = True,
-                   limit: int | None = None) -> Evaluation:
+                   limit: int | None = None, shard: Shard = Shard()) -> Evaluation:
     """``run_evaluate``, then the placement maps of its best and worst cells beside the files."""
-    data = run_evaluate(out_dir=out_dir, quick=quick, fresh=fresh, simulate_plans=simulate_plans, limit=limit)
+    data = run_evaluate(out_dir=out_dir, quick=quick, fresh=fresh, simulate_plans=simulate_plans, limit=limit,
+                        shard=shard)
     maps = placement_maps(data, out_dir, "eval.quick" if quick else "eval")
     return Evaluation(summary=data["summary"], markdown=markdown(data), maps=tuple(maps))
 
