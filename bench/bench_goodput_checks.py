@@ -45,7 +45,7 @@ def check(model: str, pool: str, prompt: int, output: int) -> dict:
 
 def main() -> None:
     rows = [check(*c) for c in CHECKS]
-    h100 = catalog.gpu("H100")
+    h100 = catalog.gpu("H100-SXM")
     flop = 2 * MIXTRAL_ACTIVE_PARAMS * 6144
     roof = {"prefill_tflop": flop / 1e12, "h100_peak_tflops": h100.peak_flops_per_s["bf16"] / 1e12,
             "prefill_s_at_peak": flop / h100.peak_flops_per_s["bf16"]}
