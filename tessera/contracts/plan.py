@@ -84,8 +84,8 @@ class PlanWorkload:
 @dataclass(frozen=True, kw_only=True)
 class PlanSlo:
     """The SLO a plan was made under (a ``Slo``), as its file records it (``Plan.slo``): the planner writes
-    every field (``of``), a hand-written plan any of them; None is a field the file does not name, and its JSON
-    leaves it out. Latencies in seconds; ``target`` the share of requests that must meet them."""
+    every field (``of``), a hand-written plan any of them; None is a field the file does not name, and its
+    JSON leaves it out. Latencies in seconds; ``target`` the share of requests that must meet them."""
 
     ttft_s: float | None = None
     tpot_s: float | None = None

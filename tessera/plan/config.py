@@ -101,10 +101,11 @@ class StrategyResult:
         back): the goodput as its throughput and why not where infeasible, the price, the plan's latency and
         each device's memory ("index:gpu" -> bytes)."""
         p, ok = self.plan, self.feasible
+        usd_per_mtok = self.usd_per_hour / 3600 / self.goodput * 1e6 if ok and not images else None
         return StrategyFigures(
             name=self.name, applicable=self.applicable, reason=None if ok else self.reason, feasible=ok,
             throughput_per_s=self.goodput if ok else None, usd_per_hour=self.usd_per_hour,
-            usd_per_million_tokens=self.usd_per_hour / 3600 / self.goodput * 1e6 if ok and not images else None,
+            usd_per_million_tokens=usd_per_mtok,
             latency_s=p.latency_s if p else None,
             memory_bytes={f"{i}:{d.gpu}": sum(p.memory_bytes[i].values()) for i, d in enumerate(p.devices)}
             if p else {})

@@ -103,7 +103,8 @@ def partition(program: CapturedProgram, assignment: tuple[int, ...], devices: in
     def bring(b: int, d: int, before: int) -> None:
         src, after = last_write.get(b, (min(valid[b]), STEP_START))
         transfers.append(BufferTransfer(index=len(transfers), buffer=b, src=src, dst=d, after=after,
-                                        before=before, nbytes=program.nbytes(b), snapshot=snapshot(b, src, after)))
+                                        before=before, nbytes=program.nbytes(b),
+                                        snapshot=snapshot(b, src, after)))
         valid[b].add(d)
 
     for k in range(n):

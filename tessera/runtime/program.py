@@ -75,8 +75,9 @@ class CapturedProgram:
 
     def stripped(self, keep: set[int] | frozenset[int]) -> CapturedProgram:
         """The same program holding starting contents only for ``keep`` (what one device may hold)."""
-        return CapturedProgram(graph=self.graph, ops=self.ops, initial={b: t for b, t in self.initial.items() if b in keep},
-                       outputs=self.outputs, fused=self.fused)
+        return CapturedProgram(graph=self.graph, ops=self.ops,
+                               initial={b: t for b, t in self.initial.items() if b in keep},
+                               outputs=self.outputs, fused=self.fused)
 
 
 def iter_refs(x: Any) -> Iterator[TensorRef]:

@@ -43,7 +43,8 @@ class Posted:
 
     step_id: int
     bufs: dict[tuple[int, int], torch.Tensor]  # (transfer index, micro-batch) -> the bytes' landing buffer
-    works: tuple[tuple[tuple[BufferTransfer, int, Any], ...], ...]  # per micro-batch: (transfer, mb, Work), need order
+    # per micro-batch: (transfer, mb, Work), in need order
+    works: tuple[tuple[tuple[BufferTransfer, int, Any], ...], ...]
 
 
 def post_receives(w: Any, lps: list[Any], step_id: int) -> Posted:
