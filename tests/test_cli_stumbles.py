@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from tessera.contracts import fingerprint
-from tessera.contracts.plan import EngineSettings, PoolCell, PoolPlan, read_plan_file
+from tessera.contracts.plan import EngineSettings, PlanSlo, PlanWorkload, PoolCell, PoolPlan, read_plan_file
 from tessera.fleet.fleet import FleetCell, FleetPlan
 from tessera.hardware import catalog
 from tessera.plan import PlannerConfig
@@ -37,8 +37,8 @@ def _plan(model: str = "llama-3-8b", gpus: tuple[str, ...] = ("H100-SXM",), usd:
     share = (1.0,) * len(gpus)  # every device busy for the whole step
     phases = {"prefill": replace(PREFILL, busy_share=share), "decode": replace(DECODE, busy_share=share)}
     p = hand_plan(phases=phases, gpus=gpus, usd_per_hour=usd, model=model, strategy=strategy)
-    return replace(p, goodput_per_s=goodput, workload={"prompt": 128, "output": 16},
-                   slo={"ttft_s": 1.0, "tpot_s": 0.1, "target": 0.9})
+    return replace(p, goodput_per_s=goodput, workload=PlanWorkload(prompt=128, output=16),
+                   slo=PlanSlo(ttft_s=1.0, tpot_s=0.1, target=0.9))
 
 
 def _one_line(code: int, err: str) -> str:
@@ -381,7 +381,7 @@ def test_plan_refuses_both_ignored_flags_alike(tmp_path: Path, run_cli) -> None:
 def test_chunked_prefill_on_a_mixed_plan_says_it_changes_nothing(tmp_path: Path, run_cli) -> None:
     plan = mixed_plan(route=(StretchCost(device=0, fixed_s=0.01, per_decode_s=1e-4, per_chunk_token_s=2e-5),),
                       engine=EngineSettings(max_num_seqs=16, max_num_batched_tokens=256, microbatches=2),
-                      prompt=64, output=16, slo={"ttft_s": 0.5, "tpot_s": 0.02}, goodput_per_s=400.0)
+                      prompt=64, output=16, slo=PlanSlo(ttft_s=0.5, tpot_s=0.02), goodput_per_s=400.0)
     plan.save(tmp_path / "plan.json")
     code, _, err = run_cli(["simulate", str(tmp_path / "plan.json"), "--requests", "20", "--chunked-prefill"])
     assert code == 0 and "--chunked-prefill changes nothing for it" in err, err

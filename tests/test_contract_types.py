@@ -15,8 +15,6 @@ CONTRACTS = Path(tessera.__file__).parent / "contracts"
 UNTYPED: frozenset[tuple[str, str, str]] = frozenset({
     # the capturing front end's free-form notes about the model (its config's figures); no stage reads them
     ("ir.py", "KernelGraph", "meta"),
-    # what a plan was made for (prompt/output lengths, a trace, denoising steps), as hand-written plans give it
-    ("plan.py", "Plan", "workload"),
     # the simulator's one report per injected Failure (time, cell, requests lost and moved)
     ("results.py", "SimResult", "failures"),
     # a real run's figures beyond the contract (steps, switches, busy and wait times, tokens); bench scripts read

@@ -10,7 +10,7 @@ Writes runtime_cuda.json to $OUT (when set) and to bench/results/. Exits 2 at on
 Why two workers share cuda:0 over gloo, not NCCL: NCCL refuses two ranks of one communicator on one GPU
 ("Duplicate GPU detected", ncclInvalidUsage; e.g. NVIDIA/Megatron-LM#661), and gloo has no CUDA
 point-to-point, so ``--transport auto`` runs workers that share a GPU on gloo with every transfer staged
-through host memory (Worker.outgoing / landed). The check records NCCL's answer to a duplicate GPU
+through host memory (PartitionWorker.outgoing / landed). The check records NCCL's answer to a duplicate GPU
 (``nccl_duplicate_gpu``) so the choice stays grounded. NCCL itself runs here with one worker (world 1:
 device placement, eager init, the ordered schedule, event timing; no point-to-point). NCCL
 point-to-point between distinct GPUs needs two GPUs; its issue order is checked without a GPU (the

@@ -19,7 +19,7 @@ from tessera.errors import UserError
 from tessera.sim.adaptive import AdaptivePolicy
 from tessera.sim.api import run
 from tessera.sim.failure import Failure, replica_loss
-from tessera.sim.knee import Knee, KneeConfig, find_knee
+from tessera.sim.knee import KneeConfig, MeasuredKnee, find_knee
 from tessera.sim.metrics import SimResult
 from tessera.sim.model import SchedulerConfig
 from tessera.sim.trace import write_chrome_trace
@@ -135,7 +135,7 @@ def knee_target(given: float | None, knee: bool) -> float:
     return given
 
 
-def _print_knee(k: Knee, json_out: bool, prov: Provenance) -> None:
+def _print_knee(k: MeasuredKnee, json_out: bool, prov: Provenance) -> None:
     if json_out:
         print(json.dumps({**k.to_dict(), "provenance": prov.to_dict()}))
         return

@@ -14,14 +14,14 @@ from __future__ import annotations
 import sys
 
 from tessera.cli import main as cli_main
-from tessera.engine.remote import RankEnv, RemoteLink, bootstrap, connect, install, worker_loop
+from tessera.engine.remote import RemoteLink, bootstrap, connect, engine_env, install, worker_loop
 from tessera.engine.worker import worker_main
 from tessera.errors import UserError
 
 
 def main(argv: list[str]) -> None:
     try:
-        env = RankEnv.from_env()
+        env = engine_env()
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

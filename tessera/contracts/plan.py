@@ -13,10 +13,12 @@ file kinds apart by content.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from tessera.contracts.slo import Slo
 from tessera.errors import os_error_text
 
 PLAN_VERSION = 2  # 2: engine settings; a "mixed" phase's step points are one micro-batch's iteration
@@ -51,6 +53,85 @@ class EngineSettings:
     def group_seqs(self) -> int:
         """Running sequences one micro-batch (group) holds at most."""
         return -(-self.max_num_seqs // self.microbatches)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanWorkload:
+    """What a plan was made for, as its file records it (``Plan.workload``): the planner writes every field
+    (its traffic and the batch it chose), a hand-written plan any of them; None is a field the file does not
+    name, and its JSON leaves it out. Lengths in tokens; ``steps`` are an image's denoising steps."""
+
+    batch: int | None = None  # sequences (images) in flight per cell at the operating point
+    prompt: int | None = None  # prompt tokens per request
+    output: int | None = None  # output tokens per request
+    steps: int | None = None  # denoising steps per image (diffusion)
+    image_tokens: int | None = None  # of the prompt, one image's tokens (a VLM)
+
+    def __post_init__(self) -> None:
+        for k in ("batch", "prompt", "output", "steps", "image_tokens"):
+            v, least = getattr(self, k), 0 if k == "image_tokens" else 1
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
+                raise ValueError(f"plan workload {k}={v!r} must be an integer >= {least}")
+
+    def to_dict(self) -> dict[str, int]:
+        return _given(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> PlanWorkload:
+        return cls(**_known(d, cls, "plan workload"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanSlo:
+    """The SLO a plan was made under (a ``Slo``), as its file records it (``Plan.slo``): the planner writes
+    every field (``of``), a hand-written plan any of them; None is a field the file does not name, and its
+    JSON leaves it out. Latencies in seconds; ``target`` the share of requests that must meet them."""
+
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+    image_s: float | None = None
+    target: float | None = None
+
+    def __post_init__(self) -> None:
+        for k in ("ttft_s", "tpot_s", "image_s"):
+            v = getattr(self, k)
+            if v is not None and not (_number(v) and v > 0 and math.isfinite(v)):
+                raise ValueError(f"plan SLO {k}={v!r} must be a positive number of seconds")
+        if self.target is not None and not (_number(self.target) and 0 < self.target <= 1):
+            raise ValueError(f"plan SLO target={self.target!r} must be a share of requests in (0, 1]")
+
+    @classmethod
+    def of(cls, slo: Slo) -> PlanSlo:
+        return cls(ttft_s=slo.ttft_s, tpot_s=slo.tpot_s, image_s=slo.image_s, target=slo.target)
+
+    def to_dict(self) -> dict[str, float]:
+        return _given(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> PlanSlo:
+        return cls(**_known(d, cls, "plan SLO"))
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _given(record: PlanWorkload | PlanSlo) -> dict[str, Any]:
+    """A record's fields that are not None, in declaration order (the planner's files list every one in this
+    order): what a hand-written plan leaves out stays out of the JSON, and so of the fingerprint."""
+    return {f.name: getattr(record, f.name) for f in fields(record) if getattr(record, f.name) is not None}
+
+
+def _known(d: dict[str, Any] | None, cls: type, what: str) -> dict[str, Any]:
+    """``d`` (a JSON object; null or absent: empty) checked to name only ``cls``'s fields."""
+    d = {} if d is None else d
+    if not isinstance(d, dict):
+        raise ValueError(f"{what} must be a JSON object, got {type(d).__name__}")
+    valid = [f.name for f in fields(cls)]
+    unknown = sorted(set(d) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown {what} field {unknown[0]!r}; valid: {', '.join(valid)}")
+    return d
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,7 +212,7 @@ class Plan:
     usd_per_million_tokens: float | None = None
     bound_ratio: float | None = None  # LP bound / the planner's objective for this plan, <= 1 (docs/plan.md)
     solve_s: float = 0.0
-    workload: dict[str, Any] = field(default_factory=dict, hash=False)
+    workload: PlanWorkload = field(default_factory=PlanWorkload)
     notes: tuple[str, ...] = ()
     # The serving model's operating point (docs/plan.md): batch in flight per cell and micro-batches, the
     # predicted TPOT (the period) and TTFT, the throughput of the synchronous schedule on the same
@@ -142,7 +223,7 @@ class Plan:
     ttft_s: float | None = None
     sync_throughput: float | None = None
     device_busy: tuple[float, ...] = ()
-    slo: dict[str, float] = field(default_factory=dict, hash=False)
+    slo: PlanSlo = field(default_factory=PlanSlo)
     engine: EngineSettings | None = None  # the deployment's engine settings (None: a plan with no engine)
     # the planner's goodput: output tokens/s (images/s) at the highest arrival rate at which the SLO's target
     # share of requests meets it (all replicas); a simulator's SLO knee is what checks it
@@ -156,7 +237,8 @@ class Plan:
             assert all(0 <= d < n for d in p.assignment), f"phase {p.phase}: device index out of range"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # the SLO and workload leave out the fields a hand-written plan does not name (keys keep their place)
+        return {**asdict(self), "workload": self.workload.to_dict(), "slo": self.slo.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Plan:
@@ -187,10 +269,12 @@ class Plan:
         }
         # "members" (always empty here) is what plan files before the pool plan carried
         rest = {k: v for k, v in d.items()
-                if k not in ("phases", "devices", "memory_bytes", "notes", "members", "device_busy", "engine")}
+                if k not in ("phases", "devices", "memory_bytes", "notes", "members", "device_busy", "engine",
+                             "workload", "slo")}
         engine = EngineSettings(**d["engine"]) if d.get("engine") is not None else None
         return cls(
             **rest, phases=phases, devices=tuple(Device(**x) for x in d["devices"]), engine=engine,
+            workload=PlanWorkload.from_dict(d.get("workload")), slo=PlanSlo.from_dict(d.get("slo")),
             memory_bytes=tuple(dict(m) for m in d["memory_bytes"]), notes=tuple(d.get("notes", ())),
             device_busy=tuple(d.get("device_busy", ())),
         )

@@ -21,6 +21,38 @@ RUN_CONTRACT_KEYS = ("devices", "microbatches", "verified", "max_abs_diff", "tok
 
 
 @dataclass(frozen=True, kw_only=True)
+class StrategyFigures:
+    """What a `tessera plan --json` or `tessera compare --json` file records about one strategy: its figures
+    (throughput or goodput, price, latency, memory per device), not its plans. The planner's own answer is
+    ``tessera.plan.StrategyResult``, which holds the deployment itself and makes these figures of it
+    (``StrategyResult.figures``); ``strategy_json`` writes them with the rest of its JSON and the report
+    reads them back (``tessera.report.data.parse_strategy``), never the plans."""
+
+    name: str
+    applicable: bool
+    reason: str | None = None
+    feasible: bool = True
+    throughput_per_s: float | None = None  # tokens/s, or images/s for diffusion (see CompareCell.unit)
+    usd_per_hour: float = 0.0
+    usd_per_million_tokens: float | None = None
+    latency_s: float | None = None
+    memory_bytes: dict[str, int] = field(default_factory=dict, hash=False)
+    knee_ratio: float | None = None  # `tessera compare`: the simulator's SLO knee over the planner's goodput
+
+    @property
+    def scored(self) -> bool:
+        """Has a throughput to compare: applicable, feasible and positive."""
+        return self.applicable and self.feasible and (self.throughput_per_s or 0.0) > 0.0
+
+    @property
+    def throughput_per_usd_hour(self) -> float | None:
+        if not self.scored or self.usd_per_hour <= 0:
+            return None
+        assert self.throughput_per_s is not None
+        return self.throughput_per_s / self.usd_per_hour
+
+
+@dataclass(frozen=True, kw_only=True)
 class FrontierPoint:
     """One option on the throughput-cost plane (a strategy in a cell, or an advisor's GPU mix)."""
 

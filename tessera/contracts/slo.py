@@ -5,7 +5,8 @@
 ``LatencyTargets`` is what the simulator judges each request against: a latency not given is not judged
 (a text run has no per-image latency; a run may judge TTFT alone) and there is no share, since the
 simulator measures attainment rather than requiring one. ``LatencyTargets.of`` turns the first into the
-second.
+second. A plan file records the first as ``tessera.contracts.plan.PlanSlo``, whose fields may be absent (a
+hand-written plan names only some).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Kernel times from AIConfigurator's measured tables: interpolated on a GPU that has tables, carried over
-(``transfer.Transfer``) to a GPU that has none. A GPU whose MoE rows use power-law routing only gets a
+(``transfer.TableTransfer``) to a GPU that has none. A GPU whose MoE rows use power-law routing only gets a
 balanced-routing MoE table derived from them (``moe.balanced_from_power_law``).
 
 The shipped tables (``tessera/cost/data/aic``, from aiconfigurator-core 0.12.0, Apache-2.0; see the NOTICE
@@ -26,7 +26,7 @@ from tessera.cost.tables import (
     read_table,
     table_dirs,
 )
-from tessera.cost.transfer import DEFAULT_CONSTANTS, TABLE_CONSTANTS, Measured, Roofline, Transfer
+from tessera.cost.transfer import DEFAULT_CONSTANTS, TABLE_CONSTANTS, Measured, Roofline, TableTransfer
 from tessera.errors import UserError
 from tessera.graph import Kernel
 from tessera.hardware import GpuSpec, gpu
@@ -74,7 +74,7 @@ class AicCosts:
         self.dirs = table_dirs(self.root)  # catalog GPU name -> table directory
         self._rooflines = read_rooflines(self.root / ROOFLINES) if fitted else {}
         self._tables: dict[tuple[str, str], MeasuredTable | None] = {}
-        self._transfers: dict[tuple[str, str], Transfer] = {}
+        self._transfers: dict[tuple[str, str], TableTransfer] = {}
         self._times: dict[tuple[str, str, tuple[int, ...], int | None], float] = {}
         self._curves: dict[tuple[str, str, tuple[int, ...]], TokenCurve] = {}
 
@@ -133,13 +133,13 @@ class AicCosts:
         errors the measured GPUs do not share; as a source it made their leave-one-out errors worse)."""
         return self._file(name, table)
 
-    def transfer(self, target: GpuSpec, table: str) -> Transfer:
+    def transfer(self, target: GpuSpec, table: str) -> TableTransfer:
         """Carry ``table`` to ``target`` from every measured GPU except ``target``."""
         key = (target.name, table)
         if key not in self._transfers:
             sources = tuple(self.measured(n, table) for n in self.dirs
                             if n != target.name and self.is_source(n, table))
-            self._transfers[key] = Transfer(target=target, sources=sources,
+            self._transfers[key] = TableTransfer(target=target, sources=sources,
                                             constants=TABLE_CONSTANTS.get(table, DEFAULT_CONSTANTS))
         return self._transfers[key]
 

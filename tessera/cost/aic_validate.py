@@ -27,7 +27,7 @@ from tessera.cost.tables import (
     monotone_in_tokens,
     read_rows,
 )
-from tessera.cost.transfer import TABLE_CONSTANTS, Measured, Transfer, TransferConstants
+from tessera.cost.transfer import TABLE_CONSTANTS, Measured, TableTransfer, TransferConstants
 from tessera.errors import UserError
 from tessera.hardware import gpu, resolve_gpu
 
@@ -109,7 +109,7 @@ class Scorer:
     def ratios(self, held: str, sources: list[str], setting: Setting) -> np.ndarray:
         """predicted / measured at ``held``'s scored rows, carried over from ``sources``."""
         t = self.measured(setting.cache, held)
-        x = Transfer(target=gpu(held), constants=setting.constants,
+        x = TableTransfer(target=gpu(held), constants=setting.constants,
                      sources=tuple(Measured(table=self.measured(setting.cache, s)) for s in sources))
         idx = _sample(len(t.time_s), self.rows)
         res = np.array([self.residuals(setting.cache, s, held) for s in sources])

@@ -87,8 +87,9 @@ class Measured:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Transfer:
-    """Predicts one table's kernels on ``target`` from the measured GPUs in ``sources``."""
+class TableTransfer:
+    """Carries measured tables over to a GPU without them: predicts one table's kernels on ``target`` from the
+    measured GPUs in ``sources``."""
 
     target: GpuSpec
     sources: tuple[Measured, ...] = field(hash=False)

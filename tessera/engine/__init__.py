@@ -13,7 +13,7 @@ from typing import Any
 _EXPORTS = {
     "EngineConfig": "config", "SamplingParams": "config", "Engine": "engine", "load_engine": "engine",
     "IterationInputs": "inputs", "IterationShape": "inputs", "Program": "program", "SplitRun": "program",
-    "Transfer": "program", "Completion": "request", "kernel_graph": "kernels",
+    "SplitCopy": "program", "Completion": "request", "kernel_graph": "kernels",
 }
 
 __all__ = sorted(_EXPORTS)

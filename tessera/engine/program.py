@@ -10,7 +10,7 @@ Executors:
 - ``Program.__call__``: the graph's generated Python code, the unsplit run.
 - ``Program.run_split``: the same nodes under an assignment node -> device, each device with its own
   store of values; a value produced on one device and consumed on another is copied into the consumer's
-  store once (a ``Transfer``), as a send/receive pair would. Outputs are bit-identical to the unsplit
+  store once (a ``SplitCopy``), as a send/receive pair would. Outputs are bit-identical to the unsplit
   run (same operators, same order). Iteration inputs are handed to every device that reads them, and
   the logits end on device 0, where sampling runs.
 """
@@ -40,8 +40,9 @@ class KernelTracer(fx.Tracer):
 
 
 @dataclass(frozen=True)
-class Transfer:
-    """A value (its producing node's name) copied from one device's store into another's."""
+class SplitCopy:
+    """A value (its producing node's name) copied from one device's store into another's by ``run_split``
+    (what a worker sends is a ``routes.Transfer``, scheduled and tagged)."""
 
     value: str
     src: int
@@ -52,7 +53,7 @@ class Transfer:
 @dataclass(frozen=True)
 class SplitRun:
     logits: Tensor
-    transfers: tuple[Transfer, ...]
+    transfers: tuple[SplitCopy, ...]
 
 
 class Program:
@@ -123,7 +124,7 @@ class Program:
         feed = inputs.as_dict()
         stores: list[dict[fx.Node, Tensor]] = [{} for _ in range(devices)]
         home: dict[fx.Node, int] = {}
-        transfers: list[Transfer] = []
+        transfers: list[SplitCopy] = []
         last_use = _last_uses(self.gm.graph)
 
         def fetch(a: fx.Node, d: int) -> Tensor:
@@ -137,7 +138,7 @@ class Program:
                     src = home[a]
                     value = stores[src][a]
                     store[a] = value.clone()  # the receiving device's own copy
-                    transfers.append(Transfer(a.name, src, d, value.numel() * value.element_size()))
+                    transfers.append(SplitCopy(a.name, src, d, value.numel() * value.element_size()))
             return store[a]
 
         for i, (node, d) in enumerate(zip(self.kernels, assignment, strict=True)):

@@ -29,13 +29,13 @@ import secrets
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
 
 import torch.distributed as dist
 
 from tessera.errors import UserError
+from tessera.runtime.launch import RankEnv
 
 _LINK: RemoteLink | None = None  # the driver's link to its workers, when this process is torchrun's rank 0
 
@@ -66,24 +66,16 @@ def free_port(address: str) -> int:
         return int(s.getsockname()[1])
 
 
-@dataclass(frozen=True, kw_only=True)
-class RankEnv:
-    """What torchrun tells each process."""
-
-    rank: int
-    world: int
-    master: str
-
-    @classmethod
-    def from_env(cls) -> RankEnv:
-        try:
-            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        except (KeyError, ValueError):
-            raise UserError("run under torchrun (RANK and WORLD_SIZE unset): torchrun --nnodes N ... -m "
-                            "tessera.cli.torchrun VERB ...") from None
-        if world < 2:
-            raise UserError(f"WORLD_SIZE={world}: the driver (rank 0) needs at least one worker rank")
-        return cls(rank=rank, world=world, master=os.environ.get("MASTER_ADDR", "127.0.0.1"))
+def engine_env() -> RankEnv:
+    """What torchrun tells this process, for the engine: a driver (rank 0) and at least one worker rank."""
+    try:
+        env = RankEnv.from_env()
+    except UserError:
+        raise UserError("run under torchrun (RANK and WORLD_SIZE unset): torchrun --nnodes N ... -m "
+                        "tessera.cli.torchrun VERB ...") from None
+    if env.world < 2:
+        raise UserError(f"WORLD_SIZE={env.world}: the driver (rank 0) needs at least one worker rank")
+    return env
 
 
 def bootstrap(env: RankEnv) -> tuple[Listener | None, list[Any]]:

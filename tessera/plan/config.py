@@ -9,6 +9,7 @@ from typing import Any
 from tessera.contracts.enums import Objective
 from tessera.contracts.plan import Plan, PoolCell, PoolPlan
 from tessera.contracts.provenance import Provenance, Serializable, fingerprint
+from tessera.contracts.results import StrategyFigures
 from tessera.errors import UserError
 from tessera.hardware import AUTO, check_link_name
 from tessera.plan.model.serving import BUDGETS, Point, Slo, Traffic
@@ -95,6 +96,20 @@ class StrategyResult:
     def tokens_per_usd(self) -> float:
         return self.goodput * 3600 / self.usd_per_hour if self.usd_per_hour > 0 else 0.0
 
+    def figures(self, *, images: bool) -> StrategyFigures:
+        """The figures a file records of this strategy (``strategy_json`` writes them, the report reads them
+        back): the goodput as its throughput and why not where infeasible, the price, the plan's latency and
+        each device's memory ("index:gpu" -> bytes)."""
+        p, ok = self.plan, self.feasible
+        usd_per_mtok = self.usd_per_hour / 3600 / self.goodput * 1e6 if ok and not images else None
+        return StrategyFigures(
+            name=self.name, applicable=self.applicable, reason=None if ok else self.reason, feasible=ok,
+            throughput_per_s=self.goodput if ok else None, usd_per_hour=self.usd_per_hour,
+            usd_per_million_tokens=usd_per_mtok,
+            latency_s=p.latency_s if p else None,
+            memory_bytes={f"{i}:{d.gpu}": sum(p.memory_bytes[i].values()) for i, d in enumerate(p.devices)}
+            if p else {})
+
 
 @dataclass(frozen=True, kw_only=True)
 class ServingResult:
@@ -128,14 +143,14 @@ def async_gain(p: Plan) -> float | None:
 
 def strategy_json(r: ServingResult, name: str) -> dict[str, Any]:
     s = r.strategies[name]
-    p = s.plan
+    p, f = s.plan, s.figures(images=r.images)  # f: what the report reads back of this entry
     unit = "images_per_s" if r.images else "tokens_per_s"
     ent: dict[str, Any] = {
-        "applicable": s.applicable, "feasible": s.feasible, "reason": None if s.feasible else s.reason,
-        "chosen": s.chosen, "usd_per_hour": s.usd_per_hour,
-        "usd_per_million_tokens": (s.usd_per_hour / 3600 / s.goodput * 1e6) if s.feasible and not r.images else None,
+        "applicable": f.applicable, "feasible": f.feasible, "reason": f.reason,
+        "chosen": s.chosen, "usd_per_hour": f.usd_per_hour,
+        "usd_per_million_tokens": f.usd_per_million_tokens,
         "tokens_per_usd": s.tokens_per_usd if s.feasible else None,
-        f"throughput_{unit}": s.goodput if s.feasible else None,
+        f"throughput_{unit}": f.throughput_per_s,
         f"goodput_{unit}": s.goodput,
         # the SLO knee's capacity (the engine saturating) beside the goodput, and what binds the knee
         f"capacity_{unit}": (s.pool.throughput_per_s if s.pool else _capacity(p)) if p else None,
@@ -143,7 +158,7 @@ def strategy_json(r: ServingResult, name: str) -> dict[str, Any]:
         "batch": p.batch if p else None, "microbatches": p.microbatches if p else None, "tp": list(s.tp),
         "max_num_batched_tokens": p.engine.max_num_batched_tokens if p and p.engine and not r.images else None,
         "ttft_s": p.ttft_s if p else None, "tpot_s": p.tpot_s if p else None,
-        "latency_s": p.latency_s if p else None,
+        "latency_s": f.latency_s,
         # the operating point's own output rate (before the SLO) under either schedule: their ratio, not the
         # sync figure beside goodput, is the gain of asynchronous micro-batches
         f"sync_throughput_{unit}": p.sync_throughput if p and s.pool is None else None,
@@ -151,7 +166,7 @@ def strategy_json(r: ServingResult, name: str) -> dict[str, Any]:
         "device_busy": {f"{i}:{d.gpu}": b for i, (d, b) in enumerate(zip(p.devices, p.device_busy, strict=False))}
         if p else {},
         "idle_reason": s.detail.get("idle"),
-        "memory_bytes": {f"{i}:{d.gpu}": sum(p.memory_bytes[i].values()) for i, d in enumerate(p.devices)} if p else {},
+        "memory_bytes": f.memory_bytes,
         "bound_ratio": p.bound_ratio if p else None,
         # a pool's notes are about the pool (its cells' own notes are in pool[i]'s plan)
         "notes": [f"independent replicas: {s.detail['replicas']}"] if s.pool else list(p.notes) if p else [],

@@ -64,7 +64,7 @@ def hf_name(model: str) -> str:
 
 def max_model_len(plan: Plan) -> int | None:
     w = plan.workload
-    return int(w["prompt"]) + int(w["output"]) if w.get("prompt") and w.get("output") else None
+    return w.prompt + w.output if w.prompt and w.output else None
 
 
 def tessera_launches(plan: Plan, plan_path: str, *, port: int = 8000) -> list[Launch]:

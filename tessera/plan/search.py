@@ -270,9 +270,9 @@ def plan_graph(plan: Plan, *, source=None) -> KernelGraph:
         raise UserError(f"plan for {plan.model} ({plan.strategy}) is not a serving-model cell plan "
                         f"(phases: {', '.join(sorted(plan.phases))})")
     ref = plan.phases[phase].graph_shape.get("batch", 64)
-    cfg = PlannerConfig(traffic=Traffic(prompt=w.get("prompt", 1024), output=w.get("output", 256),
-                                        steps=w.get("steps", 28), image_tokens=w.get("image_tokens", 0)),
-                        ref_batch=ref)
+    given = {"prompt": w.prompt, "output": w.output, "steps": w.steps, "image_tokens": w.image_tokens}
+    # Traffic's own defaults where the plan names none
+    cfg = PlannerConfig(traffic=Traffic(**{k: v for k, v in given.items() if v is not None}), ref_batch=ref)
     shapes = Shapes(plan.model, source or capture_source(plan.model), cfg, images=phase == Phase.DENOISE)
     g = shapes.graph(plan.batch, plan.microbatches)
     if len(g.kernels) != len(plan.phases[phase].assignment):

@@ -228,7 +228,7 @@ def answer_of(data: ReportData) -> Answer | None:
     loads = [s.offered_tokens_per_s / capacity for s in runs if s.offered_tokens_per_s is not None and capacity]
     first = runs[0] if runs else None
     lead = d.lead if isinstance(d, PoolPlan) else d
-    slo, work = lead.slo or {}, lead.workload or {}
+    slo, work = lead.slo, lead.workload
     prov = first.provenance if first is not None else None
     cheaper, homog, left_out = _options(data, d.model, _usd_per_mtok(usd, capacity or 0.0))
     return Answer(
@@ -236,10 +236,10 @@ def answer_of(data: ReportData) -> Answer | None:
         rate_per_s=rates[0] if len(rates) == 1 else None, load=statistics.median(loads) if loads else None,
         goodput=Spread.of(goodputs),
         attainment=Spread.of([s.result.slo_attainment for s in runs if s.result.slo_attainment is not None]),
-        slo_ttft_s=(first.slo_ttft_s if first else None) or slo.get("ttft_s"),
-        slo_tpot_s=(first.slo_tpot_s if first else None) or slo.get("tpot_s"),
-        prompt=prov.prompt if prov else (str(work["prompt"]) if work.get("prompt") else None),
-        output=prov.output if prov else (str(work["output"]) if work.get("output") else None),
+        slo_ttft_s=(first.slo_ttft_s if first else None) or slo.ttft_s,
+        slo_tpot_s=(first.slo_tpot_s if first else None) or slo.tpot_s,
+        prompt=prov.prompt if prov else (str(work.prompt) if work.prompt else None),
+        output=prov.output if prov else (str(work.output) if work.output else None),
         cheaper=cheaper, homogeneous=homog, left_out=left_out,
         best_baseline=_best_baseline(data, d.model, gpus), knee=knee_gap(data.compare, d.model, gpus),
         cost_accuracy=data.cost_accuracy, cost_sources=tuple((g.name, g.cost_source) for g in data.gpu_facts),

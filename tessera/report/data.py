@@ -13,7 +13,7 @@ from tessera.contracts.enums import STRATEGIES
 from tessera.contracts.ir import KernelGraph
 from tessera.contracts.plan import Plan, PoolPlan
 from tessera.contracts.provenance import Provenance, fingerprint, of_file
-from tessera.contracts.results import FrontierPoint, SimResult
+from tessera.contracts.results import FrontierPoint, SimResult, StrategyFigures
 from tessera.errors import UserError
 
 # Order in which strategies appear everywhere (tables, bars, legends); unknown names follow, sorted.
@@ -23,37 +23,6 @@ BASELINES = STRATEGIES[1:]
 def strategy_order(names: set[str] | list[str]) -> list[str]:
     known = [s for s in STRATEGIES if s in names]
     return known + sorted(set(names) - set(STRATEGIES))
-
-
-@dataclass(frozen=True, kw_only=True)
-class StrategyFigures:
-    """What a `tessera plan --json` or `tessera compare --json` file records about one strategy: its figures
-    (throughput or goodput, price, latency, memory per device), not its plans. The planner's own answer is
-    ``tessera.plan.config.StrategyResult``, which holds the deployment itself; a file carries only what
-    ``strategy_json`` (and compare's) wrote of it, so the report reads these figures and never the plans."""
-
-    name: str
-    applicable: bool
-    reason: str | None = None
-    feasible: bool = True
-    throughput_per_s: float | None = None  # tokens/s, or images/s for diffusion (see CompareCell.unit)
-    usd_per_hour: float = 0.0
-    usd_per_million_tokens: float | None = None
-    latency_s: float | None = None
-    memory_bytes: dict[str, int] = field(default_factory=dict, hash=False)
-    knee_ratio: float | None = None  # `tessera compare`: the simulator's SLO knee over the planner's goodput
-
-    @property
-    def scored(self) -> bool:
-        """Has a throughput to compare: applicable, feasible and positive."""
-        return self.applicable and self.feasible and (self.throughput_per_s or 0.0) > 0.0
-
-    @property
-    def throughput_per_usd_hour(self) -> float | None:
-        if not self.scored or self.usd_per_hour <= 0:
-            return None
-        assert self.throughput_per_s is not None
-        return self.throughput_per_s / self.usd_per_hour
 
 
 @dataclass(frozen=True, kw_only=True)

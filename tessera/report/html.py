@@ -449,8 +449,8 @@ def _latency_html(data: ReportData, fig_dir: Path) -> str:
     if not data.sims:
         return _omitted("Latency percentiles", "no simulator results given (tessera simulate --json).")
     sims = data.sims
-    ttft = next((r.slo_ttft_s for r in sims if r.slo_ttft_s), None) or (data.plan.slo.get("ttft_s") if data.plan else None)
-    tpot = next((r.slo_tpot_s for r in sims if r.slo_tpot_s), None) or (data.plan.slo.get("tpot_s") if data.plan else None)
+    ttft = next((r.slo_ttft_s for r in sims if r.slo_ttft_s), None) or (data.plan.slo.ttft_s if data.plan else None)
+    tpot = next((r.slo_tpot_s for r in sims if r.slo_tpot_s), None) or (data.plan.slo.tpot_s if data.plan else None)
     rates = {r.rate_per_s for r in sims}
     loads = [r.load for r in sims if r.load is not None]
     if None in rates:

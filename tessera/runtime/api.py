@@ -26,7 +26,7 @@ from tessera.runtime.measure import (
     write_trace,
 )
 from tessera.runtime.partition import Partition
-from tessera.runtime.program import Program
+from tessera.runtime.program import CapturedProgram
 from tessera.runtime.recovery import RecoveringExecutor, replan_with
 from tessera.runtime.runner import RoundResult, SwitchPolicy, compare, phase_of, serve
 from tessera.runtime.state import load_weights, weight_files
@@ -62,7 +62,7 @@ class RunSpec:
         return SwitchPolicy(throughput_microbatches=self.microbatches, threshold=self.microbatches)
 
 
-def with_weights(programs: dict[str, Program], directory: str) -> dict[str, Program]:
+def with_weights(programs: dict[str, CapturedProgram], directory: str) -> dict[str, CapturedProgram]:
     """The programs with their weights replaced by a checkpoint's (for the single-process reference)."""
     out = {}
     for key, p in programs.items():
@@ -74,7 +74,7 @@ def with_weights(programs: dict[str, Program], directory: str) -> dict[str, Prog
     return out
 
 
-def run(spec: RunSpec, programs: dict[str, Program] | None = None) -> RunResult:
+def run(spec: RunSpec, programs: dict[str, CapturedProgram] | None = None) -> RunResult:
     job = spec.job
     programs = programs or capture_steps(job)
     for mode, by_phase in spec.plans.items():
@@ -111,7 +111,7 @@ class Served:
     transport: str
 
 
-def summarise(spec: RunSpec, programs: dict[str, Program], served: Served) -> RunResult:
+def summarise(spec: RunSpec, programs: dict[str, CapturedProgram], served: Served) -> RunResult:
     """The result: compare with single-process execution of the same rounds, measure, predict."""
     job, rounds, history, parts = spec.job, served.rounds, served.history, served.parts
     ref_programs = with_weights(programs, spec.weights_dir) if spec.weights_dir else programs

@@ -26,8 +26,8 @@ from tessera.errors import UserError
 from tessera.graph import Role
 from tessera.runtime.device import choose_backend, torch_device
 from tessera.runtime.partition import Partition
-from tessera.runtime.program import Program, from_wire, to_wire
-from tessera.runtime.worker import StepCmd, WorkerSpec, worker_main
+from tessera.runtime.program import CapturedProgram, from_wire, to_wire
+from tessera.runtime.worker import PartitionWorkerSpec, StepCmd, worker_main
 from tessera.text import plural
 
 
@@ -130,8 +130,8 @@ def _exit_reason(code: int | None) -> str:
     return f"died: exited with status {code}"
 
 
-def worker_specs(programs: dict[str, Program], partitions: dict[tuple[str, str], Partition],
-                 config: ClusterConfig) -> list[WorkerSpec]:
+def worker_specs(programs: dict[str, CapturedProgram], partitions: dict[tuple[str, str], Partition],
+                 config: ClusterConfig) -> list[PartitionWorkerSpec]:
     """Each device's share: programs stripped to its KV/state/input starting contents, its weights by name."""
     specs = []
     for d, device in enumerate(config.devices):
@@ -145,7 +145,7 @@ def worker_specs(programs: dict[str, Program], partitions: dict[tuple[str, str],
                         weights.setdefault(prog.name(b), prog.initial[b])
                 else:
                     keep[key].add(b)
-        specs.append(WorkerSpec(
+        specs.append(PartitionWorkerSpec(
             rank=d, world=len(config.devices), device=device, backend=config.backend,
             ordered=config.ordered_issue, threads=config.threads,
             recv_timeout_s=config.recv_timeout_s, programs={k: p.stripped(keep[k]) for k, p in programs.items()},
@@ -384,7 +384,7 @@ class Processes:
 class Cluster(Processes):
     """``with Cluster(...) as c: c.step(key, plan, inputs, reset)``; workers are spawned on entry."""
 
-    def __init__(self, programs: dict[str, Program], partitions: dict[tuple[str, str], Partition],
+    def __init__(self, programs: dict[str, CapturedProgram], partitions: dict[tuple[str, str], Partition],
                  config: ClusterConfig) -> None:
         super().__init__(config)
         self.programs, self.partitions = programs, partitions

@@ -20,7 +20,7 @@ from torch.utils._pytree import tree_flatten
 from tessera.capture.program import resolve
 from tessera.capture.recorder import OpRecord, TensorRef
 from tessera.runtime.device import zero_storage
-from tessera.runtime.program import Program, Storages, materialise, view_of
+from tessera.runtime.program import CapturedProgram, Storages, materialise, view_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +56,7 @@ def on(device: torch.device, x: Any) -> Any:
     return x
 
 
-def compile_op(program: Program, k: int, zeroed: frozenset[int], device: torch.device) -> CompiledOp:
+def compile_op(program: CapturedProgram, k: int, zeroed: frozenset[int], device: torch.device) -> CompiledOp:
     op = program.ops[k]
     args, kwargs = on(device, tuple(op.args)), on(device, dict(op.kwargs))
     return CompiledOp(
@@ -67,7 +67,7 @@ def compile_op(program: Program, k: int, zeroed: frozenset[int], device: torch.d
         zeroed=tuple((b, program.nbytes(b)) for b in sorted(program.needs(k) & zeroed)), device=device)
 
 
-def compile_program(program: Program, kernels: tuple[int, ...] | range, device: torch.device) -> list[CompiledOp]:
+def compile_program(program: CapturedProgram, kernels: tuple[int, ...] | range, device: torch.device) -> list[CompiledOp]:
     zeroed = program.zeroed()
     return [compile_op(program, k, zeroed, device) for k in kernels]
 

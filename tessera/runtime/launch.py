@@ -33,22 +33,24 @@ from tessera.runtime.cluster import ClusterConfig, worker_specs
 from tessera.runtime.partition import Partition
 from tessera.runtime.placements import MILP, PLACEMENTS
 from tessera.runtime.probe import probe_link
-from tessera.runtime.program import Program, from_wire, to_wire
+from tessera.runtime.program import CapturedProgram, from_wire, to_wire
 from tessera.runtime.recovery import placement_graphs, replan_with
 from tessera.runtime.runner import build_partitions, by_microbatch, serve
 from tessera.runtime.steps import Job, capture_steps
-from tessera.runtime.worker import StepCmd, Worker, WorkerSpec, join_group
+from tessera.runtime.worker import PartitionWorker, PartitionWorkerSpec, StepCmd, join_group
 
 NOT_TORCHRUN = "run under torchrun (RANK/WORLD_SIZE unset)"
 
 
 @dataclass(frozen=True, kw_only=True)
 class RankEnv:
-    """What torchrun tells each process (MASTER_ADDR/MASTER_PORT are read by the env:// rendezvous)."""
+    """What torchrun tells each process (MASTER_PORT is read by the env:// rendezvous); the engine across
+    hosts (tessera.engine.remote) reads it too."""
 
     rank: int
     world: int
     local_rank: int
+    master: str = "127.0.0.1"  # MASTER_ADDR: the rendezvous host
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world or self.local_rank < 0:
@@ -60,7 +62,8 @@ class RankEnv:
             raise UserError(NOT_TORCHRUN)
         try:
             return cls(rank=int(env["RANK"]), world=int(env["WORLD_SIZE"]),
-                       local_rank=int(env.get("LOCAL_RANK", env["RANK"])))
+                       local_rank=int(env.get("LOCAL_RANK", env["RANK"])),
+                       master=env.get("MASTER_ADDR", "127.0.0.1"))
         except ValueError:
             raise UserError(f"RANK/WORLD_SIZE/LOCAL_RANK must be integers; {NOT_TORCHRUN}") from None
 
@@ -87,7 +90,7 @@ class LaunchConfig:
             raise UserError(f"--microbatches={self.microbatches} and --requests={self.requests} must be >= 1")
 
 
-def fingerprint(programs: dict[str, Program], parts: dict[tuple[str, str], Partition]) -> str:
+def fingerprint(programs: dict[str, CapturedProgram], parts: dict[tuple[str, str], Partition]) -> str:
     """A hash of everything ranks must agree on: the kernel sequences, the starting bytes (weights, KV)
     and the partitions. Sets are sorted: their iteration order need not match across processes."""
     h = hashlib.sha256()
@@ -103,9 +106,9 @@ def fingerprint(programs: dict[str, Program], parts: dict[tuple[str, str], Parti
     return h.hexdigest()
 
 
-def rank_spec(programs: dict[str, Program], parts: dict[tuple[str, str], Partition], cfg: LaunchConfig,
-              env: RankEnv) -> WorkerSpec:
-    """This rank's WorkerSpec, as Cluster would hand it to worker RANK of WORLD_SIZE identical devices."""
+def rank_spec(programs: dict[str, CapturedProgram], parts: dict[tuple[str, str], Partition],
+              cfg: LaunchConfig, env: RankEnv) -> PartitionWorkerSpec:
+    """This rank's spec, as Cluster would hand it to worker RANK of WORLD_SIZE identical devices."""
     devices = (cfg.device,) * env.world
     # One process cannot tell the ranks' GPUs apart ("cuda" is each rank's own LOCAL_RANK GPU, on hosts it
     # cannot see), so ClusterConfig would take them for one shared GPU; plan as gloo, then use NCCL with
@@ -126,7 +129,7 @@ def all_gather(obj: Any, world: int, group: Any) -> list[Any]:
 class SpmdExecutor:
     """runtime.steps.Executor over torchrun's ranks: run this rank's share, all-gather every rank's result."""
 
-    def __init__(self, worker: Worker, programs: dict[str, Program], control: Any) -> None:
+    def __init__(self, worker: PartitionWorker, programs: dict[str, CapturedProgram], control: Any) -> None:
         self.worker, self.programs, self.control = worker, programs, control
         self.world = worker.spec.world
         self.history: list[dict[str, Any]] = []  # as Cluster.history (for api.summarise's measurement)
@@ -168,7 +171,7 @@ def launch(cfg: LaunchConfig, env: RankEnv) -> RunResult | None:
         raise RuntimeError(f"ranks disagree on the captured programs or the {cfg.placement!r} partitions "
                            f"(rank groups {sorted(groups.values())}): capture or placement is not deterministic "
                            "across processes; every rank must build the same plan")
-    ex = SpmdExecutor(Worker(wspec, None), programs, control)  # results: unused (no driver queue here)
+    ex = SpmdExecutor(PartitionWorker(wspec, None), programs, control)  # results: unused (no driver queue)
     link = probe_link(env.rank, env.world, ex.worker.link, ex.worker.waiters)
     resident = all_gather(ex.worker.resident_report(), env.world, control)
     rounds, switches = serve(ex, job, programs, cfg.requests, spec.policy)

@@ -15,7 +15,7 @@ from typing import Any
 
 from tessera.graph import KernelGraph
 from tessera.hardware import GpuSpec, LinkSpec, gpu
-from tessera.runtime.partition import STEP_START, Partition, Transfer
+from tessera.runtime.partition import STEP_START, BufferTransfer, Partition
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,7 +91,7 @@ def predict_step_s(part: Partition, kernel_s: list[float], link: LinkModel, m: i
 
     n = len(kernel_s)
 
-    def message(t: Transfer) -> Message:
+    def message(t: BufferTransfer) -> Message:
         return Message(key=t.index, link=(t.src, t.dst), hold_s=t.nbytes / link.bytes_per_s,
                        flight_s=link.time_s(t.nbytes))
 
@@ -124,8 +124,9 @@ def charged_kernel_s(part: Partition, kernel_s: list[float], link: LinkModel, pe
     return out
 
 
-class ProfileCost:
-    """tessera.cost's CostModel interface over measured per-kernel times of one graph (CPU profiles)."""
+class MeasuredKernelCost:
+    """tessera.cost's CostModel interface over measured per-kernel times of one graph (CPU profiles), indexed
+    by kernel id (the engine's ``ProfileCost`` instead fits each worker kind's times to any kernel)."""
 
     def __init__(self, kernel_s: list[float], link: LinkModel) -> None:
         self.kernel_s, self.link = kernel_s, link
@@ -141,13 +142,13 @@ def plan_step_s(graph: KernelGraph, part: Partition, kernel_s: list[float], link
     """tessera run's step of m micro-batches re-synchronised every step, by tessera.plan's evaluation and the
     synchronous chain formula max(m·T, latency + (m−1)·T) (exact for a two-stage chain; predict_step_s
     simulates the workers' own order), fed with CPU-profile kernel times and the measured link."""
-    return cost_step_s(graph, part.assignment, part.devices, ProfileCost(kernel_s, link), link, m)
+    return cost_step_s(graph, part.assignment, part.devices, MeasuredKernelCost(kernel_s, link), link, m)
 
 
 def cost_step_s(graph: KernelGraph, assignment: tuple[int, ...], devices: int, cost: object, link: LinkModel,
                 m: int) -> float:
     """The synchronous chain formula's step time of ``assignment`` on ``devices`` catalog "cpu" devices under
-    any cost model (tessera.cost's CostModel, or ProfileCost)."""
+    any cost model (tessera.cost's CostModel, or MeasuredKernelCost)."""
     from tessera.plan import evaluate
 
     cpus = tuple(gpu("cpu") for _ in range(devices))

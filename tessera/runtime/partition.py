@@ -1,7 +1,8 @@
-"""Split a Program by a kernel->device assignment: per-device kernel lists, resident buffers, transfers.
+"""Split a CapturedProgram by a kernel->device assignment: per-device kernel lists, resident buffers,
+transfers.
 
 Every buffer has a set of devices holding its current version. A kernel needs every buffer its
-arguments view; when its device lacks the current version, a Transfer brings it from the device that
+arguments view; when its device lacks the current version, a BufferTransfer brings it from the device that
 wrote it, sent right after that write and awaited right before the reading kernel. KV and state
 written on one device but touched on another are synced at the end of the step, so every step starts
 with each device holding current copies of what it touches (the first step starts from loaded copies).
@@ -12,13 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tessera.graph import RESIDENT_ROLES, Role
-from tessera.runtime.program import Program
+from tessera.runtime.program import CapturedProgram
 
-STEP_START = -1  # Transfer.after: send before any kernel runs
+STEP_START = -1  # BufferTransfer.after: send before any kernel runs
 
 
 @dataclass(frozen=True, kw_only=True)
-class Transfer:
+class BufferTransfer:
+    """A captured buffer's current version sent from ``src`` to ``dst`` within one step, placed by kernel ids
+    (the engine's ``routes.Transfer`` moves a traced node's value instead)."""
+
     index: int  # position in the step's schedule; part of the message tag
     buffer: int
     src: int
@@ -36,7 +40,7 @@ class Partition:
     kernels: tuple[tuple[int, ...], ...]  # per device, program order
     resident: tuple[frozenset[int], ...]  # weight/kv/state buffers loaded on each device
     inputs: tuple[frozenset[int], ...]  # per-step inputs (role input) each device is handed
-    transfers: tuple[Transfer, ...]
+    transfers: tuple[BufferTransfer, ...]
     output_device: tuple[int, ...]  # device holding each step output at step end
 
     def __post_init__(self) -> None:
@@ -49,22 +53,22 @@ class Partition:
             out[(t.src, t.dst)] = out.get((t.src, t.dst), 0) + t.nbytes
         return out
 
-    def sends_after(self, device: int) -> dict[int, list[Transfer]]:
-        out: dict[int, list[Transfer]] = {}
+    def sends_after(self, device: int) -> dict[int, list[BufferTransfer]]:
+        out: dict[int, list[BufferTransfer]] = {}
         for t in self.transfers:
             if t.src == device:
                 out.setdefault(t.after, []).append(t)
         return out
 
-    def recvs_before(self, device: int) -> dict[int, list[Transfer]]:
-        out: dict[int, list[Transfer]] = {}
+    def recvs_before(self, device: int) -> dict[int, list[BufferTransfer]]:
+        out: dict[int, list[BufferTransfer]] = {}
         for t in self.transfers:
             if t.dst == device:
                 out.setdefault(t.before, []).append(t)
         return out
 
 
-def partition(program: Program, assignment: tuple[int, ...], devices: int,
+def partition(program: CapturedProgram, assignment: tuple[int, ...], devices: int,
               holders: dict[str, frozenset[int]] | None = None) -> Partition:
     """``holders``: KV/state buffer name -> devices that touch it in *other* steps or plans of the run
     (e.g. decode placed apart from prefill, or the other plan of an online switch). They keep it
@@ -89,7 +93,7 @@ def partition(program: Program, assignment: tuple[int, ...], devices: int,
     zeroed = program.zeroed()  # each device allocates its own zeros until the first write
     valid: dict[int, set[int]] = {b: set(touching.get(b, ())) for b in given | zeroed}
     last_write: dict[int, tuple[int, int]] = {}
-    transfers: list[Transfer] = []
+    transfers: list[BufferTransfer] = []
 
     def snapshot(b: int, src: int, after: int) -> bool:
         # a copy only if src writes b in place later in this step; sends complete before the step ends,
@@ -98,8 +102,9 @@ def partition(program: Program, assignment: tuple[int, ...], devices: int,
 
     def bring(b: int, d: int, before: int) -> None:
         src, after = last_write.get(b, (min(valid[b]), STEP_START))
-        transfers.append(Transfer(index=len(transfers), buffer=b, src=src, dst=d, after=after, before=before,
-                                  nbytes=program.nbytes(b), snapshot=snapshot(b, src, after)))
+        transfers.append(BufferTransfer(index=len(transfers), buffer=b, src=src, dst=d, after=after,
+                                        before=before, nbytes=program.nbytes(b),
+                                        snapshot=snapshot(b, src, after)))
         valid[b].add(d)
 
     for k in range(n):

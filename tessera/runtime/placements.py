@@ -19,7 +19,7 @@ from tessera.hardware import LinkSpec
 from tessera.plan import is_attention_kernel, plan_graph
 
 if TYPE_CHECKING:
-    from tessera.runtime.program import Program  # torch: for the annotation only
+    from tessera.runtime.program import CapturedProgram  # torch: for the annotation only
 
 
 def attention_gemm(graph: KernelGraph, devices: int = 2) -> tuple[int, ...]:
@@ -164,7 +164,7 @@ def placements(name: str, graphs: dict[str, KernelGraph], devices: int, microbat
     return {ph: unfuse(graphs[ph], a) for ph, a in got.items()}
 
 
-def plan_placements(plan: Plan, programs: Mapping[str, Program]) -> dict[str, tuple[int, ...]]:
+def plan_placements(plan: Plan, programs: Mapping[str, CapturedProgram]) -> dict[str, tuple[int, ...]]:
     """phase -> assignment for running a Plan file's placement on ``programs`` (step key, e.g. decode@8 ->
     the runtime's program). The plan's graphs were captured by the planner (bf16, fake, fused view): where
     a phase's kernels differ from the program's fused view, the plan's assignment is carried over kernel by

@@ -24,8 +24,10 @@ Storages = dict[int, torch.UntypedStorage]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Program:
-    """One model step, executable in pieces. ``initial``: starting bytes (flat uint8) per buffer."""
+class CapturedProgram:
+    """One model step replayed from its capture's op records, executable in pieces (the engine's
+    ``program.Program`` is a torch.fx trace of the model instead). ``initial``: starting bytes (flat uint8)
+    per buffer."""
 
     graph: KernelGraph
     ops: tuple[OpRecord, ...]
@@ -40,7 +42,7 @@ class Program:
             f"program has {len(self.ops)} ops but graph {len(self.graph.kernels)} kernels")
 
     @classmethod
-    def from_capture(cls, cap: Capture) -> Program:
+    def from_capture(cls, cap: Capture) -> CapturedProgram:
         return cls(graph=cap.graph, ops=tuple(cap.program), initial=dict(cap.initial), outputs=tuple(cap.outputs),
                    fused=cap.fused)
 
@@ -71,10 +73,11 @@ class Program:
         produced = {r.buffer for op in self.ops for r in op.outputs}
         return frozenset(b.id for b in self.graph.buffers if b.id not in self.initial and b.id not in produced)
 
-    def stripped(self, keep: set[int] | frozenset[int]) -> Program:
+    def stripped(self, keep: set[int] | frozenset[int]) -> CapturedProgram:
         """The same program holding starting contents only for ``keep`` (what one device may hold)."""
-        return Program(graph=self.graph, ops=self.ops, initial={b: t for b, t in self.initial.items() if b in keep},
-                       outputs=self.outputs, fused=self.fused)
+        return CapturedProgram(graph=self.graph, ops=self.ops,
+                               initial={b: t for b, t in self.initial.items() if b in keep},
+                               outputs=self.outputs, fused=self.fused)
 
 
 def iter_refs(x: Any) -> Iterator[TensorRef]:
@@ -104,7 +107,7 @@ def from_wire(w: Wire) -> torch.Tensor:
     return torch.from_numpy(data).view(getattr(torch, dtype)).reshape(shape)
 
 
-def replay_step(program: Program, storages: Storages) -> list[torch.Tensor]:
+def replay_step(program: CapturedProgram, storages: Storages) -> list[torch.Tensor]:
     """Single-process execution of every op in order against ``storages`` (updated in place); zeroed
     allocations are made on the host."""
     for b in program.zeroed():
@@ -114,5 +117,5 @@ def replay_step(program: Program, storages: Storages) -> list[torch.Tensor]:
     return [view_of(storages, r).clone() for r in program.outputs]
 
 
-__all__ = ["Program", "Storages", "Wire", "as_bytes", "from_wire", "iter_refs", "materialise", "replay_step", "run_op",
+__all__ = ["CapturedProgram", "Storages", "Wire", "as_bytes", "from_wire", "iter_refs", "materialise", "replay_step", "run_op",
            "to_wire", "view_of", "zero_storage"]

@@ -21,7 +21,7 @@ from tessera.capture.fuse import unfuse
 from tessera.graph import KernelGraph
 from tessera.runtime.cluster import Cluster, ClusterConfig, WorkerFailure
 from tessera.runtime.partition import Partition
-from tessera.runtime.program import Program
+from tessera.runtime.program import CapturedProgram
 from tessera.runtime.runner import ClusterExecutor, build_partitions, phase_of
 from tessera.text import plural
 
@@ -42,7 +42,7 @@ def replan_with(placement: str, microbatches: int = 2) -> Replan:
     return f
 
 
-def phase_graphs(programs: dict[str, Program]) -> dict[str, KernelGraph]:
+def phase_graphs(programs: dict[str, CapturedProgram]) -> dict[str, KernelGraph]:
     """Each phase's eager graph: kernel i is op i of its programs."""
     out: dict[str, KernelGraph] = {}
     for key, p in programs.items():
@@ -50,7 +50,7 @@ def phase_graphs(programs: dict[str, Program]) -> dict[str, KernelGraph]:
     return out
 
 
-def placement_graphs(programs: dict[str, Program]) -> dict[str, KernelGraph]:
+def placement_graphs(programs: dict[str, CapturedProgram]) -> dict[str, KernelGraph]:
     """Each phase's graph to place: the fused view where the capture made one (a Replan of these returns
     assignments of the eager ops all the same)."""
     out: dict[str, KernelGraph] = {}
@@ -62,7 +62,7 @@ def placement_graphs(programs: dict[str, Program]) -> dict[str, KernelGraph]:
 class RecoveringExecutor:
     """An Executor over a Cluster that, on ``recover(failure)``, re-plans onto the survivors and restarts."""
 
-    def __init__(self, programs: dict[str, Program], plans: dict[str, dict[str, tuple[int, ...]]],
+    def __init__(self, programs: dict[str, CapturedProgram], plans: dict[str, dict[str, tuple[int, ...]]],
                  config: ClusterConfig, replan: Replan) -> None:
         self.programs, self.plans, self.config, self.replan = programs, plans, config, replan
         self.parts = build_partitions(programs, plans, len(config.devices))

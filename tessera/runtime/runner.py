@@ -14,7 +14,7 @@ from tessera.contracts.enums import Objective, Phase
 from tessera.graph import KernelGraph, Role
 from tessera.runtime.cluster import Cluster, WorkerFailure
 from tessera.runtime.partition import Partition, partition
-from tessera.runtime.program import Program
+from tessera.runtime.program import CapturedProgram
 from tessera.runtime.steps import Executor, Job, as_input, input_buffer, step_keys
 
 log = logging.getLogger("tessera.runtime")
@@ -26,7 +26,7 @@ def phase_of(key: str) -> str:
     return key.split("@")[0]
 
 
-def build_partitions(programs: dict[str, Program], plans: dict[str, dict[str, tuple[int, ...]]],
+def build_partitions(programs: dict[str, CapturedProgram], plans: dict[str, dict[str, tuple[int, ...]]],
                      devices: int) -> dict[tuple[str, str], Partition]:
     """plans: plan name -> phase -> assignment (per kernel of that phase's program).
 
@@ -73,7 +73,7 @@ class RoundResult:
     processed_tokens: int = 0
 
 
-def run_round(ex: Executor, job: Job, programs: dict[str, Program], plan: str, m: int, round_id: int
+def run_round(ex: Executor, job: Job, programs: dict[str, CapturedProgram], plan: str, m: int, round_id: int
               ) -> RoundResult:
     """One group of ``m`` micro-batches (requests) from their first step to their last."""
     out = RoundResult(plan=plan, microbatches=m)
@@ -129,7 +129,7 @@ class SwitchPolicy:
         return Objective.LATENCY, 1, f"queue depth {queue_depth} < {self.threshold}"
 
 
-def serve(ex: Executor, job: Job, programs: dict[str, Program], requests: int, policy: SwitchPolicy,
+def serve(ex: Executor, job: Job, programs: dict[str, CapturedProgram], requests: int, policy: SwitchPolicy,
           plan_names: dict[str, str] | None = None, recover: Callable[[WorkerFailure], None] | None = None
           ) -> tuple[list[RoundResult], list[str]]:
     """Drain a queue of ``requests`` requests (one micro-batch each); log each plan switch with its cause.

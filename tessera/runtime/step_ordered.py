@@ -26,15 +26,15 @@ from typing import Any
 import torch.distributed as dist
 
 from tessera.runtime.compiled import CompiledOp, call
-from tessera.runtime.partition import Partition, Transfer
+from tessera.runtime.partition import BufferTransfer, Partition
 from tessera.runtime.program import Storages
 
 RUN, SEND, POST, WAIT = 0, 1, 2, 3
-Action = tuple[int, Any]  # (RUN, op position) or (SEND | POST | WAIT, Transfer)
+Action = tuple[int, Any]  # (RUN, op position) or (SEND | POST | WAIT, BufferTransfer)
 
 
 def ordered_actions(part: Partition, me: int, n_ops: int) -> tuple[Action, ...]:
-    """Worker ``me``'s actions for one micro-batch of one step, in the shared key order."""
+    """PartitionWorker ``me``'s actions for one micro-batch of one step, in the shared key order."""
     keyed: list[tuple[tuple[int, int, int], Action]] = []
     for i, k in enumerate(part.kernels[me]):
         keyed.append(((k, 1, 0), (RUN, i)))
@@ -51,7 +51,7 @@ def ordered_actions(part: Partition, me: int, n_ops: int) -> tuple[Action, ...]:
 
 def run_ordered(w: Any, ops: tuple[CompiledOp, ...], actions: tuple[Action, ...], stores: list[Storages]
                 ) -> dict[str, list]:
-    """Issue ``actions`` for each micro-batch in turn. ``w``: the Worker (its clock; transfer tensors
+    """Issue ``actions`` for each micro-batch in turn. ``w``: the PartitionWorker (its clock; transfer tensors
     through its outgoing/recv_buffer/landed). Times are clock tokens."""
     gloo = w.spec.backend == "gloo"
     timeout = datetime.timedelta(seconds=w.spec.recv_timeout_s)
@@ -93,7 +93,7 @@ def run_ordered(w: Any, ops: tuple[CompiledOp, ...], actions: tuple[Action, ...]
     return dict(kernels=kernels, sends=sends, recvs=recvs, waits=waits)
 
 
-def _wait(work: Any, t: Transfer, gloo: bool, timeout: datetime.timedelta, me: int) -> None:
+def _wait(work: Any, t: BufferTransfer, gloo: bool, timeout: datetime.timedelta, me: int) -> None:
     """gloo: block until the bytes are here. NCCL: make the compute stream wait for the receive (no host
     block; ``wait(timeout)`` would spin the host; a hung peer is caught by the driver's heartbeat and step
     timeout and by the process group's watchdog)."""

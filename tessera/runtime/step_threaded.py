@@ -1,7 +1,7 @@
 """The gloo step loop: every receive posted up front, micro-batches interleaved as their data arrives.
 
 gloo matches messages by tag, so every receive of a step is posted before the step runs: as soon as its
-command reaches the worker (Worker.post), while an earlier queued step still computes. A receive posted
+command reaches the worker (``post``), while an earlier queued step still computes. A receive posted
 before its message lands takes gloo's cheap path (~25 µs against ~100 µs once the bytes wait, measured
 between two local processes; several times that when both cores compute). Each micro-batch then runs
 until its next kernel waits on a transfer that has not arrived, so one micro-batch computes while
@@ -10,7 +10,7 @@ and advances each in turn, so one group's step computes while another group's wa
 point-to-point Work never reports completion to is_completed() before wait(), so a thread per
 micro-batch index waits on that micro-batch's receives in the order it needs them; the threads live as
 long as the worker (Waiters), since starting one per step cost ~1 ms of a step on a busy 2-core machine.
-A CUDA worker on gloo stages transfers through host memory (Worker.outgoing / landed).
+A CUDA worker on gloo stages transfers through host memory (PartitionWorker.outgoing / landed).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ import torch
 import torch.distributed as dist
 
 from tessera.runtime.compiled import call
-from tessera.runtime.partition import Transfer
+from tessera.runtime.partition import BufferTransfer
 from tessera.runtime.program import Storages
 
 
-def tag(step_id: int, t: Transfer, mb: int) -> int:
+def tag(step_id: int, t: BufferTransfer, mb: int) -> int:
     assert t.index < 1 << 16 and mb < 1 << 6, "transfer index / micro-batch exceed the tag layout"
     return ((step_id % 256) << 22) | (t.index << 6) | mb
 
@@ -43,7 +43,8 @@ class Posted:
 
     step_id: int
     bufs: dict[tuple[int, int], torch.Tensor]  # (transfer index, micro-batch) -> the bytes' landing buffer
-    works: tuple[tuple[tuple[Transfer, int, Any], ...], ...]  # per micro-batch: (transfer, mb, Work), need order
+    # per micro-batch: (transfer, mb, Work), in need order
+    works: tuple[tuple[tuple[BufferTransfer, int, Any], ...], ...]
 
 
 def post_receives(w: Any, lps: list[Any], step_id: int) -> Posted:
@@ -85,7 +86,7 @@ def _serve_jobs(jobs: queue.SimpleQueue) -> None:
 
 
 class ThreadedStep:
-    """One step of ``len(stores)`` micro-batches on Worker ``w``, resumable: ``advance`` runs every kernel
+    """One step of ``len(stores)`` micro-batches on worker ``w``, resumable: ``advance`` runs every kernel
     whose data is there and returns; the caller waits on ``w.wake`` (notified by every arrival) until
     ``ready()`` (``wait_for``). Micro-batch i runs LocalPlan ``lps[i]`` (a list: each request its own
     program in a serving iteration) or all run ``lps`` (one LocalPlan: a round). ``posted``: its receives,
@@ -117,7 +118,7 @@ class ThreadedStep:
         for mb in range(m):
             self._post_sends(self.lps[mb].start_sends, mb)
 
-    def _receive(self, works: tuple[tuple[Transfer, int, Any], ...]) -> None:
+    def _receive(self, works: tuple[tuple[BufferTransfer, int, Any], ...]) -> None:
         cond, timeout = self.w.wake, datetime.timedelta(seconds=self.w.spec.recv_timeout_s)
         for t, mb, work in works:
             try:
@@ -132,13 +133,13 @@ class ThreadedStep:
                 self.done[(t.index, mb)] = time.perf_counter()
                 cond.notify_all()
 
-    def _post_sends(self, ts: tuple[Transfer, ...], mb: int) -> None:
+    def _post_sends(self, ts: tuple[BufferTransfer, ...], mb: int) -> None:
         for t in ts:
             data = self.w.outgoing(self.stores[mb][t.buffer], t.snapshot)
             self.sends.append((t.index, mb, time.perf_counter()))
             self.sent.append((dist.isend(data, dst=t.dst, tag=tag(self.step_id, t, mb)), data))
 
-    def _arrived(self, t: Transfer, mb: int) -> bool:
+    def _arrived(self, t: BufferTransfer, mb: int) -> bool:
         key = (t.index, mb)
         if key not in self.pending:
             return True

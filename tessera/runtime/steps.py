@@ -20,7 +20,7 @@ from tessera.errors import UserError
 from tessera.graph import Role
 from tessera.runtime.compiled import bind_weights, call, compile_program
 from tessera.runtime.device import HOST, fresh_storage, on_device, synchronize
-from tessera.runtime.program import Program, Storages, replay_step, view_of
+from tessera.runtime.program import CapturedProgram, Storages, replay_step, view_of
 from tessera.runtime.state import carry
 
 
@@ -62,10 +62,10 @@ def step_keys(job: Job) -> list[str]:
     return ["prefill", *[f"decode@{c}" for c in range(job.seq, job.seq + job.new_tokens - 1)]]
 
 
-def capture_steps(job: Job) -> dict[str, Program]:
+def capture_steps(job: Job) -> dict[str, CapturedProgram]:
     if job.family not in ("llm", "moe", "ssm", "dit"):
         raise UserError(f"model {job.model}: family {job.family} cannot run yet; valid families: dit, llm, moe, ssm")
-    out: dict[str, Program] = {}
+    out: dict[str, CapturedProgram] = {}
     for key in step_keys(job):
         if key == "denoise":
             cap = capture(job.model, "denoise", batch=job.batch, seq=job.seq, context=job.context, seed=job.seed)
@@ -73,7 +73,7 @@ def capture_steps(job: Job) -> dict[str, Program]:
             cap = capture(job.model, "prefill", batch=job.batch, seq=job.seq, seed=job.seed)
         else:
             cap = capture(job.model, "decode", batch=job.batch, context=int(key.split("@")[1]), seed=job.seed)
-        out[key] = Program.from_capture(cap)
+        out[key] = CapturedProgram.from_capture(cap)
     first = out[step_keys(job)[-1]]
     for key, prog in out.items():  # every decode position must be the same kernel sequence
         if key.startswith("decode") and ([o.func for o in prog.ops] != [o.func for o in first.ops]
@@ -83,7 +83,7 @@ def capture_steps(job: Job) -> dict[str, Program]:
     return out
 
 
-def input_buffer(program: Program, name: str) -> int:
+def input_buffer(program: CapturedProgram, name: str) -> int:
     for b in program.graph.buffers:
         if b.name == name and b.role is Role.INPUT:
             return b.id
@@ -105,7 +105,7 @@ class LocalExecutor:
     (on CUDA the stream is synchronised around each kernel, so a time is the kernel's, not its launch's).
     Step outputs come back as host tensors, as the workers' do."""
 
-    def __init__(self, programs: dict[str, Program], device: torch.device = HOST) -> None:
+    def __init__(self, programs: dict[str, CapturedProgram], device: torch.device = HOST) -> None:
         self.programs, self.device = programs, device
         self.weights = {k: {b: on_device(t, device).untyped_storage() for b, t in p.initial.items()
                             if p.role(b) is Role.WEIGHT} for k, p in programs.items()}

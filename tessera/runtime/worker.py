@@ -37,9 +37,9 @@ from tessera.runtime.device import (
     set_up,
     torch_device,
 )
-from tessera.runtime.partition import STEP_START, Partition, Transfer
+from tessera.runtime.partition import STEP_START, BufferTransfer, Partition
 from tessera.runtime.probe import probe_link
-from tessera.runtime.program import Program, Storages, Wire, from_wire, to_wire, view_of
+from tessera.runtime.program import CapturedProgram, Storages, Wire, from_wire, to_wire, view_of
 from tessera.runtime.state import carry, load_weights
 from tessera.runtime.step_ordered import Action, ordered_actions, run_ordered
 from tessera.runtime.step_threaded import (
@@ -57,7 +57,10 @@ GIL_SWITCH_S = 2e-4
 
 
 @dataclass(frozen=True, kw_only=True)
-class WorkerSpec:
+class PartitionWorkerSpec:
+    """What a worker process running its share of each partition of captured programs is handed (the
+    engine's ``WorkerSpec`` hands its workers a share of the traced model instead)."""
+
     rank: int
     world: int
     device: str  # "cpu" or "cuda:N": where everything this worker holds and computes lives
@@ -65,7 +68,7 @@ class WorkerSpec:
     ordered: bool  # issue in the one global order NCCL needs (step_ordered.py), not receives up front
     threads: int
     recv_timeout_s: float
-    programs: dict[str, Program] = field(hash=False)  # step key -> program stripped to this device's share
+    programs: dict[str, CapturedProgram] = field(hash=False)  # step key -> program stripped to this device's share
     partitions: dict[tuple[str, str], Partition] = field(hash=False)  # (step key, plan name) -> partition
     weights: dict[str, torch.Tensor] = field(hash=False)  # name -> uint8 bytes, only this device's
     weights_dir: str | None = None  # load weights from safetensors here instead (only the needed names)
@@ -110,16 +113,18 @@ class LocalPlan:
     """One partition as this worker runs it; entry i of recvs/sends belongs to ops[i]."""
 
     ops: tuple[CompiledOp, ...]
-    recvs: tuple[tuple[Transfer, ...], ...]  # awaited before ops[i]
-    sends: tuple[tuple[Transfer, ...], ...]  # posted after ops[i]
-    start_sends: tuple[Transfer, ...]
-    end_recvs: tuple[Transfer, ...]  # end-of-step KV/state syncs
-    order: tuple[Transfer, ...]  # every receive, in the order this worker needs them
-    actions: tuple[Action, ...]  # the ordered schedule (empty unless WorkerSpec.ordered)
+    recvs: tuple[tuple[BufferTransfer, ...], ...]  # awaited before ops[i]
+    sends: tuple[tuple[BufferTransfer, ...], ...]  # posted after ops[i]
+    start_sends: tuple[BufferTransfer, ...]
+    end_recvs: tuple[BufferTransfer, ...]  # end-of-step KV/state syncs
+    order: tuple[BufferTransfer, ...]  # every receive, in the order this worker needs them
+    actions: tuple[Action, ...]  # the ordered schedule (empty unless PartitionWorkerSpec.ordered)
 
 
-class Worker:
-    def __init__(self, spec: WorkerSpec, results: Any) -> None:
+class PartitionWorker:
+    """A worker process's state: its share of every partition, compiled, and the transfers in flight."""
+
+    def __init__(self, spec: PartitionWorkerSpec, results: Any) -> None:
         self.spec, self.results, self.rank = spec, results, spec.rank
         self.device = torch_device(spec.device)
         self.link = self.device if spec.backend == "nccl" else HOST  # where transfer tensors live
@@ -172,7 +177,7 @@ class Worker:
 
     # ---- one step --------------------------------------------------------------------------
 
-    def _store(self, prog: Program, part: Partition, mb: int, cmd: StepCmd) -> Storages:
+    def _store(self, prog: CapturedProgram, part: Partition, mb: int, cmd: StepCmd) -> Storages:
         store: Storages = {}
         dev = self.device
         slot, reset = cmd.slot_of(mb), cmd.reset_of(mb)
@@ -284,7 +289,7 @@ class Active:
     anchor: Any = None  # the device clock's point for this step's kernel events (CUDA)
 
 
-def serve_commands(worker: Worker, ahead: queue.SimpleQueue, results: Any) -> None:
+def serve_commands(worker: PartitionWorker, ahead: queue.SimpleQueue, results: Any) -> None:
     """The gloo worker's loop: every queued step runs at once, oldest first, each kernel as soon as its data
     is there, so while one serving group's step waits on a transfer the worker computes another group's
     (the asynchronous schedule: a group waits only for its own previous iteration). A step whose KV/state
@@ -348,7 +353,7 @@ def keep_freed_memory() -> None:
     libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
 
 
-def join_group(spec: WorkerSpec) -> datetime.timedelta:
+def join_group(spec: PartitionWorkerSpec) -> datetime.timedelta:
     """A worker process's set-up and its process group (env:// rendezvous), whoever started the process
     (Cluster's spawn or torchrun); returns the timeout the group's collectives run under."""
     keep_freed_memory()
@@ -364,7 +369,7 @@ def join_group(spec: WorkerSpec) -> datetime.timedelta:
     return timeout
 
 
-def read_ahead(worker: Worker, commands: Any) -> queue.SimpleQueue:
+def read_ahead(worker: PartitionWorker, commands: Any) -> queue.SimpleQueue:
     """A thread that takes each command off the driver's queue as it arrives and posts its receives at
     once, while the worker may still compute an earlier step; returns the queue of (command, its Posted
     or the exception posting raised), ending with (None, None)."""
@@ -411,9 +416,9 @@ def worker_process(rank: int, commands: Any, results: Any, heartbeat: Any, paren
 
 
 def worker_main(rank: int, commands: Any, results: Any, heartbeat: Any, parent: int) -> None:
-    def body(spec: WorkerSpec) -> None:
+    def body(spec: PartitionWorkerSpec) -> None:
         join_group(spec)
-        worker = Worker(spec, results)
+        worker = PartitionWorker(spec, results)
         link = probe_link(spec.rank, spec.world, worker.link, worker.waiters)
         results.put(("ready", spec.rank, {"weights": worker.resident_report(), "link": link}))
         ahead = read_ahead(worker, commands)

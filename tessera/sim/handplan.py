@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tessera.contracts.enums import Objective, Phase
-from tessera.contracts.plan import Device, EngineSettings, PhasePlan, Plan, Segment, StepPoint
+from tessera.contracts.plan import (
+    Device,
+    EngineSettings,
+    PhasePlan,
+    Plan,
+    PlanSlo,
+    PlanWorkload,
+    Segment,
+    StepPoint,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +108,7 @@ def mixed_plan(*, route: Sequence[StretchCost], engine: EngineSettings, prompt: 
                contexts: Sequence[int] | None = None, write_route: bool = True,
                kv_capacity_tokens: int = 1_000_000, kv_bytes_per_token: int = 131072,
                usd_per_hour: float = 1.0,
-               slo: dict[str, float] | None = None, goodput_per_s: float | None = None,
+               slo: PlanSlo | None = None, goodput_per_s: float | None = None,
                throughput_tokens_per_s: float | None = None, replicas: int = 1, model: str = "hand",
                strategy: str = "tessera") -> Plan:
     """A serving-model plan (a "mixed" phase, Plan version 2) whose micro-batch iteration walks ``route`` in
@@ -135,8 +144,8 @@ def mixed_plan(*, route: Sequence[StretchCost], engine: EngineSettings, prompt: 
                                    for _ in gpus),
                 kv_bytes_per_token=kv_bytes_per_token, kv_capacity_tokens=kv_capacity_tokens,
                 throughput_tokens_per_s=throughput_tokens_per_s, usd_per_hour=usd_per_hour,
-                workload={"prompt": prompt, "output": output}, engine=engine, microbatches=m,
-                slo=dict(slo or {}), goodput_per_s=goodput_per_s)
+                workload=PlanWorkload(prompt=prompt, output=output), engine=engine, microbatches=m,
+                slo=slo or PlanSlo(), goodput_per_s=goodput_per_s)
 
 
 def _mixed_point(route: Sequence[StretchCost], ndev: int, m: int, n: int, c: int, x: int,

@@ -75,7 +75,7 @@ class KneeConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Knee:
+class MeasuredKnee:
     """The knee and how it was found. Rates in requests/s; ``per_s`` in output tokens/s (images/s)."""
 
     rate_per_s: float  # highest rate simulated that met the target (0: none did)
@@ -214,7 +214,7 @@ def _bisect(s: _Search) -> tuple[float | None, float | None, str]:
 
 def find_knee(plan: Plan | PoolPlan, *, prompt: LengthSpec | None = None, output: LengthSpec | None = None,
               slo: LatencyTargets | None = None, config: KneeConfig | None = None,
-              scheduler: SchedulerConfig | None = None, replicas: int = 1) -> Knee:
+              scheduler: SchedulerConfig | None = None, replicas: int = 1) -> MeasuredKnee:
     """The SLO knee of ``plan`` (``replicas`` copies behind the router) under Poisson arrivals of ``prompt``
     and ``output`` lengths (default: the plan's traffic) and ``slo`` (default: the plan's)."""
     cfg = config or KneeConfig()
@@ -231,12 +231,13 @@ def find_knee(plan: Plan | PoolPlan, *, prompt: LengthSpec | None = None, output
     lo, hi, note = _bisect(s)
     mean_out = 1.0 if images(plan) else mean_tokens(output, 1)
     planner = plan_goodput_per_s(plan)
-    return Knee(rate_per_s=lo or 0.0, per_s=(lo or 0.0) * mean_out,
-                unit="images/s" if images(plan) else "tokens/s",
-                attainment=s.seen.get(lo) if lo is not None else None, above_rate_per_s=hi,
-                above_attainment=s.seen.get(hi) if hi is not None else None, target=cfg.target,
-                slo={"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s}, prompt=str(prompt),
-                output=str(output), requests=n, seeds=cfg.seeds, warmup=cfg.warmup, rel_tol=cfg.rel_tol,
-                rates=len(s.seen), wall_s=time.perf_counter() - t0,
-                planner_per_s=None if planner is None else planner * replicas,
-                note=note)
+    return MeasuredKnee(rate_per_s=lo or 0.0, per_s=(lo or 0.0) * mean_out,
+                        unit="images/s" if images(plan) else "tokens/s",
+                        attainment=s.seen.get(lo) if lo is not None else None, above_rate_per_s=hi,
+                        above_attainment=s.seen.get(hi) if hi is not None else None, target=cfg.target,
+                        slo={"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s, "e2e_s": slo.e2e_s},
+                        prompt=str(prompt), output=str(output), requests=n, seeds=cfg.seeds,
+                        warmup=cfg.warmup, rel_tol=cfg.rel_tol,
+                        rates=len(s.seen), wall_s=time.perf_counter() - t0,
+                        planner_per_s=None if planner is None else planner * replicas,
+                        note=note)

@@ -24,17 +24,15 @@ def images(plan: Plan | PoolPlan) -> bool:
 
 
 def plan_lengths(plan: Plan | PoolPlan) -> tuple[LengthSpec, LengthSpec]:
-    """(prompt, output) the plan was made for: ``workload["prompt"]`` and ``["output"]`` (an image plan's
-    output is its denoising ``["steps"]``); 512 and 128 tokens where the plan names none."""
+    """(prompt, output) the plan was made for: ``workload.prompt`` and ``.output`` (an image plan's output is
+    its denoising ``.steps``); 512 and 128 tokens where the plan names none."""
     w = _lead(plan).workload
-    out_key = "steps" if images(plan) else "output"
 
-    def spec(key: str, default: int) -> LengthSpec:
-        v = w.get(key)
-        n = round(v) if isinstance(v, int | float) and not isinstance(v, bool) and v >= 1 else default
+    def spec(n: int | None, default: int) -> LengthSpec:
+        n = default if n is None else n
         return LengthSpec(lo=n, hi=n)
 
-    return spec("prompt", DEFAULT_PROMPT), spec(out_key, DEFAULT_OUTPUT)
+    return spec(w.prompt, DEFAULT_PROMPT), spec(w.steps if images(plan) else w.output, DEFAULT_OUTPUT)
 
 
 def plan_slo(plan: Plan | PoolPlan) -> LatencyTargets | None:
@@ -42,12 +40,11 @@ def plan_slo(plan: Plan | PoolPlan) -> LatencyTargets | None:
     None where it names none."""
     s = _lead(plan).slo
 
-    def pos(key: str) -> float | None:
-        v = s.get(key)
-        return float(v) if isinstance(v, int | float) and v > 0 else None
+    def seconds(v: float | None) -> float | None:
+        return None if v is None else float(v)
 
-    slo = (LatencyTargets(e2e_s=pos("image_s")) if images(plan)
-           else LatencyTargets(ttft_s=pos("ttft_s"), tpot_s=pos("tpot_s")))
+    slo = (LatencyTargets(e2e_s=seconds(s.image_s)) if images(plan)
+           else LatencyTargets(ttft_s=seconds(s.ttft_s), tpot_s=seconds(s.tpot_s)))
     return slo if slo.given else None
 
 

@@ -22,7 +22,7 @@ from tessera.cost.tables import (
     read_table,
     unit_terms,
 )
-from tessera.cost.transfer import Measured, Transfer
+from tessera.cost.transfer import Measured, TableTransfer
 from tessera.errors import UserError
 from tessera.graph import Kernel, KernelKind
 from tessera.hardware import gpu
@@ -157,7 +157,7 @@ def test_transfer_to_a_datasheet_twin_reproduces_the_measurement() -> None:
     # H800 has H100-SXM's peak, bandwidth, memory family and vendor: with H100 as the only source, its
     # roofline is H100's and the shape residual cancels, so the transfer returns H100's measurement.
     t = AicCosts().tables("H100-SXM")["gemm"]
-    x = Transfer(target=gpu("H800"), sources=(Measured(table=t),))
+    x = TableTransfer(target=gpu("H800"), sources=(Measured(table=t),))
     for i in (0, len(t.time_s) // 2, len(t.time_s) - 1):
         assert x.time_s(tuple(int(v) for v in t.points[i])) == pytest.approx(t.time_s[i], rel=1e-9)
 
@@ -250,9 +250,9 @@ def test_transfer_carries_launch_floors_in_clock_cycles() -> None:
     # H20 has no clock in the catalog, so it keeps 4 us
     t = MeasuredTable(name="gemm", gpu=H100, points=np.array([[1, 128, 128]]), time_s=np.array([5e-6]),
                       basis=Roofline(compute_eff=0.8, memory_eff=0.8, launch_s=4e-6))
-    assert Transfer(target=gpu("A100-80GB-SXM"), sources=(Measured(table=t),)).launch_s() == \
+    assert TableTransfer(target=gpu("A100-80GB-SXM"), sources=(Measured(table=t),)).launch_s() == \
         pytest.approx(5.617e-6, rel=1e-3)
-    assert Transfer(target=gpu("H20"), sources=(Measured(table=t),)).launch_s() == pytest.approx(4e-6)
+    assert TableTransfer(target=gpu("H20"), sources=(Measured(table=t),)).launch_s() == pytest.approx(4e-6)
 
 
 def _moe_only_copy(root: Path, slower: str, factor: float) -> AicCosts:

@@ -11,7 +11,7 @@ import pytest
 from tessera.cost.aic import AicCosts
 from tessera.cost.moe import TokenCurve, balanced_from_power_law, routing_log_ratios
 from tessera.cost.tables import MeasuredTable, Roofline, monotone_in_tokens
-from tessera.cost.transfer import TABLE_CONSTANTS, Measured, Transfer
+from tessera.cost.transfer import TABLE_CONSTANTS, Measured, TableTransfer
 from tessera.hardware import gpu
 
 MIXTRAL = (4096, 14336, 2, 8)  # hidden, inter, topk, experts
@@ -86,7 +86,7 @@ def test_moe_transfer_to_h20_by_hand() -> None:
                             basis=BASIS).roofline_s(np.array([key]))[0]
         sources.append(Measured(table=MeasuredTable(name="moe", gpu=gpu(name), points=np.array([key]),
                                                     time_s=np.array([rho * fit]), basis=BASIS)))
-    x = Transfer(target=gpu("H20"), sources=tuple(sources), constants=TABLE_CONSTANTS["moe"])
+    x = TableTransfer(target=gpu("H20"), sources=tuple(sources), constants=TABLE_CONSTANTS["moe"])
     assert x.time_s(key) == pytest.approx(927.42e-6, rel=2e-4)
 
 

@@ -17,12 +17,12 @@ from tessera.runtime.program import to_wire
 from tessera.runtime.runner import build_partitions
 from tessera.runtime.step_threaded import run_threaded
 from tessera.runtime.steps import Job, as_input, capture_steps, input_buffer
-from tessera.runtime.worker import StepCmd, Worker
+from tessera.runtime.worker import PartitionWorker, StepCmd
 
 META = torch.device("meta")
 
 
-def one_worker(programs, device: str, backend: str = "gloo") -> Worker:
+def one_worker(programs, device: str, backend: str = "gloo") -> PartitionWorker:
     """A world of one (no transfers, so no process group is needed) on ``device``."""
     graphs = {}
     for key, p in programs.items():
@@ -30,7 +30,7 @@ def one_worker(programs, device: str, backend: str = "gloo") -> Worker:
     parts = build_partitions(programs, {"p": {ph: all_on(g) for ph, g in graphs.items()}}, 1)
     (spec,) = worker_specs(programs, parts, ClusterConfig(devices=("cpu",), recv_timeout_s=1.0))
     spec = replace(spec, device=device, backend=backend)  # the cpu config's share, placed on ``device``
-    return Worker(spec, results=None)
+    return PartitionWorker(spec, results=None)
 
 
 @pytest.mark.parametrize("job", [Job(model="llama-tiny", seq=6, new_tokens=3),

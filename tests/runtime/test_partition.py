@@ -13,7 +13,7 @@ from tessera.runtime.device import HOST
 from tessera.runtime.measure import LinkModel, charged_kernel_s, chrome_trace, plan_step_s, predict_step_s
 from tessera.runtime.partition import STEP_START, partition
 from tessera.runtime.placements import carry_over
-from tessera.runtime.program import Program, from_wire, replay_step, run_op, to_wire, view_of
+from tessera.runtime.program import CapturedProgram, from_wire, replay_step, run_op, to_wire, view_of
 from tessera.runtime.state import carry
 
 F = torch.float32
@@ -24,7 +24,7 @@ def ref(b: int, shape: tuple[int, ...]) -> TensorRef:
     return TensorRef(b, F, shape, stride, 0)
 
 
-def toy() -> Program:
+def toy() -> CapturedProgram:
     """x(2x3) @ w(3x4) -> a; a + kv -> c; relu(c) -> out.  Buffers: 0 w, 1 x, 2 kv, 3 a, 4 c, 5 out."""
     roles = [Role.WEIGHT, Role.INPUT, Role.KV, Role.ACTIVATION, Role.ACTIVATION, Role.OUTPUT]
     shapes = [(3, 4), (2, 3), (2, 4), (2, 4), (2, 4), (2, 4)]
@@ -40,7 +40,7 @@ def toy() -> Program:
     g = torch.Generator().manual_seed(0)
     initial = {b: torch.randn(shapes[b], generator=g).reshape(-1).view(torch.uint8) for b in (0, 1, 2)}
     graph = build_graph(model="toy", phase="prefill", shape={}, kernels=kernels, buffers=bufs)
-    return Program(graph=graph, ops=ops, initial=initial, outputs=(ref(5, (2, 4)),))
+    return CapturedProgram(graph=graph, ops=ops, initial=initial, outputs=(ref(5, (2, 4)),))
 
 
 def test_partition_places_only_touched_buffers_and_moves_each_value_once() -> None:
@@ -74,10 +74,10 @@ def test_kv_written_on_two_devices_is_synced_at_step_end() -> None:
     k[2] = Kernel(id=2, name=ops[2].func, kind=KernelKind.ELEMENTWISE, flops=0, bytes_read=0, bytes_written=0,
                   reads=(2,), writes=(5,))
     g = build_graph(model="toy", phase="prefill", shape={}, kernels=k, buffers=prog.graph.buffers)
-    part = partition(Program(graph=g, ops=tuple(ops), initial=prog.initial, outputs=prog.outputs), (0, 1, 0), 2)
+    part = partition(CapturedProgram(graph=g, ops=tuple(ops), initial=prog.initial, outputs=prog.outputs), (0, 1, 0), 2)
     # kv: written on 1, read on 0; no copy (1 writes kv no more this step, and sends finish with the step)
     assert [(t.buffer, t.src, t.dst, t.snapshot) for t in part.transfers] == [(3, 0, 1, False), (2, 1, 0, False)]
-    part = partition(Program(graph=g, ops=tuple(ops), initial=prog.initial, outputs=prog.outputs), (0, 1, 1), 2)
+    part = partition(CapturedProgram(graph=g, ops=tuple(ops), initial=prog.initial, outputs=prog.outputs), (0, 1, 1), 2)
     # kv touched only on 1 now: its write needs no sync; a still goes 0 -> 1
     assert [(t.buffer, t.src, t.dst, t.after) for t in part.transfers] == [(3, 0, 1, 0)]
     assert STEP_START == -1

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from tessera.contracts.plan import EngineSettings, PoolPlan
+from tessera.contracts.plan import EngineSettings, PlanSlo, PoolPlan
 from tessera.errors import UserError
 from tessera.sim import LatencyTargets, LengthSpec, WorkloadSpec, simulate
 from tessera.sim.handplan import StretchCost, mixed_plan
@@ -30,7 +30,7 @@ def one_at_a_time() -> object:
     iteration (its prompt's, which emits the token): an M/D/1 queue whose TTFT is the wait plus TAU_S."""
     return mixed_plan(route=(StretchCost(device=0, fixed_s=TAU_S),),
                       engine=EngineSettings(max_num_seqs=1, max_num_batched_tokens=100), prompt=50, output=1,
-                      batches=(0, 1), slo={"ttft_s": 3 * TAU_S})
+                      batches=(0, 1), slo=PlanSlo(ttft_s=3 * TAU_S))
 
 
 def test_ttft_knee_of_an_m_d_1_queue() -> None:
@@ -55,7 +55,7 @@ def chunk_bound(tau_d: float, tau_c: float, prompt: int) -> object:
     plan = mixed_plan(route=(StretchCost(device=0, fixed_s=1.0),), prompt=prompt, output=2,
                       engine=EngineSettings(max_num_seqs=10_000, max_num_batched_tokens=10**6),
                       batches=(0, 1), chunks=(0, prompt, 10**6),
-                      slo={"ttft_s": 1000.0, "tpot_s": tau_d * 1.001},
+                      slo=PlanSlo(ttft_s=1000.0, tpot_s=tau_d * 1.001),
                       throughput_tokens_per_s=2 * 2 / tau_c)
     pts = []
     for p in plan.phases["mixed"].points:
@@ -84,7 +84,7 @@ def test_a_pool_and_the_edges_of_the_search() -> None:
     none = find_knee(plan, slo=LatencyTargets(ttft_s=TAU_S / 2), config=KneeConfig(requests=200, seeds=(0,)))
     assert none.rate_per_s == 0.0 and none.attainment is None and "even at" in none.note
     with pytest.raises(UserError, match="names no SLO"):
-        find_knee(replace(plan, slo={}))
+        find_knee(replace(plan, slo=PlanSlo()))
     with pytest.raises(UserError, match="target"):
         KneeConfig(target=1.5)
 
@@ -92,7 +92,7 @@ def test_a_pool_and_the_edges_of_the_search() -> None:
 def test_simulate_defaults_to_the_plans_traffic_slo_and_goodput(tmp_path, run_cli) -> None:
     plan = mixed_plan(route=(StretchCost(device=0, fixed_s=0.01, per_decode_s=1e-4, per_chunk_token_s=2e-5),),
                       engine=EngineSettings(max_num_seqs=16, max_num_batched_tokens=256, microbatches=2),
-                      prompt=64, output=16, slo={"ttft_s": 0.5, "tpot_s": 0.02}, goodput_per_s=400.0)
+                      prompt=64, output=16, slo=PlanSlo(ttft_s=0.5, tpot_s=0.02), goodput_per_s=400.0)
     path = tmp_path / "plan.json"
     plan.save(path)
     slo = LatencyTargets(ttft_s=0.5, tpot_s=0.02)

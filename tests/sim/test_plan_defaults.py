@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from tessera.contracts.plan import PoolCell, PoolPlan
+from tessera.contracts.plan import PlanSlo, PoolCell, PoolPlan
 from tessera.contracts.provenance import fingerprint
 from tessera.contracts.slo import LatencyTargets
 from tessera.sim.failure import replica_loss, replica_plan
@@ -27,7 +27,7 @@ PROMPT, OUTPUT = LengthSpec(lo=512, hi=512), LengthSpec(lo=100, hi=300)  # outpu
 @pytest.fixture
 def planned(plan):
     """The hand plan with a goodput of 1,000 output tokens/s and an SLO of TTFT 2 s, TPOT 50 ms."""
-    return replace(plan, goodput_per_s=1000.0, slo={"ttft_s": 2.0, "tpot_s": 0.05})
+    return replace(plan, goodput_per_s=1000.0, slo=PlanSlo(ttft_s=2.0, tpot_s=0.05))
 
 
 def test_no_rate_is_poisson_at_ninety_percent_of_the_goodput(planned) -> None:

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Objective, Phase
-from tessera.contracts.plan import Device, EngineSettings, PhasePlan, Plan, StepPoint
+from tessera.contracts.plan import Device, EngineSettings, PhasePlan, Plan, PlanSlo, PlanWorkload, StepPoint
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.config import PlannerConfig, StrategyResult
 from tessera.plan.model.cell import Shapes, best_of, kv_bytes_per_token
@@ -173,14 +173,13 @@ def _plan(shapes, specs, a, b, lk, cost: KernelCosts, cfg, pre, dec, kv_req, thr
         kv_capacity_tokens=int(max(0, free_d) // max(1, per_tok)),
         throughput_tokens_per_s=thr, latency_s=dec[1], usd_per_hour=usd,
         usd_per_million_tokens=usd / 3600 / thr * 1e6,
-        workload={"batch": n_dec, "prompt": t.prompt, "output": t.output, "steps": t.steps,
-                  "image_tokens": t.image_tokens},
+        workload=PlanWorkload(batch=n_dec, prompt=t.prompt, output=t.output, steps=t.steps,
+                              image_tokens=t.image_tokens),
         batch=n_dec, microbatches=1, tpot_s=kn.tpot_s, ttft_s=kn.ttft_s,
         sync_throughput=thr, device_busy=_busy(a, b, pre, dec, thr, t),
         engine=EngineSettings(max_num_seqs=n_dec, max_num_batched_tokens=n_pre * t.prompt, microbatches=1),
         goodput_per_s=kn.rate_per_s * t.output,
-        slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s,
-             "target": cfg.slo.target},
+        slo=PlanSlo.of(cfg.slo),
         notes=(f"rate-matched: limited by {limit}; prefill {n_pre} prompts/step, decode batch {n_dec}",))
 
 

@@ -10,7 +10,16 @@ from dataclasses import replace
 
 from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Objective
-from tessera.contracts.plan import Device, EngineSettings, PhasePlan, Plan, Segment, StepPoint
+from tessera.contracts.plan import (
+    Device,
+    EngineSettings,
+    PhasePlan,
+    Plan,
+    PlanSlo,
+    PlanWorkload,
+    Segment,
+    StepPoint,
+)
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
 from tessera.plan.config import PlannerConfig, StrategyResult
@@ -131,12 +140,11 @@ def make_plan(strategy: str, p: Point, shapes: Shapes, units: tuple[GpuSpec, ...
         throughput_images_per_s=thr if shapes.images else None,
         latency_s=p.period_s, usd_per_hour=usd, usd_per_million_tokens=usd / 3600 / thr * 1e6 if thr else None,
         bound_ratio=bound_ratio,
-        workload={"batch": p.batch, "prompt": t.prompt, "output": t.output, "steps": t.steps,
-                  "image_tokens": t.image_tokens},
+        workload=PlanWorkload(batch=p.batch, prompt=t.prompt, output=t.output, steps=t.steps,
+                              image_tokens=t.image_tokens),
         batch=p.batch, microbatches=m, tpot_s=p.tpot_s, ttft_s=p.ttft_s,
         sync_throughput=thr * p.period_s / sync_s, engine=engine, goodput_per_s=p.goodput * replicas,
-        device_busy=frac, slo={"ttft_s": cfg.slo.ttft_s, "tpot_s": cfg.slo.tpot_s, "image_s": cfg.slo.image_s,
-                               "target": cfg.slo.target},
+        device_busy=frac, slo=PlanSlo.of(cfg.slo),
         notes=(f"batch {p.batch}, {m} micro-batch{'es' if m > 1 else ''}"
                + (f", {p.budget} tokens per iteration" if p.budget else ""),))
 
