@@ -152,7 +152,10 @@ static int is_param(Scanner *sc, PyObject *base) {
     if (r != 0) return r;
     PyObject *v = PyDict_GetItemWithError(sc->decls, base);
     if (v == NULL) return PyErr_Occurred() ? -1 : 0;
-    return PyObject_RichCompareBool(v, PARAM_S, Py_EQ);
+    Py_INCREF(v); /* borrowed from decls, which the comparison's Python code may change */
+    r = PyObject_RichCompareBool(v, PARAM_S, Py_EQ);
+    Py_DECREF(v);
+    return r;
 }
 
 static PyObject *site(Scanner *sc, int acc, Py_ssize_t k, PyObject *op, PyObject *addr) {
@@ -224,13 +227,13 @@ static int settle_entry(Scanner *sc, Py_ssize_t k, PyObject *u, str_t s, Py_ssiz
             Py_DECREF(gop);
             return PyErr_Occurred() ? -1 : 0;
         }
+        Py_INCREF(h2); /* the kinds table's entry (its detail is read below), held as settle holds h */
         kind = PyLong_AsLong(PyTuple_GET_ITEM(h2, 0));
-        if (kind == -1 && PyErr_Occurred()) { Py_DECREF(gop); return -1; }
-        if (kind == K_IGNORE) { Py_DECREF(gop); return 1; }
-        int r;
-        detail = PyTuple_GET_ITEM(h2, 1);
-        /* the guarded statement, settled with its own opcode string as the sites' opcode */
-        r = settle_op(sc, k, u, s, n, e + 1, kind, detail, gop);
+        int r = kind == -1 && PyErr_Occurred() ? -1 : 1;
+        if (r == 1 && kind != K_IGNORE)
+            /* the guarded statement, settled with its own opcode string as the sites' opcode */
+            r = settle_op(sc, k, u, s, n, e + 1, kind, PyTuple_GET_ITEM(h2, 1), gop);
+        Py_DECREF(h2);
         Py_DECREF(gop);
         return r;
     }
@@ -473,11 +476,16 @@ static PyObject *scanner_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
                           &PyDict_Type, &o[3], &PyList_Type, &o[4], &PyList_Type, &o[5], &PyList_Type, &o[6],
                           &PyDict_Type, &o[7], &o[8], &PyDict_Type, &o[9], &first_line))
         return NULL;
+    /* PyIter_Next calls tp_iternext unchecked: an iterator (for one, the same object, shared with fast.py) */
+    PyObject *lines = PyObject_GetIter(o[0]);
+    if (lines == NULL) return NULL;
     Scanner *sc = (Scanner *)type->tp_alloc(type, 0);
-    if (sc == NULL) return NULL;
+    if (sc == NULL) { Py_DECREF(lines); return NULL; }
+    o[0] = lines;
     PyObject **f[10] = {&sc->lines, &sc->scopes, &sc->raw, &sc->kinds, &sc->transfers, &sc->sites,
                         &sc->site_addrs, &sc->entry_params, &sc->fparams, &sc->decls};
-    for (int i = 0; i < 10; i++) { Py_INCREF(o[i]); *f[i] = o[i]; }
+    for (int i = 1; i < 10; i++) Py_INCREF(o[i]);
+    for (int i = 0; i < 10; i++) *f[i] = o[i]; /* lines: the reference PyObject_GetIter gave */
     sc->first_line = first_line;
     return (PyObject *)sc;
 }
@@ -515,12 +523,14 @@ static PyObject *get0(PyObject *vals, PyObject *s) {
 static PyObject *or_all(PyObject *vals, PyObject *seq) {
     PyObject *fast = PySequence_Fast(seq, "transfer sources must be a list or tuple");
     if (fast == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    PyObject **items = PySequence_Fast_ITEMS(fast);
     PyObject *acc = ZERO;
     Py_INCREF(acc);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *x = get0(vals, items[i]);
+    /* size and item re-read, the item held: a name's __hash__/__eq__ may change a list `fast` is */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast); i++) {
+        PyObject *s = PySequence_Fast_GET_ITEM(fast, i);
+        Py_INCREF(s);
+        PyObject *x = get0(vals, s);
+        Py_DECREF(s);
         if (x == NULL) { Py_DECREF(acc); acc = NULL; break; }
         if (acc == ZERO) { Py_DECREF(acc); acc = x; continue; }
         PyObject *y = PyNumber_Or(acc, x);
@@ -637,6 +647,7 @@ static int step(PyObject *t, PyObject *ctx, PyObject *vals, PyObject *amask, PyO
     int again = 0;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(dsts); i++) {
         PyObject *d = PySequence_Fast_GET_ITEM(dsts, i);
+        Py_INCREF(d); /* as in or_all: its hash may run Python code that changes the list */
         PyObject *old = PyDict_GetItemWithError(vals, d); /* vals.get(d): no insertion */
         int r;
         if (old == NULL)
@@ -646,6 +657,7 @@ static int step(PyObject *t, PyObject *ctx, PyObject *vals, PyObject *amask, PyO
             r = join(vals, d, old, v);
             Py_DECREF(old);
         }
+        Py_DECREF(d);
         if (r < 0) { again = -1; break; }
         again |= r;
     }
