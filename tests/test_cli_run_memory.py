@@ -59,6 +59,7 @@ def test_run_70b_cli_refuses_before_capturing(run_cli, monkeypatch) -> None:
         raise AssertionError("capture_steps ran")
 
     monkeypatch.setattr("tessera.runtime.steps.capture_steps", must_not_capture)
+    monkeypatch.setattr("tessera.runtime.api.capture_steps", must_not_capture)  # run_job's own name for it
     code, out, err = run_cli(["run", "llama-3-70b", "--devices", "cpu,cpu"])
     assert code == 2 and out == ""
     lines = err.splitlines()

@@ -316,3 +316,90 @@ def test_the_report_rule_catches_a_stage_and_a_foreign_library() -> None:
     outside = {"tessera.report.plots": [("matplotlib", 9), ("pandas", 10), ("json", 11)]}
     assert report_breaches(edges, outside) == ["  tessera.report.html:3 imports tessera.hardware.catalog",
                                                "  tessera.report.plots:10 imports pandas"]
+
+
+# A command function (what typer registers: `@app.command(...)` on a def, or `app.command(...)(f)`) parses its
+# flags, makes one library call and renders what comes back (docs/architecture.md, "The commands"). It holds
+# no `for` or `while` loop (a loop is logic, or rendering that belongs in a helper beside it) and opens no
+# file (reading or writing one is the stage's). Comprehensions that build a call's arguments are allowed.
+FILE_CALLS = frozenset({"open", "read_text", "write_text", "read_bytes", "write_bytes"})
+
+# (module, command function) that still loop or open a file, each with why; the list only shrinks
+# (test_every_allowed_command_still_breaches).
+COMMAND_LOGIC_ALLOWED: frozenset[tuple[str, str]] = frozenset({
+    # render their tables inline, row by row (to move into a render helper beside the command)
+    ("tessera.cli.capture", "models"), ("tessera.cli.capture", "trace"),
+    ("tessera.cli.cost", "calibrate_cmd"), ("tessera.cli.cost", "validate_cmd"),
+    ("tessera.cli.ptx", "graph"), ("tessera.cli.report", "report"),
+    # prints each system's imported tables as it walks the import's report
+    ("tessera.cli.cost", "import_cmd"),
+    # prints each completion as it walks the result
+    ("tessera.cli.engine", "generate_cmd"),
+    # reads the PTX file itself and renders a table per entry
+    ("tessera.cli.ptx", "analyze"),
+    # checks every model of the comparison matrix against the context window before planning
+    ("tessera.cli.study", "compare"),
+})
+
+
+def is_command_call(node: ast.AST) -> bool:
+    """``x.command(...)`` or ``x.callback(...)``: typer's registration."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+        node.func.attr in ("command", "callback")
+
+
+def command_functions(tree: ast.AST) -> list[ast.FunctionDef]:
+    """The functions a module registers as commands, decorated or passed to ``x.command(...)``."""
+    passed = {n.args[0].id for n in ast.walk(tree) if isinstance(n, ast.Call) and is_command_call(n.func)
+              and n.args and isinstance(n.args[0], ast.Name)}
+    return [f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+            and (f.name in passed or any(is_command_call(d) for d in f.decorator_list))]
+
+
+def command_logic(fn: ast.FunctionDef) -> list[str]:
+    """``"for:LINE"``, ``"while:LINE"`` and ``"NAME():LINE"`` (a file call) inside a command function."""
+    found = []
+    for node in ast.walk(fn):
+        if isinstance(node, ast.For | ast.AsyncFor | ast.While):
+            found.append(f"{'while' if isinstance(node, ast.While) else 'for'}:{node.lineno}")
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in FILE_CALLS:
+                found.append(f"{name}():{node.lineno}")
+    return sorted(found, key=lambda s: int(s.rsplit(":", 1)[1]))
+
+
+COMMAND_LOGIC = {(m, f.name): command_logic(f) for m, p in MODULES.items() if stage_of(m) == "tessera.cli"
+                 for f in command_functions(ast.parse(p.read_text(), filename=str(p)))}
+
+
+def test_the_command_finder_reads_both_registrations_and_spares_helpers() -> None:
+    tree = ast.parse(
+        "def register(app):\n"
+        "    @app.command('run')\n"
+        "    def run_cmd(n):\n"
+        "        rows = [i for i in range(n)]\n"  # a comprehension: allowed
+        "        while n:\n"
+        "            n -= 1\n"
+        "        return rows\n"
+        "def show(rows):\n"  # a render helper: not a command, free to loop
+        "    for r in rows:\n"
+        "        print(r)\n"
+        "def load(path):\n"
+        "    return Path(path).read_text() + open(path).read()\n"
+        "app.command('load')(load)\n")
+    found = {f.name: command_logic(f) for f in command_functions(tree)}
+    assert found == {"run_cmd": ["while:5"], "load": ["read_text():12", "open():12"]}
+
+
+def test_commands_hold_no_loop_and_open_no_file() -> None:
+    bad = {k: v for k, v in COMMAND_LOGIC.items() if v and k not in COMMAND_LOGIC_ALLOWED}
+    assert not bad, "command functions with a loop or a file opened; move it into the stage or a render " \
+        "helper:\n" + "\n".join(f"  {m}.{f}: {', '.join(v)}" for (m, f), v in sorted(bad.items()))
+
+
+def test_every_allowed_command_still_breaches() -> None:
+    """A command made clean leaves the allow-list, so that its loop cannot come back unnoticed."""
+    clean = sorted(k for k in COMMAND_LOGIC_ALLOWED if not COMMAND_LOGIC.get(k))
+    assert not clean, f"no loop nor file left, drop from COMMAND_LOGIC_ALLOWED: {clean}"

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import typer
 
-from tessera.contracts.enums import Objective
-from tessera.runtime.placements import MILP, PLACEMENTS, placements, plan_placements
-from tessera.text import plural
+from tessera.runtime.placements import MILP, PLACEMENTS
 
 
 def register(app: typer.Typer) -> None:
@@ -37,44 +35,19 @@ def register(app: typer.Typer) -> None:
                                       "workers stage through host memory), nccl"),
     ) -> None:
         """Run a plan for real on worker processes and compare with single-process execution."""
-        from tessera.runtime.api import RunSpec, render, run
-        from tessera.runtime.budget import check_job
-        from tessera.runtime.cluster import WorkerFailure
-        from tessera.runtime.recovery import placement_graphs
-        from tessera.runtime.state import weight_files
-        from tessera.runtime.steps import Job, capture_steps
-        from tessera.runtime.target import run_target
+        # tessera.runtime.api imports torch (seconds): only when a run is asked for, not at `tessera --help`
+        from tessera.runtime.api import RunRequest, render, run_job
 
         devs = tuple(d.strip() for d in devices.split(",") if d.strip())
-        if weights is not None:
-            weight_files(str(weights))  # a wrong path: one line now, before capture and workers
-        plan = run_target(target)
-        if plan is not None:
-            model = plan.model
-            if len(plan.devices) != len(devs):
-                raise ValueError(f"plan {target} has {plural(len(plan.devices), 'device')} but --devices names {len(devs)}")
-        else:
-            model = target
-        job = Job(model=model, batch=batch, seq=prompt if seq is None else seq,
-                  new_tokens=output if new_tokens is None else new_tokens)
-        check_job(job)  # before any real weights exist: a model too big for this machine is one line
-        programs = capture_steps(job)
-        if plan is not None:
-            by_phase = plan_placements(plan, programs)
-        else:
-            by_phase = placements(placement_name, placement_graphs(programs), len(devs), microbatches)
-        spec = RunSpec(job=job, devices=devs,
-                       plans={Objective.LATENCY: by_phase, Objective.THROUGHPUT: by_phase},
-                       microbatches=microbatches, requests=requests, weights_dir=str(weights) if weights else None,
-                       trace=str(trace) if trace else None, recover=recover, replan=replan, transport=transport)
-        try:
-            out = run(spec, programs)
-        except WorkerFailure as e:
-            typer.echo(f"error: {e}", err=True)
-            sys.exit(1)
-        typer.echo(render(out, as_json=as_json))
-        if verify and not out.verified:
-            typer.echo("error: outputs differ from single-process execution "
-                       f"(max |diff| {out.max_abs_diff:.3g})",
-                       err=True)
+        o = run_job(RunRequest(target=target, devices=devs, placement=placement_name,
+                               microbatches=microbatches, requests=requests, batch=batch,
+                               prompt=prompt if seq is None else seq,
+                               output=output if new_tokens is None else new_tokens, verify=verify,
+                               weights_dir=str(weights) if weights else None,
+                               trace=str(trace) if trace else None, recover=recover, replan=replan,
+                               transport=transport))
+        if o.result is not None:
+            typer.echo(render(o.result, as_json=as_json))
+        if o.error is not None:
+            typer.echo(f"error: {o.error}", err=True)
             sys.exit(1)

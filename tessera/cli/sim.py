@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -11,29 +12,12 @@ from rich.console import Console
 from rich.table import Table
 
 from tessera.cli.plan_flags import check_context
-from tessera.contracts.enums import Phase
-from tessera.contracts.plan import Plan, PoolPlan, read_plan_file
-from tessera.contracts.provenance import Provenance
-from tessera.contracts.slo import LatencyTargets
+from tessera.contracts.plan import PoolPlan
 from tessera.errors import UserError
-from tessera.sim.adaptive import AdaptivePolicy
-from tessera.sim.api import run
-from tessera.sim.failure import Failure, replica_loss
-from tessera.sim.knee import KneeConfig, MeasuredKnee, find_knee
+from tessera.sim.knee import MeasuredKnee
 from tessera.sim.metrics import SimResult
 from tessera.sim.model import SchedulerConfig
-from tessera.sim.trace import write_chrome_trace
-from tessera.sim.traffic import (
-    cell_plans,
-    default_workload,
-    images,
-    offered_load,
-    plan_lengths,
-    predicted_requests_per_s,
-    simulation_provenance,
-    targets_with,
-)
-from tessera.sim.workload import LengthSpec, WorkloadSpec
+from tessera.sim.request import SimOutcome, SimRequest, simulate_file
 from tessera.text import plural
 
 out = Console()
@@ -72,73 +56,7 @@ def _table(r: SimResult, title: str, load: float | None = None) -> Table:
     return t
 
 
-def _warn_overload(plan: Plan | PoolPlan, spec: WorkloadSpec, replicas: int) -> None:
-    """A rate far beyond what the plan serves is allowed (a saturation test) but said out loud."""
-    cap = predicted_requests_per_s(plan, spec, replicas)
-    if cap is not None and spec.rate_per_s > 10 * cap:
-        print(f"note: --rate {spec.rate_per_s:g} req/s is {spec.rate_per_s / cap:,.0f}× the plan's predicted "
-              f"capacity ({cap:.2f} req/s): the queue grows for the whole run", file=sys.stderr)
-
-
-def _failures(plan: Plan | PoolPlan, fail_at: float | None, fail_replica: int, replacement: str,
-              replan_s: float, replicas: int = 1) -> list[Failure]:
-    if fail_at is None:
-        return []
-    if replacement not in ("none", "same"):
-        raise UserError(f"unknown --fail-replacement {replacement!r}; valid: none, same")
-    # "same": a spare cell of the lost replica's plan joins after the re-plan time; "none": one fewer replica
-    return [replica_loss(plan, at_s=fail_at, replica=fail_replica, spare=replacement == "same",
-                         replan_s=replan_s, replicas=replicas)]
-
-
-def _slo(plan: Plan | PoolPlan, ttft_ms: float | None, tpot_ms: float | None,
-         e2e_ms: float | None) -> LatencyTargets | None:
-    """The plan's SLO, each target the flags give replacing its own."""
-    flags = (("ttft_s", ttft_ms, "--slo-ttft-ms"), ("tpot_s", tpot_ms, "--slo-tpot-ms"),
-             ("e2e_s", e2e_ms, "--slo-e2e-ms"))
-    for _, v, flag in flags:
-        if v is not None and not v > 0:
-            raise UserError(f"{flag} {v:g} must be a positive time in milliseconds")
-    return targets_with(plan, **{k: v / 1e3 for k, v, _ in flags if v is not None})
-
-
-def _trace_window(text: str) -> tuple[float, float]:
-    try:
-        a, b = (float(x) for x in text.split(":"))
-    except ValueError:
-        raise UserError(f"--trace-window-s {text!r} is not START:END in simulated seconds, e.g. 0:2") from None
-    if not 0 <= a < b:
-        raise UserError(f"--trace-window-s {text!r}: START must be >= 0 and below END, e.g. 0:2")
-    return a, b
-
-
-def _lost_text(spec: WorkloadSpec, kv: int, stranded: bool) -> str:
-    """Why requests were lost: a failure left no replica to serve them (``stranded``), or they exceed the
-    KV capacity."""
-    if stranded:
-        return ("the failure left no replica to serve them (--fail-replacement same adds a spare cell, "
-                "--replicas more copies)")
-    return (f"prompt + output ({spec.prompt} + {spec.output} tokens) exceed the plan's KV capacity of {kv:,} "
-            "tokens per cell")
-
-
-def knee_target(given: float | None, knee: bool) -> float:
-    """The share of requests the knee must serve within the SLO (--slo-target, 0.9 unless given); given
-    without --knee it would change nothing, and is refused."""
-    if given is None:
-        return 0.9
-    if not knee:
-        raise UserError(f"--slo-target {given:g} sets the share the SLO knee must meet (--knee); a simulation "
-                        "reports the share it met: add --knee or drop --slo-target")
-    if not 0 < given <= 1:
-        raise UserError(f"--slo-target {given:g} must be a share of requests in (0, 1], e.g. 0.9")
-    return given
-
-
-def _print_knee(k: MeasuredKnee, json_out: bool, prov: Provenance) -> None:
-    if json_out:
-        print(json.dumps({**k.to_dict(), "provenance": prov.to_dict()}))
-        return
+def _print_knee(k: MeasuredKnee) -> None:
     t = Table(title="SLO knee (bisection over the Poisson arrival rate)", show_header=False)
     slo = ", ".join(f"{n} {v * 1e3:g} ms" for n, v in (("TTFT", k.slo["ttft_s"]), ("TPOT", k.slo["tpot_s"]),
                                                         ("E2E", k.slo["e2e_s"])) if v is not None)
@@ -156,6 +74,29 @@ def _print_knee(k: MeasuredKnee, json_out: bool, prov: Provenance) -> None:
     if k.note:
         t.add_row("note", k.note)
     out.print(t)
+
+
+def _title(o: SimOutcome) -> str:
+    plan, spec = o.plan, o.workload
+    assert spec is not None  # a simulation's outcome (not a knee's) carries its workload
+    kind = f" (pool of {plural(len(plan.cells), 'different cell')})" if isinstance(plan, PoolPlan) else ""
+    rate_s = "" if spec.kind == "offline" else f" {spec.rate_per_s:.4g} req/s"
+    return (f"{plan.model} / {plan.strategy}{kind} / {spec.kind}{rate_s}, prompt {spec.prompt}, "
+            f"output {spec.output}")
+
+
+def _render(o: SimOutcome, *, json_out: bool, detail: bool) -> None:
+    """The notes on stderr, then the refusal (a user error), the JSON or the table."""
+    for note in o.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if o.refusal is not None:
+        raise UserError(o.refusal)
+    if json_out:
+        print(json.dumps(o.to_json(detail=detail)))
+    elif o.knee is not None:
+        _print_knee(o.knee)
+    elif o.result is not None:
+        out.print(_table(o.result, _title(o), o.load))
 
 
 def register(app: typer.Typer) -> None:
@@ -221,69 +162,19 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve a workload on a plan (discrete-event simulation) and report serving metrics, or its SLO knee.
         Traffic, SLO and engine settings default to the plan's own."""
-        plan = read_plan_file(plan_path)
-        p_def, o_def = plan_lengths(plan)
-        p_spec = LengthSpec.parse(prompt) if prompt is not None else p_def
-        o_spec = LengthSpec.parse(output) if output is not None else o_def
-        if not images(plan):
-            check_context(plan.model, p_spec.hi if not p_spec.trace else None,
-                          o_spec.hi if not o_spec.trace else None, known_only=True)
-        slo = _slo(plan, slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)
-        cfg = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                              microbatches=microbatches, chunked_prefill=chunked_prefill, router=router)
-        if chunked_prefill and any(Phase.MIXED in p.phases for p in cell_plans(plan)):
-            print("note: a serving-model (mixed) plan always prefills in chunks up to its token budget; "
-                  "--chunked-prefill changes nothing for it", file=sys.stderr)
-        target = knee_target(slo_target if slo_target is not None else old_target, knee)
-        if knee:
-            k = find_knee(plan, prompt=p_spec, output=o_spec, slo=slo, scheduler=cfg, replicas=replicas,
-                          config=KneeConfig(target=target, requests=requests, seeds=(seed, seed + 1)))
-            _print_knee(k, json_out, simulation_provenance(plan, p_spec, o_spec, slo, workload="poisson",
-                                                           rate_per_s=k.rate_per_s, seed=seed, target=target))
-            return
-        window = _trace_window(trace_window_s) if trace is not None else None
-        if window_s is not None and not window_s > 0:
-            raise UserError(f"--window-s {window_s:g} must be a positive time in seconds")
-        spec, note = default_workload(plan, workload, rate, requests=requests or 1000, prompt=p_spec,
-                                      output=o_spec, replicas=replicas, burst=burst, burst_cv=burst_cv,
-                                      on_s=on_s, off_s=off_s)
-        if note:
-            print(f"note: simulating {note}", file=sys.stderr)
-        _warn_overload(plan, spec, replicas)
-        policy = None
-        if adaptive:
-            if latency_plan is None:
-                raise UserError("--adaptive needs --latency-plan P.json (PLAN is the throughput-mode plan)")
-            policy = AdaptivePolicy(latency_plan=Plan.load(latency_plan), high_load=high_load,
-                                    low_load=low_load, switch_s=None if switch_ms is None else switch_ms / 1e3)
-        r = run(plan, spec, replicas=replicas, policy=policy, seed=seed, slo=slo, config=cfg,
-                trace_window_s=window, window_s=window_s,
-                failures=_failures(plan, fail_at, fail_replica, fail_replacement, fail_replan_s, replicas))
-        res = r.result
-        if trace is not None:
-            events = write_chrome_trace(trace, {m: pm.plan for m, pm in r.models.items()}, r.trace, r.spans)
-            if window is not None and window[0] >= res.sim_wall_s:
-                print(f"note: --trace-window-s {trace_window_s} starts after the simulated span "
-                      f"({res.sim_wall_s:.3g} s): {trace} holds {events} events", file=sys.stderr)
-        if gantt is not None:
-            from tessera.sim.gantt import plot_run  # matplotlib is slow to import: only for a Gantt
-
-            plot_run(plan, r, spec, gantt)
-        kv = max(p.kv_capacity_tokens for p in cell_plans(plan))
-        stranded = fail_at is not None and fail_replacement == "none" and res.replicas <= 1
-        if res.lost == res.requests:
-            raise UserError(f"all {res.requests} requests lost: {_lost_text(spec, kv, stranded)}"
-                            + ("" if stranded else "; give shorter requests or a plan with more memory for KV"))
-        if res.lost:
-            print(f"note: {res.lost} of {res.requests} requests lost: {_lost_text(spec, kv, stranded)}",
-                  file=sys.stderr)
-        prov = simulation_provenance(plan, spec.prompt, spec.output, slo, workload=spec.kind, seed=seed,
-                             rate_per_s=None if spec.kind == "offline" else spec.rate_per_s)
-        if json_out:
-            print(json.dumps({**(res.to_dict() if detail else res.to_json()), "provenance": prov.to_dict()}))
-        else:
-            kind = f" (pool of {plural(len(plan.cells), 'different cell')})" if isinstance(plan, PoolPlan) else ""
-            rate_s = "" if spec.kind == "offline" else f" {spec.rate_per_s:.4g} req/s"
-            out.print(_table(res, f"{plan.model} / {plan.strategy}{kind} / {spec.kind}{rate_s}, prompt "
-                                  f"{spec.prompt}, output {spec.output}", offered_load(plan, spec, replicas)))
-
+        req = SimRequest(plan_path=plan_path, workload=workload, rate_per_s=rate, requests=requests,
+                         prompt=prompt, output=output, burst=burst, burst_cv=burst_cv, on_s=on_s, off_s=off_s,
+                         seed=seed, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, slo_e2e_ms=slo_e2e_ms,
+                         replicas=replicas, knee=knee,
+                         scheduler=SchedulerConfig(max_num_seqs=max_num_seqs,
+                                                   max_num_batched_tokens=max_num_batched_tokens,
+                                                   microbatches=microbatches, chunked_prefill=chunked_prefill,
+                                                   router=router),
+                         slo_target=slo_target if slo_target is not None else old_target, adaptive=adaptive,
+                         latency_plan=latency_plan, switch_ms=switch_ms, high_load=high_load,
+                         low_load=low_load,
+                         trace=trace, trace_window_s=trace_window_s, gantt=gantt, fail_at_s=fail_at,
+                         fail_replica=fail_replica, fail_replacement=fail_replacement,
+                         fail_replan_s=fail_replan_s, window_s=window_s,
+                         check_context=partial(check_context, known_only=True))
+        _render(simulate_file(req), json_out=json_out, detail=detail)

@@ -14,7 +14,8 @@ from tessera.contracts.enums import Objective
 from tessera.contracts.results import RUN_CONTRACT_KEYS, RunResult
 from tessera.errors import UserError
 from tessera.graph import Role
-from tessera.runtime.cluster import ClusterConfig
+from tessera.runtime.budget import check_job
+from tessera.runtime.cluster import ClusterConfig, WorkerFailure
 from tessera.runtime.device import torch_device
 from tessera.runtime.measure import (
     LinkModel,
@@ -26,11 +27,13 @@ from tessera.runtime.measure import (
     write_trace,
 )
 from tessera.runtime.partition import Partition
+from tessera.runtime.placements import placements, plan_placements
 from tessera.runtime.program import CapturedProgram
-from tessera.runtime.recovery import RecoveringExecutor, replan_with
+from tessera.runtime.recovery import RecoveringExecutor, placement_graphs, replan_with
 from tessera.runtime.runner import RoundResult, SwitchPolicy, compare, phase_of, serve
 from tessera.runtime.state import load_weights, weight_files
 from tessera.runtime.steps import Job, LocalExecutor, capture_steps
+from tessera.runtime.target import run_target
 from tessera.text import plural
 
 
@@ -60,6 +63,70 @@ class RunSpec:
     @property
     def policy(self) -> SwitchPolicy:
         return SwitchPolicy(throughput_microbatches=self.microbatches, threshold=self.microbatches)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    """What `tessera run` was asked: each field a flag of the same name (docs/runtime.md)."""
+
+    target: str  # a plan file, or a model: zoo name, config.json, checkpoint folder (run_target)
+    devices: tuple[str, ...]  # one worker each: cpu or cuda:N
+    placement: str = "layer_split"  # for a model: a PLACEMENTS name or MILP
+    microbatches: int = 2
+    requests: int = 8  # one micro-batch each
+    batch: int = 1  # sequences per micro-batch
+    prompt: int = 8  # tokens per sequence
+    output: int = 4  # tokens per sequence, greedy
+    verify: bool = False  # a run whose outputs differ from single-process execution is an error
+    weights_dir: str | None = None
+    trace: str | None = None  # Chrome trace file to write
+    recover: bool = False
+    replan: str = "layer_split"
+    transport: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.weights_dir is not None:
+            weight_files(self.weights_dir)  # a wrong path: one line now, before capture and workers
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOutcome:
+    """What `tessera run` did: the ``result`` (None when a worker was lost and not recovered) and the
+    ``error`` that makes the command fail with exit status 1 (a lost worker; outputs that differ from
+    single-process execution under ``verify``), one line without the "error: " prefix."""
+
+    result: RunResult | None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.result is None and self.error is None:
+            raise ValueError("RunOutcome without a result must say why (error)")
+
+
+def run_job(req: RunRequest) -> RunOutcome:
+    """`tessera run TARGET ...`: capture the steps, place them (the plan's placement, or the one named),
+    serve the requests on the workers and compare with single-process execution."""
+    plan = run_target(req.target)
+    if plan is not None and len(plan.devices) != len(req.devices):
+        raise ValueError(f"plan {req.target} has {plural(len(plan.devices), 'device')} but --devices names "
+                         f"{len(req.devices)}")
+    job = Job(model=req.target if plan is None else plan.model, batch=req.batch, seq=req.prompt,
+              new_tokens=req.output)
+    check_job(job)  # before any real weights exist: a model too big for this machine is one line
+    programs = capture_steps(job)
+    by_phase = plan_placements(plan, programs) if plan is not None else \
+        placements(req.placement, placement_graphs(programs), len(req.devices), req.microbatches)
+    spec = RunSpec(job=job, devices=req.devices,
+                   plans={Objective.LATENCY: by_phase, Objective.THROUGHPUT: by_phase}, microbatches=req.microbatches, requests=req.requests, weights_dir=req.weights_dir,
+                   trace=req.trace, recover=req.recover, replan=req.replan, transport=req.transport)
+    try:
+        out = run(spec, programs)
+    except WorkerFailure as e:
+        return RunOutcome(result=None, error=str(e))
+    if req.verify and not out.verified:
+        return RunOutcome(result=out, error="outputs differ from single-process execution "
+                                            f"(max |diff| {out.max_abs_diff:.3g})")
+    return RunOutcome(result=out)
 
 
 def with_weights(programs: dict[str, CapturedProgram], directory: str) -> dict[str, CapturedProgram]:
