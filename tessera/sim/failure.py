@@ -68,7 +68,7 @@ def failure_report(f: Failure, *, emit_s: np.ndarray, emit_n: np.ndarray, t0_s: 
                    window_s: float, requeued: list[int], done_s: np.ndarray) -> dict[str, Any]:
     a = f.at_s
     join = a + f.replan_s if f.cells else a
-    n_pre = min(PRE_WINDOWS, int((a - t0_s) / window_s + 1e-9))
+    n_pre = max(0, min(PRE_WINDOWS, int((a - t0_s) / window_s + 1e-9)))  # none before the first arrival
     pre = float(window_rates(emit_s, emit_n, a - n_pre * window_s, window_s, n_pre).mean()) if n_pre else None
     n_post = max(0, int((end_s - a) / window_s + 1e-9))
     post = window_rates(emit_s, emit_n, a, window_s, n_post)

@@ -26,6 +26,7 @@ from tessera.sim.router import Router
 from tessera.sim.workload import WorkloadSpec, generate
 
 SERIES_WINDOWS = 100  # default window_s = simulated span / this
+MAX_WINDOWS = 1_000_000  # a finer series is a mistake (and gigabytes of bins)
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,15 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
     done = np.array(st.done_s)
     t_first = float(reqs.arrival_s.min())
     end = float(np.nanmax(done)) if not np.isnan(done).all() else t_first
-    win = window_s or max(end - t_first, 1e-9) / SERIES_WINDOWS
+    # the series spans the arrivals and the failures too: when nothing completes (the only replica lost
+    # before the first arrival) the span of completions is empty, and a window cut from it would be a
+    # nanosecond (billions of windows between the failure and the first arrival)
+    at = [f.at_s for f in failures]
+    span = max([end, float(reqs.arrival_s.max()), *at]) - min([t_first, *at])
+    win = window_s or max(span, 1e-9) / SERIES_WINDOWS
+    if span / win > MAX_WINDOWS:
+        raise UserError(f"--window-s {win:g} cuts the {span:g} s run into more than {MAX_WINDOWS:,} windows; "
+                        f"valid: >= {span / MAX_WINDOWS:g} s")
     emit_s, emit_n = np.array(st.emit_s), np.array(st.emit_n, dtype=float)
     n_win = max(1, int(np.ceil((end - t_first) / win - 1e-9)))
     reports = tuple(failure_report(f, emit_s=emit_s, emit_n=emit_n, t0_s=t_first, end_s=end, window_s=win,

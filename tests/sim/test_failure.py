@@ -170,3 +170,14 @@ def test_cli_fail_at_what_if(tmp_path, capsys):
         main(["simulate", str(p), "--fail-at", "1", "--fail-replacement", "spare"])
     assert e.value.code == 2
     assert "valid: none, same" in capsys.readouterr().err
+
+
+def test_the_only_replica_lost_before_any_arrival_loses_every_request():
+    # Poisson arrivals start after t = 0.001 s, when the one replica is gone: nothing ever completes. The
+    # report's windows then span the arrivals (not a nanosecond cut from an empty span of completions,
+    # billions of them), and every request is counted lost.
+    w = fixed(20, 128, 8, kind="poisson", rate=20.0)
+    r = simulate_pool([(cell(), 1)], w, failures=[Failure(at_s=0.001, replica=0)])
+    assert r.completed == 0 and r.lost == 20
+    with pytest.raises(UserError, match="more than 1,000,000 windows"):
+        simulate_pool([(cell(), 1)], fixed(20, 128, 8), failures=[Failure(at_s=0.01, replica=0)], window_s=1e-12)
