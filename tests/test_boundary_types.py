@@ -177,11 +177,6 @@ BOUNDARY_UNTYPED: frozenset[Untyped] = frozenset({
     U("tessera.runtime.worker", "worker_process", "results"),
     # what `tessera fleet advise -o` writes: a pool plan, the advice and provenance side by side
     U("tessera.fleet.advise", "Advice", "file_dict.return"),
-    # a progress reporter (tessera.progress) passed through; any object with its methods
-    U("tessera.fleet.advise", "advise", "progress"), U("tessera.fleet.fleet", "plan_fleet", "progress"),
-    U("tessera.fleet.fleet", "plan_pool_file", "progress"),
-    # the pool plan's cells as the simulator's pool functions take them
-    U("tessera.fleet.fleet", "FleetPlan", "sim_cells.return"),
     # a strategy's free-form solver notes (time, gap, pattern counts), shown in `tessera plan` tables
     U("tessera.plan.config", "StrategyResult", "detail"),
     # `tessera plan --json` of a serving result, built beside its serializer for the deploy verbs
