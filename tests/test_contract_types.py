@@ -17,9 +17,6 @@ UNTYPED: frozenset[tuple[str, str, str]] = frozenset({
     ("ir.py", "KernelGraph", "meta"),
     # the simulator's one report per injected Failure (time, cell, requests lost and moved)
     ("results.py", "SimResult", "failures"),
-    # a real run's figures beyond the contract (steps, switches, busy and wait times, tokens); bench scripts read
-    # them by name
-    ("results.py", "RunResult", "extra"),
 })
 
 

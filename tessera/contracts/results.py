@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -169,12 +169,38 @@ def _percentiles(d: dict[str, Any], key: str, where: str) -> dict[str, float | N
 
 
 @dataclass(frozen=True, kw_only=True)
+class RunFigures:
+    """A real run's figures beyond the contract (`tessera run --json`'s "extra" object, in this order)."""
+
+    model: str
+    steps: int  # every step served, the warm-up included
+    switches: list[str]  # the switch log: "round 0: start -> throughput (queue depth 8 >= 2)"
+    recoveries: list[str]  # one line per worker lost and recovered
+    overlap: float  # share of transfer time hidden under compute, 0..1
+    wait_s: list[float]  # per worker: seconds waiting on a receive
+    busy_s: list[float]  # per worker: seconds running kernels
+    kernels_by_worker: list[int]  # per worker: kernel launches over the run
+    transport: str  # the workers' link backend: "gloo", ...
+    link_bytes_by_link: dict[str, int]  # "0->1": bytes sent from worker 0 to worker 1
+    predicted_event_step_s: float  # the step simulated kernel by kernel, mean after the warm-up
+    measured_steps_s: list[float]  # every step, the warm-up included
+    predicted_steps_s: list[float]  # every step, by the plan's formula
+    link_model: dict[str, float]  # latency_s, bytes_per_s, cpu_s, cpu_s_per_byte measured at start-up
+    dispatch_s_per_op: dict[str, float]  # step key ("prefill", "decode@8") -> median seconds per operator
+    step_overhead_s: dict[str, float]  # step key -> median set-up seconds per step
+    resident_weight_bytes: list[int]  # per worker
+    tokens: list[list[list[int]]]  # per round, per request: the token ids emitted
+    prediction_source: str  # where the prediction comes from, in words
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
 class RunResult:
     """What a plan run for real measured (`tessera run`, or its torchrun launch): whether the workers' outputs
     equal single-process execution of the same requests, and the step time measured against predicted.
-    ``extra``: the figures beyond the contract, as the runtime reports them (model, steps, switches,
-    recoveries, overlap, per-worker busy seconds and kernels, link bytes and link model, per-step times, the
-    tokens, where the prediction comes from)."""
+    ``extra``: the figures beyond the contract (RunFigures)."""
 
     devices: tuple[str, ...]
     microbatches: int
@@ -185,15 +211,15 @@ class RunResult:
     predicted_step_s: float
     throughput_tokens_per_s: float
     link_bytes: int
-    extra: dict[str, Any] = field(default_factory=dict, hash=False)
+    extra: RunFigures = field(hash=False)
 
     def to_json(self) -> dict[str, Any]:
         """`tessera run --json`: the contract, then the rest under "extra"."""
-        return {**self.contract(), "extra": self.extra}
+        return {**self._contract(), "extra": self.extra.to_dict()}
 
     def to_dict(self) -> dict[str, Any]:
         """The contract and the extra figures side by side (what benchmark rows collect)."""
-        return {**self.contract(), **self.extra}
+        return {**self._contract(), **self.extra.to_dict()}
 
-    def contract(self) -> dict[str, Any]:
+    def _contract(self) -> dict[str, Any]:
         return {**{k: getattr(self, k) for k in RUN_CONTRACT_KEYS}, "devices": list(self.devices)}

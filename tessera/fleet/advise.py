@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,7 +231,8 @@ def _types(catalog_types: list[str] | None, have: dict[str, int]) -> list[str]:
 
 def advise(model: str, cfg: PlannerConfig | None, budget_usd_per_hour: float,
            catalog_types: list[str] | None = None, *, keep: int = 3, budget_s: float = 10.0,
-           simulate: bool = True, progress: Any = None, have: dict[str, int] | None = None) -> Advice:
+           simulate: bool = True, progress: Callable[[str], None] | None = None,
+           have: dict[str, int] | None = None) -> Advice:
     """Which GPUs to rent for ``budget_usd_per_hour``; cells planned under ``fleet_config(cfg)``. ``have``:
     GPUs already owned (catalog type or alias -> count): the budget buys GPUs beyond them, and the answer
     says which to add."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,7 @@ class FleetPlan:
     def spec(self) -> FleetSpec:
         return FleetSpec(gpus=self.available, link=self.link)
 
-    def sim_cells(self) -> list[tuple[Any, int]]:
+    def sim_cells(self) -> list[tuple[Plan, int]]:
         """(plan, count) per cell type: what tessera.sim.simulate_pool takes."""
         return self.plans.sim_cells()
 
@@ -136,7 +137,8 @@ def cell_planner(model: str, cfg: PlannerConfig) -> CellPlanner:
 
 
 def plan_fleet(model: str, spec: FleetSpec, cfg: PlannerConfig | None = None, *, objective: str = "throughput",
-               budget_s: float = 25.0, max_gpus: int = 8, progress: Any = None) -> FleetPlan:
+               budget_s: float = 25.0, max_gpus: int = 8,
+               progress: Callable[[str], None] | None = None) -> FleetPlan:
     """Cells of up to ``max_gpus`` GPUs planned under ``fleet_config(cfg)`` on the pool's link.
     ``budget_s``: the wall time the whole plan aims for (capture and bounds included); pairs are planned
     lazily while it lasts, then the search settles on planned cells and reports its certified gap.
@@ -187,7 +189,7 @@ def plan_fleet(model: str, spec: FleetSpec, cfg: PlannerConfig | None = None, *,
 
 
 def plan_pool_file(model: str, pool_path: str | Path, cfg: PlannerConfig | None = None, *,
-                   objective: str = "throughput", progress: Any = None) -> FleetPlan:
+                   objective: str = "throughput", progress: Callable[[str], None] | None = None) -> FleetPlan:
     """``plan_fleet`` on the pool file at ``pool_path`` (`tessera plan --pool`, `tessera fleet plan`)."""
     return plan_fleet(model, FleetSpec.load(pool_path), cfg, objective=objective, progress=progress)
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from tessera.contracts.enums import Objective
-from tessera.contracts.results import RUN_CONTRACT_KEYS, RunResult
+from tessera.contracts.results import RUN_CONTRACT_KEYS, RunFigures, RunResult
 from tessera.errors import UserError
 from tessera.graph import Role
 from tessera.runtime.budget import check_job
@@ -245,7 +245,7 @@ def summarise(spec: RunSpec, programs: dict[str, CapturedProgram], served: Serve
                               "bandwidth, CPU per message)"),
     }
     return RunResult(**{k: out[k] for k in RUN_CONTRACT_KEYS},
-                     extra={k: v for k, v in out.items() if k not in RUN_CONTRACT_KEYS})
+                     extra=RunFigures(**{k: v for k, v in out.items() if k not in RUN_CONTRACT_KEYS}))
 
 
 def kernels_by_worker(history: list[dict[str, Any]], devices: int) -> list[int]:
@@ -274,11 +274,11 @@ def render(out: RunResult, *, as_json: bool) -> str:
     if as_json:
         return json.dumps(out.to_json())
     x = out.extra
-    lines = [f"{x['model']} on {','.join(out.devices)}: {plural(x['steps'], 'step')}, "
+    lines = [f"{x.model} on {','.join(out.devices)}: {plural(x.steps, 'step')}, "
              f"verified={out.verified} (max |diff| {out.max_abs_diff:.3g}, "
              f"tokens identical {out.tokens_identical})",
              f"step {out.measured_step_s * 1e3:.2f} ms measured, {out.predicted_step_s * 1e3:.2f} ms "
              f"predicted; {out.throughput_tokens_per_s:.0f} tokens/s; {out.link_bytes} link bytes; "
-             f"overlap {x['overlap']:.0%}",
-             share_line(devices=out.devices, kernels_by_worker=x["kernels_by_worker"], busy_s=x["busy_s"])]
-    return "\n".join([*lines, *(f"switch: {s}" for s in x["switches"])])
+             f"overlap {x.overlap:.0%}",
+             share_line(devices=out.devices, kernels_by_worker=x.kernels_by_worker, busy_s=x.busy_s)]
+    return "\n".join([*lines, *(f"switch: {s}" for s in x.switches)])

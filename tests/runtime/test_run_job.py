@@ -42,5 +42,5 @@ def test_a_tiny_run_on_two_workers_is_verified() -> None:
     assert r.verified and r.tokens_identical and r.max_abs_diff == 0.0
     # 2 requests of batch 1, one micro-batch each, both in one round of 2 micro-batches; 2 greedy tokens each
     # (the prefill's and one decode position's): the round is 2 steps
-    assert r.devices == ("cpu", "cpu") and r.extra["model"] == "llama-tiny" and r.extra["steps"] == 2
-    assert [[len(row) for row in t] for t in r.extra["tokens"]] == [[2], [2]]
+    assert r.devices == ("cpu", "cpu") and r.extra.model == "llama-tiny" and r.extra.steps == 2
+    assert [[len(row) for row in t] for t in r.extra.tokens] == [[2], [2]]
