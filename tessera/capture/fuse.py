@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from tessera.capture.recorder import Access
+from tessera.capture.recorder import BufferAccess
 from tessera.graph import Kernel, KernelGraph, KernelKind, Role, build_graph
 
 FUSIBLE = frozenset({KernelKind.ELEMENTWISE, KernelKind.NORM, KernelKind.COPY})
@@ -94,7 +94,7 @@ def _pull_forward(nodes: list[_Node]) -> None:
         j = j - 1 if merged else j + 1
 
 
-def fuse(graph: KernelGraph, access: Sequence[Access]) -> KernelGraph:
+def fuse(graph: KernelGraph, access: Sequence[BufferAccess]) -> KernelGraph:
     """The fused view of an eager capture; ``access[i]`` is kernel i's bytes per buffer.
 
     ``meta["fused_from"][j]`` lists the eager kernel ids of fused kernel j (see ``unfuse``)."""
@@ -111,7 +111,7 @@ def fuse(graph: KernelGraph, access: Sequence[Access]) -> KernelGraph:
                        buffers=graph.buffers, meta=meta)
 
 
-def _external(graph: KernelGraph, access: Sequence[Access], ks: list[Kernel],
+def _external(graph: KernelGraph, access: Sequence[BufferAccess], ks: list[Kernel],
               touching: Counter[int]) -> tuple[dict[int, int], dict[int, int]]:
     """Bytes per buffer a group of kernels reads from / writes to the rest of the step (one pass over the
     members: an MoE block has thousands)."""
@@ -141,7 +141,7 @@ def _external(graph: KernelGraph, access: Sequence[Access], ks: list[Kernel],
     return reads, writes
 
 
-def _fused_kernel(graph: KernelGraph, access: Sequence[Access], members: list[int], new_id: int,
+def _fused_kernel(graph: KernelGraph, access: Sequence[BufferAccess], members: list[int], new_id: int,
                   touching: Counter[int]) -> Kernel:
     ks = [graph.kernels[i] for i in members]
     if len(ks) == 1:
@@ -183,7 +183,7 @@ def _expert_index(name: str, path: str) -> str:
     return name[len(path) + 1:].split(".")[1]
 
 
-def _fused_moe_kernel(graph: KernelGraph, access: Sequence[Access], members: list[int], new_id: int,
+def _fused_moe_kernel(graph: KernelGraph, access: Sequence[BufferAccess], members: list[int], new_id: int,
                       touching: Counter[int], path: str, weights: list[int]) -> Kernel:
     """One experts module's call as the fused MoE kernel serving engines launch (vLLM's fused_moe):
     FLOPs those of the active experts (the routed tokens' GEMMs), reads every expert's weights (placement

@@ -45,7 +45,7 @@ class OpRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Access:
+class BufferAccess:
     """Bytes one kernel reads from / writes to each buffer it touches (buffer id -> bytes); they sum to
     the kernel's bytes_read / bytes_written."""
 
@@ -85,7 +85,7 @@ class Recorder(TorchDispatchMode):
     program: list[OpRecord] = field(default_factory=list)
     initial: dict[int, torch.Tensor] = field(default_factory=dict)  # real mode: starting bytes (uint8)
     stack: list[tuple[str, int | None]] = field(default_factory=list)
-    access: list[Access] = field(default_factory=list)  # kernel i's bytes per buffer (for fusion)
+    access: list[BufferAccess] = field(default_factory=list)  # kernel i's bytes per buffer (for fusion)
     # the operator being run, (name, [(argument, declared written, tensors)]), while its implementation may
     # launch Triton kernels (tessera.capture.triton_launch checks its schema against their PTX)
     enclosing: tuple[str, list[tuple[str, bool, list[torch.Tensor]]]] | None = None
@@ -132,7 +132,8 @@ class Recorder(TorchDispatchMode):
     def knows(self, t: torch.Tensor) -> bool:
         return StorageWeakRef(t.untyped_storage()) in self._ids
 
-    def add_kernel(self, kernel: Kernel, access: Access, op: OpRecord | None, keep: list[torch.Tensor]) -> None:
+    def add_kernel(self, kernel: Kernel, access: BufferAccess, op: OpRecord | None,
+                   keep: list[torch.Tensor]) -> None:
         """Append a kernel recorded outside ATen dispatch (a Triton launch), its program record in real mode."""
         assert kernel.id == len(self.kernels), f"kernel id {kernel.id} is not position {len(self.kernels)}"
         self.kernels.append(kernel)
@@ -163,7 +164,7 @@ class Recorder(TorchDispatchMode):
             self.kernels.append(replace(
                 src, id=len(self.kernels), reads=tuple(remap.get(b, b) for b in src.reads),
                 writes=tuple(remap.get(b, b) for b in src.writes), module=module))
-            self.access.append(Access(reads={remap.get(b, b): n for b, n in acc.reads.items()},
+            self.access.append(BufferAccess(reads={remap.get(b, b): n for b, n in acc.reads.items()},
                                       writes={remap.get(b, b): n for b, n in acc.writes.items()}))
 
     def ref(self, t: torch.Tensor) -> TensorRef:
@@ -254,7 +255,7 @@ class Recorder(TorchDispatchMode):
                 dims = {**dims, "heads": dims["heads"] * dims["q_len"], "q_len": 1}
         written_ids = [self.buffer_of(t) for t in writes + outs]
         rb, wb = self._access(reads, writes, fresh, indirect)
-        self.access.append(Access(reads=rb, writes=wb))
+        self.access.append(BufferAccess(reads=rb, writes=wb))
         path, layer = self.stack[-1] if self.stack else ("", None)
         self.kernels.append(Kernel(
             id=len(self.kernels), name=str(func), kind=kind, flops=flops_of(func, args, kwargs, out),

@@ -33,7 +33,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._pytree import tree_flatten
 
-from tessera.capture.recorder import Access, OpRecord, Recorder
+from tessera.capture.recorder import BufferAccess, OpRecord, Recorder
 from tessera.capture.triton_refs import REFERENCES
 from tessera.graph import Kernel, KernelKind, Role
 from tessera.ptx.triton_ptx import KernelAccess, Specialisation, kernel_access, target_arch
@@ -57,7 +57,7 @@ _BY_NAME = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class Launch:
+class BoundLaunch:
     """One bound launch: ``values[i]`` is the argument of the kernel's parameter ``spec.params[i]``."""
 
     fn: Any  # the JITFunction
@@ -86,7 +86,8 @@ def kind_and_flops_per_element(qualname: str) -> tuple[KernelKind, int]:
 # ---- binding -----------------------------------------------------------------------------------------------
 
 
-def bind(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any, arch: int | None = None) -> Launch:
+def bind(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
+         arch: int | None = None) -> BoundLaunch:
     """The launch ``fn[grid](*args, **kwargs)`` bound to the kernel's parameters, with its specialisation
     for ``arch`` (default: ``TESSERA_PTX_ARCH``, else sm_90)."""
     names = [p.name for p in fn.params]
@@ -109,7 +110,8 @@ def bind(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any, arch
     spec = Specialisation(kernel=qualname, params=tuple(names), types=tuple(types), constexprs=tuple(constexprs),
                           aligned=tuple(aligned), num_warps=int(options.get("num_warps", 4)),
                           arch=arch or target_arch())
-    return Launch(fn=fn, qualname=qualname, values=values, grid=(g[0], g[1], g[2]), options=options, spec=spec)
+    return BoundLaunch(fn=fn, qualname=qualname, values=values, grid=(g[0], g[1], g[2]), options=options,
+                       spec=spec)
 
 
 def _specialise(param: Any, value: Any) -> tuple[str, bool]:
@@ -138,7 +140,7 @@ def _spanned_bytes(t: torch.Tensor) -> int:
     return int(n) * t.element_size()
 
 
-def record_launch(rec: Recorder, launch: Launch) -> KernelAccess:
+def record_launch(rec: Recorder, launch: BoundLaunch) -> KernelAccess:
     """Append the launch to ``rec`` as a kernel (reads/writes from its PTX) and, with real tensors, as a
     program record; check the enclosing operator's schema against the PTX."""
     ka = kernel_access(launch.fn, launch.spec)
@@ -169,7 +171,7 @@ def record_launch(rec: Recorder, launch: Launch) -> KernelAccess:
     if rec.keep_program:
         args = tuple(rec.ref(v) if isinstance(v, torch.Tensor) else v for v in launch.values)
         op = OpRecord(PREFIX + launch.qualname, args, {"grid": launch.grid, **launch.options}, ())
-    rec.add_kernel(kernel, Access(reads=rb, writes=wb), op, list(tensors.values()))
+    rec.add_kernel(kernel, BufferAccess(reads=rb, writes=wb), op, list(tensors.values()))
     return ka
 
 
@@ -186,7 +188,7 @@ def _bytes(rec: Recorder, bid: int, t: torch.Tensor, indirect: bool) -> int:
     return whole if indirect else min(whole, _spanned_bytes(t))
 
 
-def _check_schema(rec: Recorder, launch: Launch, written: list[torch.Tensor]) -> None:
+def _check_schema(rec: Recorder, launch: BoundLaunch, written: list[torch.Tensor]) -> None:
     """Report each argument of the enclosing operator its schema calls read-only that the PTX writes."""
     if rec.enclosing is None or not written:
         return

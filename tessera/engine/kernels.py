@@ -34,7 +34,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from tessera.capture.fuse import distinct_experts
-from tessera.capture.recorder import Access, Recorder
+from tessera.capture.recorder import BufferAccess, Recorder
 from tessera.engine.arch import ModelArch
 from tessera.engine.inputs import IterationShape, SeqPiece, build_inputs, shape_pieces
 from tessera.engine.layers import (
@@ -137,7 +137,7 @@ def _external(rec: Recorder, members: list[int], created: set[int],
     reads: dict[int, int] = {}
     writes: dict[int, int] = {}
     for m in members:
-        acc: Access = rec.access[m]
+        acc: BufferAccess = rec.access[m]
         for b, n in acc.reads.items():
             if b not in created:
                 reads[b] = reads.get(b, 0) + n

@@ -45,7 +45,7 @@ class Transfer:
 
 
 @dataclass(frozen=True)
-class Route:
+class WorkerRoute:
     """One worker's share: ``nodes`` (program indices, in order); per position, the transfers to await
     before it, those to post after it, and the values no longer needed once it ran."""
 
@@ -77,7 +77,7 @@ def transfers(program: Program, assignment: Sequence[int]) -> tuple[Transfer, ..
     return tuple(out)
 
 
-def route(program: Program, assignment: Sequence[int], rank: int) -> Route:
+def route(program: Program, assignment: Sequence[int], rank: int) -> WorkerRoute:
     if len(assignment) != len(program.kernels):
         raise ValueError(f"assignment of {len(assignment)} nodes; the program has {len(program.kernels)}")
     ts = transfers(program, assignment)
@@ -95,9 +95,9 @@ def route(program: Program, assignment: Sequence[int], rank: int) -> Route:
             first = min(index[u] for u in users if u in index and assignment[index[u]] == rank)
             recvs[pos[first]].append(t)
     out_node = _output(program)
-    return Route(rank=rank, nodes=tuple(mine), recvs=tuple(map(tuple, recvs)), sends=tuple(map(tuple, sends)),
-                 drops=_drops(program, mine, out_node), transfers=ts, output=out_node.name,
-                 has_output=assignment[index[out_node]] == rank)
+    return WorkerRoute(rank=rank, nodes=tuple(mine), recvs=tuple(map(tuple, recvs)),
+                       sends=tuple(map(tuple, sends)), drops=_drops(program, mine, out_node), transfers=ts,
+                       output=out_node.name, has_output=assignment[index[out_node]] == rank)
 
 
 def _output(program: Program) -> fx.Node:
@@ -127,11 +127,11 @@ class Action:
 
     key: tuple[int, int, int]
     kind: str
-    position: int = -1  # into Route.nodes, for "run"
+    position: int = -1  # into WorkerRoute.nodes, for "run"
     transfer: Transfer | None = None
 
 
-def ordered_actions(program: Program, r: Route) -> tuple[Action, ...]:
+def ordered_actions(program: Program, r: WorkerRoute) -> tuple[Action, ...]:
     index = {n.name: i for i, n in enumerate(program.kernels)}
     acts = [Action(key=(k, 1, 0), kind="run", position=p) for p, k in enumerate(r.nodes)]
     for t in r.transfers:

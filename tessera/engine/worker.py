@@ -2,7 +2,7 @@
 
 The driver (``tessera.engine.cluster``) keeps the scheduler, sampling and stop checks and sends each
 iteration's ``IterationInputs`` (small int64 tensors, as plain bytes) to every worker. A worker runs its
-nodes in program order (``routes.Route``), receiving a value from the worker that produced it right
+nodes in program order (``routes.WorkerRoute``), receiving a value from the worker that produced it right
 before its first use here and sending each value it produces to the workers that use it right after;
 the worker computing the logits hands them back to the driver with its "done" report.
 
@@ -40,7 +40,7 @@ from tessera.engine.config import EngineConfig
 from tessera.engine.graphs import SegmentGraphs, capturable
 from tessera.engine.inputs import FIELDS
 from tessera.engine.loader import ModelSource
-from tessera.engine.routes import Route, Transfer, ordered_actions, route
+from tessera.engine.routes import Transfer, WorkerRoute, ordered_actions, route
 from tessera.engine.shard import Layout, build_share
 from tessera.runtime.device import HOST, synchronize, torch_device
 from tessera.runtime.probe import probe_link
@@ -101,7 +101,7 @@ class Worker:
         share = build_share(spec.source, spec.dtype, spec.config, nodes, self.device,
                             load_format=spec.load_format, seed=spec.seed)
         self.share, self.program = share, share.program
-        self.route: Route = route(self.program, spec.assignment, spec.rank)
+        self.route: WorkerRoute = route(self.program, spec.assignment, spec.rank)
         self.nodes = [self.program.kernels[i] for i in self.route.nodes]
         self.actions = ordered_actions(self.program, self.route) if spec.ordered else ()
         self.graphs = SegmentGraphs(self.program) if self.device.type == "cuda" and spec.cuda_graphs else None
@@ -188,7 +188,7 @@ class Duty:
             self.owed_s = 0.0
 
 
-class Iteration:
+class WorkerIteration:
     """One iteration on a gloo worker that holds several at once: ``advance`` runs every node whose
     data is there; receives are waited on by a Waiters thread (lane ``lane``) that wakes the worker."""
 
@@ -284,7 +284,7 @@ def serve_iterations(w: Worker, ahead: queue.SimpleQueue, results: Any) -> None:
     there; finished ones report to the driver (the previous one's sends waited for then, not its own:
     a send completes only once the peer has posted that iteration's receives, as in the runtime). Ends at
     the driver's None."""
-    active: list[Iteration] = []
+    active: list[WorkerIteration] = []
     stopping = False
     while True:
         while not stopping:
@@ -301,7 +301,7 @@ def serve_iterations(w: Worker, ahead: queue.SimpleQueue, results: Any) -> None:
             else:
                 lanes = {a.lane for a in active}
                 lane = next(i for i in range(len(active) + 1) if i not in lanes)
-                active.append(Iteration(w, cmd, posted, lane))
+                active.append(WorkerIteration(w, cmd, posted, lane))
         if stopping and not active:
             w.flush_sends()
             return
@@ -323,7 +323,7 @@ def serve_iterations(w: Worker, ahead: queue.SimpleQueue, results: Any) -> None:
             _wait(w, active, more=lambda: not ahead.empty())
 
 
-def _wait(w: Worker, active: list[Iteration], more: Callable[[], bool]) -> None:
+def _wait(w: Worker, active: list[WorkerIteration], more: Callable[[], bool]) -> None:
     with w.wake:
         ok = w.wake.wait_for(lambda: more() or any(a.ready() for a in active), timeout=w.spec.recv_timeout_s)
     for a in active:

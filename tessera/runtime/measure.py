@@ -43,7 +43,7 @@ class LinkModel:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Measured:
+class RunMeasurement:
     step_s: list[float]  # wall time of every step, first kernel start to last worker's end
     kernel_s: dict[tuple[str, int], float]  # (step key, kernel) -> median seconds
     link_bytes: dict[tuple[int, int], int]  # directed link -> bytes moved over the run
@@ -53,7 +53,7 @@ class Measured:
     overlap: float  # 1 - (time devices waited) / (time transfers took): share of transfer time hidden
 
 
-def measure(history: list[dict[str, Any]], partitions: dict[tuple[str, str], Partition]) -> Measured:
+def measure(history: list[dict[str, Any]], partitions: dict[tuple[str, str], Partition]) -> RunMeasurement:
     devices = len(history[0]["workers"]) if history else 0
     step_s, wait, busy = [], [0.0] * devices, [0.0] * devices
     ks: dict[tuple[str, int], list[float]] = {}
@@ -78,8 +78,8 @@ def measure(history: list[dict[str, Any]], partitions: dict[tuple[str, str], Par
                 transfer += max(0.0, t - posted.get((idx, mb), t))
     total_wait = sum(wait)
     overlap = 1.0 - min(1.0, total_wait / transfer) if transfer > 0 else 1.0
-    return Measured(step_s=step_s, kernel_s={k: statistics.median(v) for k, v in ks.items()}, link_bytes=link,
-                    wait_s=wait, busy_s=busy, transfer_s=transfer, overlap=overlap)
+    return RunMeasurement(step_s=step_s, kernel_s={k: statistics.median(v) for k, v in ks.items()},
+                          link_bytes=link, wait_s=wait, busy_s=busy, transfer_s=transfer, overlap=overlap)
 
 
 def predict_step_s(part: Partition, kernel_s: list[float], link: LinkModel, m: int) -> float:

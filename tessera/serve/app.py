@@ -42,7 +42,7 @@ DISCONNECT_CHECK_S = 0.5  # a whole (non-streamed) answer checks this often whet
 
 
 @dataclass(frozen=True)
-class Job:
+class Relay:
     """One request on its way: what the handler relays and how."""
 
     ticket: Ticket
@@ -124,7 +124,7 @@ class Server:
             self.metrics.rejected.labels("full").inc()
             raise ApiError(429, f"the server holds its limit of {self.thread.max_outstanding} requests "
                            f"(--max-num-seqs + --max-waiting); retry later")
-        job = Job(ticket=ticket, chat=chat, stream=body.stream,
+        job = Relay(ticket=ticket, chat=chat, stream=body.stream,
                   include_usage=bool(body.stream_options and body.stream_options.include_usage),
                   token_ids=body.return_token_ids)
         if body.stream:
@@ -135,7 +135,7 @@ class Server:
     def fail(self, ev: Event) -> ApiError:
         return ApiError(503 if self.thread.error is not None else 400, ev.error or "failed")
 
-    async def whole(self, http: HttpRequest, job: Job) -> Response:
+    async def whole(self, http: HttpRequest, job: Relay) -> Response:
         t = job.ticket
         got: list[int] = []
         while True:
@@ -161,7 +161,7 @@ class Server:
             body["prompt_token_ids"] = list(t.prompt_ids)
         return JSONResponse(body)
 
-    async def stream(self, job: Job) -> AsyncIterator[str]:
+    async def stream(self, job: Relay) -> AsyncIterator[str]:
         t, done = job.ticket, False
         text = TextStream(self.codec, t.params.stop)
         obj = "chat.completion.chunk" if job.chat else "text_completion"

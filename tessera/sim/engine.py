@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tessera.sim.mixed import GROUPS, MixedReplica
-from tessera.sim.replica import Replica, State
+from tessera.sim.replica import Replica, RequestArrays
 from tessera.sim.router import Router
 
 ARRIVE, DONE, KICK, SWITCHED, FAIL, JOIN, STAGE = range(7)
@@ -27,8 +27,8 @@ PRIO = {ARRIVE: 0, DONE: 1, SWITCHED: 1, KICK: 2, FAIL: -1, JOIN: -1, STAGE: 1}
 
 
 @dataclass
-class Engine:
-    state: State
+class EventLoop:
+    state: RequestArrays
     replicas: list[Replica | MixedReplica]
     router: Router
     pool_events: tuple[tuple[float, int, int], ...] = ()  # (time_s, FAIL | JOIN, replica)

@@ -22,7 +22,7 @@ from collections import deque
 import numpy as np
 
 from tessera.sim.model import PlanModel
-from tessera.sim.replica import DONE, PREFILLING, RUNNING, WAITING, State, wants_switch
+from tessera.sim.replica import DONE, PREFILLING, RUNNING, WAITING, RequestArrays, wants_switch
 from tessera.sim.stages import Pipeline
 
 GROUPS = 1 << 20  # a STAGE event's arg is generation·GROUPS + group: stages of a replaced pipeline are stale
@@ -43,7 +43,7 @@ class Group:
 class MixedReplica:
     """The engine's replica interface (see tessera.sim.replica.Replica) over m groups: a group is a lane."""
 
-    def __init__(self, idx: int, st: State, models: dict[str, PlanModel], mode: str, policy=None,
+    def __init__(self, idx: int, st: RequestArrays, models: dict[str, PlanModel], mode: str, policy=None,
                  switch_s: float = 0.0) -> None:
         self.idx, self.st, self.models, self.policy, self.switch_s = idx, st, models, policy, switch_s
         self.kv_cap = min(m.kv_cap for m in models.values())
@@ -278,7 +278,8 @@ class MixedReplica:
             self.st.trace.append((self.idx, g, self.mode, "mixed", t0, t - t0, None, batch))
 
     def flush_trace(self) -> None:
-        """Stage spans inside the trace window go to the State as (replica, mode, row, group, start, hold)."""
+        """Stage spans inside the trace window go to RequestArrays.spans as (replica, mode, row, group, start,
+        hold)."""
         spans, win = self.pipe.spans, self.st.trace_window_s
         if spans is None or win is None:
             return

@@ -16,12 +16,12 @@ from tessera.contracts.plan import Plan
 from tessera.contracts.slo import LatencyTargets
 from tessera.errors import UserError, choices_error
 from tessera.sim.adaptive import AdaptivePolicy, check_switchable
-from tessera.sim.engine import FAIL, JOIN, Engine
+from tessera.sim.engine import FAIL, JOIN, EventLoop
 from tessera.sim.failure import Cell, Failure, check_failures, failure_report, window_rates
 from tessera.sim.metrics import SimResult, summarise
 from tessera.sim.mixed import MixedReplica
 from tessera.sim.model import PlanModel, SchedulerConfig
-from tessera.sim.replica import LOST, Replica, State
+from tessera.sim.replica import LOST, Replica, RequestArrays
 from tessera.sim.router import Router
 from tessera.sim.workload import WorkloadSpec, generate
 
@@ -47,7 +47,8 @@ class Run:
     result: SimResult
     models: dict[str, PlanModel] = field(hash=False)  # of the first cell entry
     trace: list[tuple] = field(hash=False)
-    spans: list[tuple] = field(default_factory=list, hash=False)  # mixed plans' stage spans (State.spans)
+    # mixed plans' stage spans (RequestArrays.spans)
+    spans: list[tuple] = field(default_factory=list, hash=False)
     requests: PerRequest | None = field(default=None, hash=False)
 
 
@@ -120,8 +121,8 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
     start_mode = Objective.LATENCY if policy is not None else Objective.THROUGHPUT
 
     reqs = generate(workload, seed)
-    st = State(arrival=reqs.arrival_s.tolist(), prompt=reqs.prompt.tolist(), output=reqs.output.tolist(),
-               trace_window_s=trace_window_s)
+    st = RequestArrays(arrival=reqs.arrival_s.tolist(), prompt=reqs.prompt.tolist(),
+                       output=reqs.output.tolist(), trace_window_s=trace_window_s)
     reps: list[Replica | MixedReplica] = []
     owner: list[int] = []  # replica -> group index
     for g, (plan, n) in enumerate(groups):
@@ -139,7 +140,7 @@ def run_pool(cells: Sequence[Cell], workload: WorkloadSpec, *, seed: int = 0, sl
         n_new = sum(n * p.replicas for p, n in f.cells)
         events += [(t_join, JOIN, k) for k in range(first, first + n_new)]
     t0 = time.perf_counter()
-    Engine(st, reps, router, tuple(events)).run()
+    EventLoop(st, reps, router, tuple(events)).run()
     runtime_s = time.perf_counter() - t0
 
     busy = [(np.zeros(len(p.devices)), n * p.replicas) for p, n in groups]

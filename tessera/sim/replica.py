@@ -26,7 +26,7 @@ WAITING, PREFILLING, PENDING, RUNNING, DONE, LOST = range(6)
 
 
 @dataclass
-class State:
+class RequestArrays:
     """Per-request arrays shared by all replicas (plain lists: scalar access is what the loop does)."""
 
     arrival: list[float]
@@ -78,7 +78,7 @@ def wants_switch(rep) -> bool:
 
 
 class Replica:
-    def __init__(self, idx: int, st: State, models: dict[str, PlanModel], mode: str, policy=None,
+    def __init__(self, idx: int, st: RequestArrays, models: dict[str, PlanModel], mode: str, policy=None,
                  switch_s: float = 0.0) -> None:
         self.idx, self.st, self.models, self.policy, self.switch_s = idx, st, models, policy, switch_s
         self.kv_cap = min(m.kv_cap for m in models.values())
@@ -117,7 +117,7 @@ class Replica:
         return np.asarray(out, dtype=float)
 
     def flush_trace(self) -> None:
-        """Nothing to flush: iteration records go to the State as they happen."""
+        """Nothing to flush: iteration records go to the shared RequestArrays as they happen."""
 
     def load(self) -> int:
         return len(self.waiting) + len(self.prefilling) + len(self.pending) + self.n

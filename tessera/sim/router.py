@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections import deque
 
-from tessera.sim.replica import LOST, Replica, State
+from tessera.sim.replica import LOST, Replica, RequestArrays
 
 
 class Router:
-    def __init__(self, st: State, replicas: list[Replica], weights: list[float], active: list[bool],
+    def __init__(self, st: RequestArrays, replicas: list[Replica], weights: list[float], active: list[bool],
                  round_robin: bool) -> None:
         self.st, self.reps, self.w, self.rr = st, replicas, weights, round_robin
         self.active = [k for k, a in enumerate(active) if a]  # sorted replica indices now serving

@@ -71,7 +71,7 @@ def write_chrome_trace(path: str | Path, plans: dict[str, Plan], records: list[t
     """Write trace records (from a run with a trace window) as Chrome trace JSON; returns event count.
     One process per replica; one thread per device, per link and per lane (iteration spans; a mixed plan's
     lane is a group). A mixed plan's device and link spans are the simulated stages themselves (``spans``,
-    tessera.sim.replica.State.spans); other plans' are laid out from each iteration's busy seconds."""
+    tessera.sim.replica.RequestArrays.spans); other plans' are laid out from each iteration's busy seconds."""
     events: list[dict] = []
     tids: dict[tuple[int, str], int] = {}
 

@@ -9,7 +9,7 @@ import pytest
 from tessera.capture import capture_model, model_phases
 from tessera.capture.core import fused_view, record
 from tessera.capture.fuse import fuse, groups_of, unfuse
-from tessera.capture.recorder import Access
+from tessera.capture.recorder import BufferAccess
 from tessera.graph import Buffer, Kernel, KernelGraph, KernelKind, Role, build_graph
 from tests.conftest import RunCli
 
@@ -17,14 +17,14 @@ G, E, N = KernelKind.GEMM, KernelKind.ELEMENTWISE, KernelKind.NORM
 
 
 def _graph(bufs: list[tuple[int, Role]], kernels: list[tuple[KernelKind, dict[int, int], dict[int, int]]]
-           ) -> tuple[KernelGraph, list[Access]]:
+           ) -> tuple[KernelGraph, list[BufferAccess]]:
     """Buffers (bytes, role); kernels (kind, bytes read per buffer, bytes written per buffer)."""
     ks = [Kernel(id=i, name=f"aten.k{i}.default", kind=kind, flops=100 * (kind is G), bytes_read=sum(r.values()),
                  bytes_written=sum(w.values()), reads=tuple(r), writes=tuple(w), layer=0, dims={"numel": i + 1})
           for i, (kind, r, w) in enumerate(kernels)]
     buffers = [Buffer(id=i, name=f"b{i}", bytes=n, role=role) for i, (n, role) in enumerate(bufs)]
     g = build_graph(model="hand", phase="decode", shape={}, kernels=ks, buffers=buffers)
-    return g, [Access(reads=dict(r), writes=dict(w)) for _, r, w in kernels]
+    return g, [BufferAccess(reads=dict(r), writes=dict(w)) for _, r, w in kernels]
 
 
 A, W, IN = Role.ACTIVATION, Role.WEIGHT, Role.INPUT

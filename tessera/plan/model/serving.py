@@ -32,7 +32,7 @@ from tessera.plan.model.knee import Engine, Fit, ImageServer, IterCosts, Knee, L
 from tessera.plan.model.shapes import IterShape
 from tessera.plan.solver.verify import (
     POLICIES,
-    Evaluation,
+    PlacementEvaluation,
     async_period_cached,
     evaluate_cached,
     pipelined_latency_s,
@@ -110,7 +110,7 @@ class Point:
     microbatches: int
     budget: int  # K: tokens per micro-batch iteration (0 for images)
     assignment: tuple[int, ...]
-    evaluation: Evaluation  # the verifier's loads at the placement shape (steady_shape)
+    evaluation: PlacementEvaluation  # the verifier's loads at the placement shape (steady_shape)
     memory_bytes: tuple[dict[str, int], ...]  # whole step: weights, kv/state × m, activations
     period_s: float  # max(m·T, L) at the placement shape
     ttft_s: float  # mean TTFT at the knee (images: mean latency of an image)
@@ -134,7 +134,7 @@ class Point:
         return None if self.images else (self.knee.tpot_s if self.knee else self.period_s)
 
 
-def whole_step_memory(ev: Evaluation, m: int) -> tuple[dict[str, int], ...]:
+def whole_step_memory(ev: PlacementEvaluation, m: int) -> tuple[dict[str, int], ...]:
     """Bytes per device for the whole step: kv/state of all m micro-batches, activations of one."""
     return tuple({k: (v * m if k in ("kv", "state") else v) for k, v in d.items()} for d in ev.memory_bytes)
 
@@ -149,7 +149,7 @@ def over_memory(mem: tuple[dict[str, int], ...], units: tuple[GpuSpec, ...]) -> 
             f"{units[i].mem_bytes / 1e9:.1f} GB")
 
 
-def as_load(ev: Evaluation) -> Load:
+def as_load(ev: PlacementEvaluation) -> Load:
     """An evaluation's busy seconds per resource (devices, then directed links) and latency."""
     return Load(busy_s=(*ev.device_busy_s, *(s for _, s in sorted(ev.link_busy_s.items()))),
                 latency_s=ev.latency_s)

@@ -37,7 +37,7 @@ from tessera.plan.solver.problem import Handoff, PhaseProblem, Resident, Value
 
 
 @dataclass(kw_only=True)
-class Segment:
+class LayerSegment:
     layers: list[int]  # consecutive layer numbers
     groups: list[list[int]]  # [layer][offset] -> group id
     patterns: list[tuple[int, ...]] = field(default_factory=list)  # offset -> device
@@ -75,7 +75,7 @@ def _signature(prob: PhaseProblem, gs: list[int], nxt: list[int] | None, own: li
     return kern, vals, pins, hand, pre
 
 
-def find_segments(prob: PhaseProblem, min_layers: int = 3) -> list[Segment]:
+def find_segments(prob: PhaseProblem, min_layers: int = 3) -> list[LayerSegment]:
     by_layer = _layer_groups(prob)
     if not by_layer:
         return []
@@ -89,7 +89,7 @@ def find_segments(prob: PhaseProblem, min_layers: int = 3) -> list[Segment]:
                 own.setdefault(where.pop(), []).append(w)
     sigs = [_signature(prob, by_layer[lay], by_layer.get(lay + 1), own.get(lay, [])) for lay in layers]
     inner = [s[:1] + (tuple(v[:2] + v[3:] for v in s[1]),) + s[2:] for s in sigs]  # ignore next-layer part
-    segs: list[Segment] = []
+    segs: list[LayerSegment] = []
     i = 0
     while i < len(layers):
         j = i
@@ -98,13 +98,13 @@ def find_segments(prob: PhaseProblem, min_layers: int = 3) -> list[Segment]:
             j += 1
         # the last layer's stream goes elsewhere; all earlier ones must stream alike
         if j - i + 1 >= min_layers and all(sigs[q] == sigs[i] for q in range(i, j)):
-            segs.append(Segment(layers=layers[i:j + 1], groups=[by_layer[q] for q in layers[i:j + 1]],
+            segs.append(LayerSegment(layers=layers[i:j + 1], groups=[by_layer[q] for q in layers[i:j + 1]],
                                 shape=sigs[i][:4]))
         i = j + 1
     return segs
 
 
-def _layer_problem(prob: PhaseProblem, seg: Segment, *, walk: bool = False) -> PhaseProblem:
+def _layer_problem(prob: PhaseProblem, seg: LayerSegment, *, walk: bool = False) -> PhaseProblem:
     """One representative layer (the segment's first) with its stream to the next layer folded back in.
 
     ``walk``: leave out the primary stream value (the largest one crossing into the next layer); the
@@ -133,14 +133,14 @@ def _layer_problem(prob: PhaseProblem, seg: Segment, *, walk: bool = False) -> P
                    pinned={pos[g]: d for g, d in prob.pinned.items() if g in pos})
 
 
-def _primary_stream(prob: PhaseProblem, seg: Segment) -> int | None:
+def _primary_stream(prob: PhaseProblem, seg: LayerSegment) -> int | None:
     """Index of the largest value from the segment's first layer into its second (the residual stream)."""
     here, nxt = set(seg.groups[0]), set(seg.groups[1])
     cands = [(v.bytes, -vi) for vi, v in enumerate(prob.values) if v.src in here and any(c in nxt for c in v.dst)]
     return -max(cands)[1] if cands else None
 
 
-def _entry_exit(prob: PhaseProblem, seg: Segment, pat: tuple[int, ...]) -> tuple[int, int, list[int]]:
+def _entry_exit(prob: PhaseProblem, seg: LayerSegment, pat: tuple[int, ...]) -> tuple[int, int, list[int]]:
     """(entry device e_p, exit device o_p, other entry devices) of the primary stream under pattern p."""
     prim = prob.values[_primary_stream(prob, seg)]  # type: ignore[index]
     pos = {g: i for i, g in enumerate(seg.groups[0])}
@@ -149,7 +149,7 @@ def _entry_exit(prob: PhaseProblem, seg: Segment, pat: tuple[int, ...]) -> tuple
     return ins[0], pat[pos[prim.src]], sorted(set(ins) - {ins[0]})
 
 
-def generate_patterns(prob: PhaseProblem, seg: Segment) -> list[tuple[int, ...]]:
+def generate_patterns(prob: PhaseProblem, seg: LayerSegment) -> list[tuple[int, ...]]:
     """Pareto sweep of the weighted single-layer MILP + whole layer on each device, deduplicated."""
     sub = _layer_problem(prob, seg)
     D = prob.D  # noqa: N806
@@ -198,7 +198,7 @@ class PatternResult:
     n_patterns: int
 
 
-def solve_patterns(prob: PhaseProblem, segs: list[Segment], *, objective: str = "throughput",
+def solve_patterns(prob: PhaseProblem, segs: list[LayerSegment], *, objective: str = "throughput",
                    omega: float = 1.0, background: Background | None = None, mip_rel_gap: float = 1e-2,
                    time_limit_s: float = 30.0, m_micro: int = 1) -> PatternResult:
     t0 = time.perf_counter()
@@ -366,7 +366,7 @@ def _private(w: Resident, seg_of: dict[int, tuple[int, int, int]]) -> bool:
     return len(where) == 1 and None not in where
 
 
-def _private_bytes(prob: PhaseProblem, seg: Segment, pat: tuple[int, ...], d: int) -> int:
+def _private_bytes(prob: PhaseProblem, seg: LayerSegment, pat: tuple[int, ...], d: int) -> int:
     """s[p,d]: bytes of the representative layer's private residents that pattern p puts on d."""
     pos = {g: i for i, g in enumerate(seg.groups[0])}
     tot = 0
@@ -377,12 +377,12 @@ def _private_bytes(prob: PhaseProblem, seg: Segment, pat: tuple[int, ...], d: in
     return tot
 
 
-def _expand(prob: PhaseProblem, segs: list[Segment], counts: tuple[tuple[int, ...], ...], base: list[int],
-            *, objective: str, m: int, background: Background | None) -> tuple[int, ...]:
+def _expand(prob: PhaseProblem, segs: list[LayerSegment], counts: tuple[tuple[int, ...], ...],
+            base: list[int], *, objective: str, m: int, background: Background | None) -> tuple[int, ...]:
     """Lay runs of patterns onto layers; try every order of the used patterns (few) and keep the best."""
     gd = list(base)
 
-    def lay(s: Segment, order: tuple[tuple[int, int], ...]) -> None:
+    def lay(s: LayerSegment, order: tuple[tuple[int, int], ...]) -> None:
         li = 0
         for pi, c in order:
             for _ in range(c):
@@ -428,10 +428,11 @@ def _greedy_walk(used: list[tuple[int, int]], ends: dict[int, tuple[int, int]],
     return tuple(order)
 
 
-__all__ = ["Handoff", "PatternResult", "Segment", "Value", "find_segments", "generate_patterns", "solve_patterns"]
+__all__ = ["Handoff", "LayerSegment", "PatternResult", "Value", "find_segments", "generate_patterns",
+           "solve_patterns"]
 
 
-def polish(prob: PhaseProblem, segs: list[Segment], group_dev: tuple[int, ...], *, free_layers: int = 2,
+def polish(prob: PhaseProblem, segs: list[LayerSegment], group_dev: tuple[int, ...], *, free_layers: int = 2,
            objective: str = "throughput", omega: float = 1.0, background: Background | None = None,
            mip_rel_gap: float = 1e-2, time_limit_s: float = 10.0, m: int = 1) -> tuple[int, ...]:
     """Large-neighbourhood step: re-solve flat with every segment layer fixed except the layers around

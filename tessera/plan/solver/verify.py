@@ -20,7 +20,7 @@ RESIDENT_ROLES = (Role.WEIGHT, Role.KV, Role.STATE)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Evaluation:
+class PlacementEvaluation:
     device_busy_s: tuple[float, ...]  # [D] compute of one step at the graph's shape
     link_busy_s: dict[tuple[int, int], float]  # directed (src, dst) -> seconds, every pair present
     latency_s: float  # list schedule: kernels in program order per device, inputs must have arrived
@@ -37,7 +37,7 @@ class Evaluation:
 
 def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: tuple[GpuSpec, ...],
              link: LinkSpec, cost: CostModel,
-             handoffs: tuple[tuple[int, int, int], ...] = ()) -> Evaluation:
+             handoffs: tuple[tuple[int, int, int], ...] = ()) -> PlacementEvaluation:
     """``handoffs``: extra (bytes, src device, dst device) sends of this step (prefill KV to decode)."""
     n_dev = len(gpus)
     assert len(assignment) == len(graph.kernels), "assignment length != kernels"
@@ -79,8 +79,9 @@ def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: 
         if a != b:
             links[a, b] += cost.transfer_time_s(nbytes, link)
             sends += 1
-    return Evaluation(device_busy_s=tuple(busy), link_busy_s=links, latency_s=max(finish, default=0.0),
-                      memory_bytes=memory_by_device(graph, assignment, n_dev), transfers=sends)
+    return PlacementEvaluation(device_busy_s=tuple(busy), link_busy_s=links,
+                               latency_s=max(finish, default=0.0),
+                               memory_bytes=memory_by_device(graph, assignment, n_dev), transfers=sends)
 
 
 @dataclass(frozen=True)
@@ -228,17 +229,17 @@ def _step_messages(graph: KernelGraph, dev: list[int]
 
 
 EVAL_CACHE_SIZE = 4096  # evaluations kept; a Mixtral cell's search needs ~150 distinct ones
-_eval_cache: OrderedDict[tuple, tuple[KernelGraph, Evaluation]] = OrderedDict()
+_eval_cache: OrderedDict[tuple, tuple[KernelGraph, PlacementEvaluation]] = OrderedDict()
 
 
 def evaluate_cached(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: tuple[GpuSpec, ...],
                     link: LinkSpec, cost: CostModel,
-                    handoffs: tuple[tuple[int, int, int], ...] = ()) -> Evaluation:
+                    handoffs: tuple[tuple[int, int, int], ...] = ()) -> PlacementEvaluation:
     """``evaluate`` memoised on (graph, assignment, devices, link, cost, handoffs): the search scores one
     placement of one shape several times (a rule's candidates, the MILP's starts, the chosen point, the
     Plan's step points). Graphs are keyed by identity (the planner caches one graph per shape); the entry
     keeps the graph alive so its id cannot be reused while the entry exists. Callers must not mutate the
-    returned Evaluation."""
+    returned PlacementEvaluation."""
     key = (id(graph), tuple(assignment), tuple(gpus), link, id(cost), tuple(handoffs))
     hit = _eval_cache.get(key)
     if hit is not None and hit[0] is graph:
