@@ -183,15 +183,6 @@ BOUNDARY_UNTYPED: frozenset[Untyped] = frozenset({
     U("tessera.plan.deploy", "result_json", "return"),
     # Triton's own objects: a kernel's JITFunction and its constexpr values
     U("tessera.ptx.triton_ptx", "Specialisation", "constexprs"), U("tessera.ptx.triton_ptx", "kernel_access", "fn"),
-    # the planner-vs-simulator agreement checks, a JSON object the study writes and the report reads
-    U("tessera.report.agreement", "summary", "checks"), U("tessera.report.agreement", "summary", "return"),
-    U("tessera.report.agreement", "summary_line", "s"),
-    # `tessera evaluate --json` (eval.json: cells and summary), read by the report and written by the study
-    U("tessera.report.data", "ReportData", "evaluation"), U("tessera.report.data", "load_evaluation", "return"),
-    U("tessera.report.evalsummary", "became", "c"), U("tessera.report.evalsummary", "best_baseline", "c"),
-    U("tessera.report.evalsummary", "extremes", "cells"), U("tessera.report.evalsummary", "extremes", "return"),
-    U("tessera.report.evalsummary", "markdown", "data"), U("tessera.report.evalsummary", "summary", "cells"),
-    U("tessera.report.evalsummary", "summary", "return"),
     # `tessera compare`'s rows (compare.json), written by the study and read back by the report
     U("tessera.study.compare", "run_compare", "return"),
 })

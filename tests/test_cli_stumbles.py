@@ -19,6 +19,7 @@ import pytest
 
 from tessera.contracts import fingerprint
 from tessera.contracts.plan import EngineSettings, PlanSlo, PlanWorkload, PoolCell, PoolPlan, read_plan_file
+from tessera.contracts.study import EvalStudy
 from tessera.fleet.fleet import FleetCell, FleetPlan
 from tessera.hardware import catalog
 from tessera.plan import PlannerConfig
@@ -390,7 +391,7 @@ def test_chunked_prefill_on_a_mixed_plan_says_it_changes_nothing(tmp_path: Path,
 # item 8: the study's tables give every rate its unit ("ref /s" and "12.3k/s" left tokens or images unsaid)
 def test_study_tables_give_rates_units() -> None:
     data = json.loads((Path(__file__).parent.parent / "bench" / "results" / "eval.json").read_text())
-    rows = [line for line in markdown(data).splitlines() if line.startswith("| ")]
+    rows = [line for line in markdown(EvalStudy.from_dict(data)).splitlines() if line.startswith("| ")]
     assert rows
     for line in rows:
         cells = [c.strip() for c in line.strip("|").split("|")]

@@ -44,7 +44,7 @@ def evaluate(
     study = evaluate_study(out_dir=out_dir, quick=quick, fresh=fresh, simulate_plans=not no_sim, limit=limit,
                            shard=Shard.parse(shard))
     if as_json:
-        print(json.dumps(study.summary))
+        print(json.dumps(study.summary.to_dict()))
     else:
         stdout_console().print(study.markdown, markup=False, highlight=False)
 

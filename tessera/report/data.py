@@ -14,6 +14,7 @@ from tessera.contracts.ir import KernelGraph
 from tessera.contracts.plan import Plan, PoolPlan
 from tessera.contracts.provenance import Provenance, fingerprint, of_file
 from tessera.contracts.results import FrontierPoint, SimResult, StrategyFigures
+from tessera.contracts.study import EvalStudy
 from tessera.errors import UserError
 
 # Order in which strategies appear everywhere (tables, bars, legends); unknown names follow, sorted.
@@ -202,7 +203,7 @@ class ReportData:
     deploy: tuple[str, ...] = ()  # the commands that serve the plan (tessera.plan.launch_lines)
     options: tuple[RentOption, ...] = ()  # alternatives to the plan's pool (same-size homogeneous, advisor)
     baseline_plans: tuple[Plan | PoolPlan, ...] = ()  # the other strategies' deployments (memory comparison)
-    evaluation: dict[str, Any] | None = None  # `tessera evaluate --json` output (the study of shapes × pools)
+    evaluation: EvalStudy | None = None  # `tessera evaluate --json` output (the study of shapes × pools)
     evaluation_maps: tuple[tuple[str, Path], ...] = ()  # (label, PNG): the study's best and worst placements
     cost_accuracy: CostAccuracy | None = None  # the cost model's measured error (bench_cost_aic.py)
     # What only the stages know, looked up by the caller (tessera.study.report_facts.with_facts): each named
@@ -412,13 +413,17 @@ def load_compare(path: Path) -> tuple[CompareCell, ...]:
     return tuple(parse_cell(c, f"{path} cell {i}") for i, c in enumerate(cells))
 
 
-def load_evaluation(path: Path) -> dict[str, Any]:
+def load_evaluation(path: Path) -> EvalStudy:
     """A `tessera evaluate --json` file: an object with a "cells" list and a "summary" object."""
     raw = read_json(path, "evaluation")
     if not (isinstance(raw, dict) and isinstance(raw.get("cells"), list) and isinstance(raw.get("summary"), dict)):
         raise UserError(f"evaluation file {path} is not `tessera evaluate --json` output "
                         "(needs a \"cells\" list and a \"summary\" object)")
-    return raw
+    try:
+        return EvalStudy.from_dict(raw)
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"evaluation file {path}: a cell or the summary lacks or mistypes a field ({e}); "
+                        "rebuild it with `tessera evaluate --limit 0`") from None
 
 
 def placement_map_path(folder: Path, stem: str, label: str) -> Path:

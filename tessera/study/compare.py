@@ -18,6 +18,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tessera.contracts.plan import Plan, PoolPlan
+from tessera.contracts.study import KneeCheck
 from tessera.errors import UserError
 from tessera.hardware import AUTO, best_link, cell_link
 from tessera.plan import (
@@ -71,6 +73,12 @@ def _images(model: str) -> bool:
     return model_kind(model)[0]
 
 
+def _knee(deployment: Plan | PoolPlan | None, goodput: float) -> dict[str, Any] | None:
+    """The knee check as a compare.json row holds it."""
+    k = knee_check(deployment, goodput)
+    return None if k is None else k.to_dict()
+
+
 def _strategy(s: StrategyResult, images: bool, knee: bool) -> dict[str, Any]:
     unit = "images" if images else "tokens"
     return {f"goodput_{unit}_per_s": s.goodput, "usd_per_hour": s.usd_per_hour,
@@ -79,7 +87,7 @@ def _strategy(s: StrategyResult, images: bool, knee: bool) -> dict[str, Any]:
             "batch": s.plan.batch if s.plan else None, "microbatches": s.plan.microbatches if s.plan else None,
             "max_num_batched_tokens": s.plan.engine.max_num_batched_tokens if s.plan and s.plan.engine else None,
             "slo_binding": s.point.knee.binding if s.point and s.point.knee else s.detail.get("binding"),
-            "knee": knee_check(s.deployment, s.goodput) if knee and s.feasible else None}
+            "knee": _knee(s.deployment, s.goodput) if knee and s.feasible else None}
 
 
 def run_cell(model: str, pool: str, cfg: PlannerConfig, cache: dict, knee: bool = True) -> dict[str, Any]:
@@ -97,7 +105,7 @@ def run_cell(model: str, pool: str, cfg: PlannerConfig, cache: dict, knee: bool 
     if knee:  # Tessera's deployment is the MILP's or an adopted baseline's, whose check is already there
         t = r.tessera
         cell["strategies"]["tessera"]["knee"] = (cell["strategies"][t.chosen]["knee"] if t.chosen in STRATEGIES
-                                                 else knee_check(t.deployment, t.goodput)) if t.feasible else None
+                                                 else _knee(t.deployment, t.goodput)) if t.feasible else None
     cell["best_homogeneous_same_budget"] = same_size_homogeneous(model, r.gpus, cfg, cache)
     cell["reference"] = cache[(model, REFERENCE, 2)] if len(r.gpus) == 2 else None
     cell["placement"] = placement_summary(r)
@@ -229,7 +237,7 @@ def _agreement(cells: list[dict[str, Any]]) -> str:
             if n != "tessera" and s.get("knee")]
     if not rows:
         return "## Planner vs simulator\n\nNot checked (--no-knee)."
-    lines = ["## Planner vs simulator (SLO knee)", "", summary_line(summary([s["knee"] for _, _, s in rows])), "",
+    lines = ["## Planner vs simulator (SLO knee)", "", summary_line(summary([KneeCheck.from_dict(s["knee"]) for _, _, s in rows])), "",
              "| model | pool | strategy | batch × m, tokens/iter | binding | planner | simulator knee | knee / planner |",
              "|---|---|---|---|---|---|---|---|"]
     for c, n, s in rows:

@@ -19,9 +19,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from tessera.contracts.plan import PoolPlan
+from tessera.contracts.study import (
+    CellPlacement,
+    DevicePlacement,
+    EvalCell,
+    EvalStudy,
+    FleetAnswer,
+    KneeCheck,
+    SameSize,
+    StrategyEntry,
+    StudyShape,
+    StudySummary,
+    TesseraAnswer,
+)
 from tessera.errors import UserError
 from tessera.fleet.fleet import plan_fleet
 from tessera.fleet.spec import FleetSpec
@@ -40,7 +52,7 @@ from tessera.plan import (
     resolve_gpu,
 )
 from tessera.report.data import placement_map_path
-from tessera.report.evalsummary import became, best_baseline, extremes, markdown, summary
+from tessera.report.evalsummary import answer, became, best_baseline, extremes, markdown, summary
 from tessera.report.placement import plot_placement_map
 from tessera.study.agreement import knee_check
 from tessera.study.compare import placement_summary
@@ -152,14 +164,15 @@ def matrix(quick: bool = False) -> list[tuple[str, str, StudyPool, str]]:
 # ---- one cell ---------------------------------------------------------------------------------------------------
 
 
-def _strategy(s, knee: bool) -> dict[str, Any]:
-    return {"goodput_per_s": s.goodput, "usd_per_hour": s.usd_per_hour, "applicable": s.applicable,
-            "feasible": s.feasible, "reason": None if s.feasible else s.reason, "tp": list(s.tp),
-            "batch": s.plan.batch if s.plan else None, "microbatches": s.plan.microbatches if s.plan else None,
-            "knee": knee_check(s.deployment, s.goodput) if knee and s.feasible else None}
+def _strategy(s, knee: bool) -> StrategyEntry:
+    return StrategyEntry(goodput_per_s=s.goodput, usd_per_hour=s.usd_per_hour, applicable=s.applicable,
+                         feasible=s.feasible, reason=None if s.feasible else s.reason, tp=tuple(s.tp),
+                         batch=s.plan.batch if s.plan else None,
+                         microbatches=s.plan.microbatches if s.plan else None,
+                         knee=knee_check(s.deployment, s.goodput) if knee and s.feasible else None)
 
 
-def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> dict[str, Any]:
+def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> SameSize:
     """n GPUs of one type as vLLM deploys them (best TP × replicas), at list price; cached per process."""
     key = (model, s.name, gpu, n)
     if key not in cache:
@@ -167,112 +180,109 @@ def homogeneous_of(model: str, s: Shape, gpu: str, n: int, cache: dict) -> dict[
         shp = Shapes(model, capture_source(model), cfg, images=s.images)
         spec = engine_gpu(resolve_gpu(gpu), cfg.gpu_memory_utilization)
         r = homogeneous(shp, (spec,) * n, best_link((spec,) * n), default_cost(), cfg)  # n GPUs as they come
-        cache[key] = {"gpu": spec.name, "count": n, "goodput_per_s": r.goodput, "tp": list(r.tp),
-                      "usd_per_hour": spec.usd_per_hour * n}
+        cache[key] = SameSize(gpu=spec.name, count=n, goodput_per_s=r.goodput, tp=tuple(r.tp),
+                              usd_per_hour=spec.usd_per_hour * n)
     return cache[key]
 
 
-def fleet_answer(model: str, pool: StudyPool, cfg) -> tuple[dict[str, Any], PoolPlan | None]:
+def fleet_answer(model: str, pool: StudyPool, cfg) -> tuple[FleetAnswer, PoolPlan | None]:
     """The pool planned as replicated cells of up to 8 GPUs (tessera.fleet): its summary, and its cells'
     plans with their counts (None if nothing serves)."""
     try:
         f = plan_fleet(model, FleetSpec(gpus=pool.gpus, link=cfg.link), cfg, budget_s=20.0, max_gpus=8)
     except UserError as e:
-        return {"goodput_per_s": 0.0, "reason": str(e).splitlines()[0]}, None
+        return FleetAnswer(goodput_per_s=0.0, reason=str(e).splitlines()[0]), None
     used: dict[str, int] = {}
     for c in f.cells:
         for g in c.gpus:
             used[g] = used.get(g, 0) + c.count
     desc = ", ".join(f"{c.count}x({'+'.join(c.gpus)}{' = ' + c.chosen if c.chosen != 'milp' else ''})"
                      for c in f.cells)
-    return ({"goodput_per_s": f.goodput_per_s, "usd_per_hour": f.usd_per_hour, "used": used, "cells": desc,
-             "gap": f.gap, "milp_cells": sum(1 for c in f.cells if c.chosen == "milp")}, f.plans)
+    return (FleetAnswer(goodput_per_s=f.goodput_per_s, usd_per_hour=f.usd_per_hour, used=used, cells=desc,
+                        gap=f.gap, milp_cells=sum(1 for c in f.cells if c.chosen == "milp")), f.plans)
 
 
-def sim_of_answer(cell: dict[str, Any], t, fleet_pool: PoolPlan | None) -> dict[str, Any] | None:
+def sim_of_answer(ans: TesseraAnswer, strategies: dict[str, StrategyEntry], t,
+                  fleet_pool: PoolPlan | None) -> KneeCheck | None:
     """The planner-vs-simulator check of the cell's Tessera answer: the simulator's SLO knee of its
     deployment (one cell's Plan, a prefill/decode pair, or a pool of cells) beside the planner's goodput.
     None when nothing serves, or for a replicated pair, whose check is its pair cell's (evalsummary.sim_of)."""
-    ans = cell["tessera"]
-    if ans["goodput_per_s"] <= 0:
+    if ans.goodput_per_s <= 0:
         return None
-    if ans["source"] == "cell":
-        own = cell["strategies"].get(t.chosen, {}).get("knee") if t.chosen != "milp" else None
-        return own or knee_check(t.deployment, t.goodput)
-    return knee_check(fleet_pool, ans["goodput_per_s"]) if fleet_pool is not None else None
+    if ans.source == "cell":
+        mine = strategies.get(t.chosen) if t.chosen != "milp" else None
+        return (mine.knee if mine is not None else None) or knee_check(t.deployment, t.goodput)
+    return knee_check(fleet_pool, ans.goodput_per_s) if fleet_pool is not None else None
 
 
-def replicated_pair(pool: StudyPool, pair: dict[str, Any]) -> dict[str, Any]:
+def replicated_pair(pool: StudyPool, pair: EvalCell) -> FleetAnswer:
     """k copies of the pair cell's Tessera answer on a pool of k GPUs of each of the pair's two types (the
     replicated cell plan_fleet would weigh, planned once under the study's own config)."""
     k = pool.gpus[0][1]
-    t = pair["tessera"]
+    t = answer(pair)
     how = became(pair)
     base_name, base = best_baseline(pair)
-    return {"baseline": f"{k}x({pair['pool']} = {base_name})", "baseline_goodput_per_s": k * base, "goodput_per_s": k * t["goodput_per_s"], "usd_per_hour": k * t["usd_per_hour"],
-            "used": {g: k * n for g, n in t["used"].items()}, "cells": f"{k}x({pair['pool']} = {how})",
-            "gap": None, "milp_cells": 1 if t["chosen"] == "milp" and how == "milp" else 0, "replicated": True}
+    return FleetAnswer(baseline=f"{k}x({pair.pool} = {base_name})", baseline_goodput_per_s=k * base,
+                       goodput_per_s=k * t.goodput_per_s, usd_per_hour=k * t.usd_per_hour,
+                       used={g: k * n for g, n in t.used.items()}, cells=f"{k}x({pair.pool} = {how})",
+                       gap=None, milp_cells=1 if t.chosen == "milp" and how == "milp" else 0, replicated=True)
 
 
-def pair_of(pool: StudyPool, model: str, shape: str, link: str, cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+def pair_of(pool: StudyPool, model: str, shape: str, link: str, cells: list[EvalCell]) -> EvalCell | None:
     """The finished pair cell a two-type pool of k + k GPUs replicates, if there is one."""
     if len(pool.gpus) != 2 or pool.gpus[0][1] != pool.gpus[1][1] or pool.size <= 2:
         return None
-    want = [[g, 1] for g, _ in pool.gpus]
-    return next((c for c in cells if c["model"] == model and c["shape"] == shape and c["link"] == link
-                 and c["gpus"] == want and "error" not in c), None)
+    want = tuple((g, 1) for g, _ in pool.gpus)
+    return next((c for c in cells if c.model == model and c.shape == shape and c.link == link
+                 and c.gpus == want and c.error is None), None)
 
 
 def run_cell(model: str, s: Shape, pool: StudyPool, link: str, cache: dict, *, simulate_plan: bool = True,
-             pair_cell: dict[str, Any] | None = None,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+             pair_cell: EvalCell | None = None, progress: Callable[[str], None] | None = None) -> EvalCell:
     """One cell. ``pair_cell``: for a pool of k GPUs of each of two types, the finished cell of their pair
     (same model, shape, link), whose Tessera answer replicated k times stands for the fleet search."""
     t0 = time.perf_counter()
     cfg = study_config(s, link)
-    cell: dict[str, Any] = {"model": model, "family": FAMILIES[model], "shape": s.name, "prompt": s.prompt,
-                            "output": s.output, "steps": s.steps, "images": s.images, "pool": pool.name,
-                            "gpus": [list(g) for g in pool.gpus], "n_gpus": pool.size, "link": link,
-                            "link_used": cell_link(pool.specs, link).name,
-                            "prices": {g: catalog_gpu(g).usd_per_hour for g, _ in pool.gpus}}
+    prices = {g: catalog_gpu(g).usd_per_hour for g, _ in pool.gpus}
+    cell = EvalCell(model=model, family=FAMILIES[model], shape=s.name, prompt=s.prompt, output=s.output,
+                    steps=s.steps, images=s.images, pool=pool.name, gpus=pool.gpus, n_gpus=pool.size, link=link,
+                    link_used=cell_link(pool.specs, link).name, prices=prices)
     try:
         r = plan_serving(model, pool.names, cfg, progress=progress)
     except UserError as e:
-        cell.update(error=str(e).splitlines()[0], wall_s=time.perf_counter() - t0, load_1min=os.getloadavg()[0])
-        return cell
-    cell["strategies"] = {n: _strategy(r.strategies[n], simulate_plan and n != "tessera") for n in STRATEGIES}
+        return replace(cell, error=str(e).splitlines()[0], wall_s=time.perf_counter() - t0,
+                       load_1min=os.getloadavg()[0])
+    strategies = {n: _strategy(r.strategies[n], simulate_plan and n != "tessera") for n in STRATEGIES}
     t = r.tessera
-    used = {g: n for g, n in pool.gpus}
-    cell["tessera"] = {"goodput_per_s": t.goodput, "usd_per_hour": t.usd_per_hour, "chosen": t.chosen,
-                       "source": "cell", "used": used}
-    fleet_pool = None
+    ans = TesseraAnswer(goodput_per_s=t.goodput, usd_per_hour=t.usd_per_hour, chosen=t.chosen, source="cell",
+                        used={g: n for g, n in pool.gpus})
+    fleet, fleet_pool = None, None
     if pool.size > 2:
-        f, fleet_pool = (replicated_pair(pool, pair_cell), None) if pair_cell is not None else \
+        fleet, fleet_pool = (replicated_pair(pool, pair_cell), None) if pair_cell is not None else \
             fleet_answer(model, pool, cfg)
-        cell["fleet"] = f
-        if f and f["goodput_per_s"] > t.goodput * (1 + 1e-9):
-            cell["tessera"] = {"goodput_per_s": f["goodput_per_s"], "usd_per_hour": f["usd_per_hour"],
-                               "chosen": f"fleet: {f['cells']}", "source": "fleet", "used": f["used"]}
-    cell["same_size"] = [homogeneous_of(model, s, g, pool.size, cache)
-                         for g in dict.fromkeys([*(g for g, _ in pool.gpus), *REFERENCES])]
-    for g in REFERENCES:
-        cell["prices"][g] = catalog_gpu(g).usd_per_hour
-    if cell["tessera"]["source"] == "cell" and t.plan is not None and t.point is not None and t.pool is None:
-        cell["placement"] = {"batch": t.point.batch, "microbatches": t.point.microbatches,
-                             "devices": [d.gpu for d in t.plan.devices], "assignment": list(t.point.assignment),
-                             "summary": _placement_summary(r)}
+        if fleet.goodput_per_s > t.goodput * (1 + 1e-9):
+            ans = TesseraAnswer(goodput_per_s=fleet.goodput_per_s, usd_per_hour=fleet.usd_per_hour,
+                                chosen=f"fleet: {fleet.cells}", source="fleet", used=dict(fleet.used or {}))
+    same_size = tuple(homogeneous_of(model, s, g, pool.size, cache)
+                      for g in dict.fromkeys([*(g for g, _ in pool.gpus), *REFERENCES]))
+    prices = {**prices, **{g: catalog_gpu(g).usd_per_hour for g in REFERENCES}}  # the references' too
+    placement = None
+    if ans.source == "cell" and t.plan is not None and t.point is not None and t.pool is None:
+        placement = CellPlacement(batch=t.point.batch, microbatches=t.point.microbatches,
+                                  devices=tuple(d.gpu for d in t.plan.devices), assignment=tuple(t.point.assignment),
+                                  summary=_placement_summary(r))
+    sim = None
     if simulate_plan:
-        cell["sim"] = sim_of_answer(cell, t, fleet_pool)
-        cell["strategies"]["tessera"]["knee"] = cell["sim"] if cell["tessera"]["source"] == "cell" else None
-    cell["wall_s"] = time.perf_counter() - t0
-    cell["solve_s"] = r.solve_s
-    cell["load_1min"] = os.getloadavg()[0]
-    return cell
+        sim = sim_of_answer(ans, strategies, t, fleet_pool)
+        strategies["tessera"] = replace(strategies["tessera"], knee=sim if ans.source == "cell" else None)
+    return replace(cell, prices=prices, strategies=strategies, tessera=ans, fleet=fleet, same_size=same_size, placement=placement,
+                   simulated=simulate_plan, sim=sim, wall_s=time.perf_counter() - t0, solve_s=r.solve_s,
+                   load_1min=os.getloadavg()[0])
 
 
-def _placement_summary(r) -> dict[str, Any]:
+def _placement_summary(r) -> dict[str, DevicePlacement]:
     try:
-        return placement_summary(r)
+        return {dev: DevicePlacement.from_dict(p) for dev, p in placement_summary(r).items()}
     except UserError:  # a TP-group device name is not a catalog name: no per-kind times
         return {}
 
@@ -284,21 +294,21 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def load_cells(path: Path) -> list[dict[str, Any]]:
+def load_cells(path: Path) -> list[EvalCell]:
     """The cells a previous (maybe interrupted) run appended; a torn last line is dropped."""
     if not path.is_file():
         return []
     out = []
     for line in path.read_text().splitlines():
         try:
-            out.append(json.loads(line))
+            out.append(EvalCell.from_dict(json.loads(line)))
         except json.JSONDecodeError:
             continue
     return out
 
 
-def key_of(c: dict[str, Any]) -> CellKey:
-    return CellKey(model=c["model"], shape=c["shape"], pool=c["pool"], link=c["link"])
+def key_of(c: EvalCell) -> CellKey:
+    return CellKey(model=c.model, shape=c.shape, pool=c.pool, link=c.link)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -322,7 +332,7 @@ class Shard:
 
 
 def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, simulate_plans: bool = True,
-                 limit: int | None = None, shard: Shard = Shard()) -> dict[str, Any]:
+                 limit: int | None = None, shard: Shard = Shard()) -> EvalStudy:
     """Run (or resume) the matrix, appending each cell to eval[.quick].cells.jsonl; then write
     eval[.quick].json and .md from every cell there. Returns the JSON written. ``shard``: this process's
     share of the cells still to run (``fresh`` is refused with more than one shard: one would delete
@@ -351,17 +361,17 @@ def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, sim
                      pair_cell=pair_of(pool, m, sname, link, finished))
         finished.append(c)
         with lines.open("a") as f:  # one write per line: shards side by side append whole lines
-            f.write(json.dumps(c) + "\n")
-        _log(f"    {c.get('error') or c['tessera']['chosen']}: {c['wall_s']:.1f} s")
+            f.write(json.dumps(c.to_dict()) + "\n")
+        _log(f"    {c.error or answer(c).chosen}: {c.wall_s:.1f} s")
     cells = load_cells(lines)
     run_s = time.perf_counter() - t0
-    data = {"cells": cells, "summary": summary(cells), "run_wall_s": run_s,
-            "cells_wall_s": sum(c.get("wall_s", 0.0) for c in cells), "complete": len(cells) >= len(matrix(quick)),
-            "planned_cells": len(matrix(quick)), "load_1min": os.getloadavg()[0],
-            "shapes": {n: {"prompt": s.prompt, "output": s.output, "steps": s.steps, "image_tokens": s.image_tokens,
-                           "source": s.source}
-                       for n, s in all_shapes.items()}}
-    (out_dir / f"{stem}.json").write_text(json.dumps(data, indent=1))
+    data = EvalStudy(cells=tuple(cells), summary=summary(cells), run_wall_s=run_s,
+                     cells_wall_s=sum(c.wall_s for c in cells), complete=len(cells) >= len(matrix(quick)),
+                     planned_cells=len(matrix(quick)), load_1min=os.getloadavg()[0],
+                     shapes={n: StudyShape(prompt=s.prompt, output=s.output, steps=s.steps,
+                                           image_tokens=s.image_tokens, source=s.source)
+                             for n, s in all_shapes.items()})
+    (out_dir / f"{stem}.json").write_text(json.dumps(data.to_dict(), indent=1))
     (out_dir / f"{stem}.md").write_text(markdown(data))
     return data
 
@@ -371,7 +381,7 @@ class Evaluation:
     """What `tessera evaluate` shows: the study's summary (eval[.quick].json's ``summary``), its markdown
     (eval[.quick].md) and the placement maps drawn (label, PNG path)."""
 
-    summary: dict[str, Any]
+    summary: StudySummary
     markdown: str
     maps: tuple[tuple[str, Path], ...]
 
@@ -382,21 +392,22 @@ def evaluate_study(*, out_dir: Path, quick: bool = False, fresh: bool = False, s
     data = run_evaluate(out_dir=out_dir, quick=quick, fresh=fresh, simulate_plans=simulate_plans, limit=limit,
                         shard=shard)
     maps = placement_maps(data, out_dir, "eval.quick" if quick else "eval")
-    return Evaluation(summary=data["summary"], markdown=markdown(data), maps=tuple(maps))
+    return Evaluation(summary=data.summary, markdown=markdown(data), maps=tuple(maps))
 
 
-def placement_maps(data: dict[str, Any], fig_dir: Path, stem: str = "eval") -> list[tuple[str, Path]]:
+def placement_maps(data: EvalStudy, fig_dir: Path, stem: str = "eval") -> list[tuple[str, Path]]:
     """PNG placement maps of the best and worst cells (by goodput gain) that have a single-cell placement."""
     fig_dir.mkdir(parents=True, exist_ok=True)
     out = []
-    for label, c in extremes(data["cells"]):
-        p = c["placement"]
-        s = replace(shapes()[c["shape"]])
-        shp = Shapes(c["model"], capture_source(c["model"]), study_config(s, c["link"]), images=s.images)
-        g = shp.graph(p["batch"], p["microbatches"])
+    for label, c in extremes(list(data.cells)):
+        p = c.placement
+        assert p is not None  # extremes are cells with a single-cell placement
+        s = replace(shapes()[c.shape])
+        shp = Shapes(c.model, capture_source(c.model), study_config(s, c.link), images=s.images)
+        g = shp.graph(p.batch, p.microbatches)
         path = placement_map_path(fig_dir, stem, label)
-        title = (f"{label} cell: {c['model']}, {c['shape']}, {c['pool']} ({c['tessera']['chosen']}, "
-                 f"batch {p['batch']}, m={p['microbatches']})")
-        plot_placement_map(g, p["assignment"], [f"{i}:{d}" for i, d in enumerate(p["devices"])], path, title=title)
+        title = (f"{label} cell: {c.model}, {c.shape}, {c.pool} ({answer(c).chosen}, "
+                 f"batch {p.batch}, m={p.microbatches})")
+        plot_placement_map(g, list(p.assignment), [f"{i}:{d}" for i, d in enumerate(p.devices)], path, title=title)
         out.append((label, path))
     return out
