@@ -16,12 +16,7 @@ ROOT = Path(tessera.__file__).parent.parent  # the folder holding the tessera pa
 # Class names still defined in more than one module: name -> exactly the modules that define it, each with
 # why it stays. The list only shrinks (test_every_allowed_name_still_collides fails on an entry that no
 # longer collides, or no longer with exactly those modules).
-ALLOWED: dict[str, frozenset[str]] = {
-    # tessera.engine's Engine is the serving engine users import (docs/engine.md); the knee's Engine is the
-    # three engine settings (B, K, m) its closed form is worked out for. Its module is being rewritten by
-    # another change, so its rename waits for that change.
-    "Engine": frozenset({"tessera.engine.engine", "tessera.plan.model.knee"}),
-}
+ALLOWED: dict[str, frozenset[str]] = {}  # names allowed in two modules: none left (the list only shrinks)
 
 
 def module_name(path: Path) -> str:

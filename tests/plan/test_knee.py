@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from tessera.contracts.plan import EngineSettings
 from tessera.plan.model.knee import (
-    Engine,
     ImageServer,
     IterCosts,
     Load,
@@ -99,7 +99,7 @@ def test_knee_bound_by_tpot_by_hand() -> None:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if tail(mid) <= 0.020 else (lo, mid)
     costs = IterCosts(decode=((1, one(0.011)), (100, one(0.110))), chunk_tokens=1000, chunk=((1, one(0.0)),))
-    k = token_knee(costs, Engine(seqs=100, budget=1100, microbatches=1), prompt=100, output=11, ttft_s=5.0,
+    k = token_knee(costs, EngineSettings(max_num_seqs=100, max_num_batched_tokens=1100, microbatches=1), prompt=100, output=11, ttft_s=5.0,
                    tpot_s=0.020)
     assert lo == pytest.approx(39.88, abs=0.01)
     assert k.rate_per_s == pytest.approx(lo, rel=2e-3)
@@ -122,7 +122,7 @@ def test_knee_bound_by_slots_by_hand() -> None:
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if miss(mid) <= 0.1 else (lo, mid)
-    k = token_knee(costs, Engine(seqs=1, budget=1001, microbatches=1), prompt=100, output=11, ttft_s=0.5,
+    k = token_knee(costs, EngineSettings(max_num_seqs=1, max_num_batched_tokens=1001, microbatches=1), prompt=100, output=11, ttft_s=0.5,
                    tpot_s=1.0)
     # the prefill queue (M/D/1, 1 ms of service per prompt) adds a little wait the hand figure leaves out
     assert k.rate_per_s == pytest.approx(lo, rel=0.02)
@@ -133,7 +133,7 @@ def test_knee_bound_by_slots_by_hand() -> None:
 def test_knee_is_zero_when_unloaded_ttft_misses() -> None:
     # a 1000-token prompt in chunks of 90 tokens (budget 100, 10 decode slots): 12 iterations of 0.2 s = 2.4 s
     costs = IterCosts(decode=((1, one(0.1)), (10, one(0.1))), chunk_tokens=90, chunk=((1, one(0.1 / 90)),))
-    k = token_knee(costs, Engine(seqs=10, budget=100, microbatches=1), prompt=1000, output=10, ttft_s=2.0,
+    k = token_knee(costs, EngineSettings(max_num_seqs=10, max_num_batched_tokens=100, microbatches=1), prompt=1000, output=10, ttft_s=2.0,
                    tpot_s=1.0)
     assert k.rate_per_s == 0.0 and k.binding == "TTFT"
     assert k.ttft_s > 2.0
@@ -169,7 +169,7 @@ def test_image_knee_of_one_group_is_processor_sharing_by_hand() -> None:
     # One group, an iteration of n images costs 0.1 + 0.05·n s, 10 steps, 100 places (no slot wait): M/G/1
     # processor sharing, whose mean sojourn is insensitive to the job-size law: 10·0.15 / (1 − λ·10·0.05).
     costs = IterCosts(decode=((1, one(0.15)), (100, one(0.1 + 0.05 * 100))))
-    k = image_knee(costs, Engine(seqs=100, budget=0, microbatches=1), steps=10, latency_slo_s=6.0)
+    k = image_knee(costs, EngineSettings(max_num_seqs=100, max_num_batched_tokens=1, microbatches=1), steps=10, latency_slo_s=6.0)
     assert 0 < k.rate_per_s < 2.0  # ρ = λ·10·0.05 < 1
     assert k.ttft_s == pytest.approx(1.5 / (1 - 0.5 * k.rate_per_s), rel=1e-3)
 
@@ -181,7 +181,7 @@ def test_image_knee_counts_the_other_groups_fixed_cost_by_hand() -> None:
     # λ = 4 / (10·(0.2 + 0.05·5)) = 0.889/s. Counting only the per-image cost (all groups at one image) would
     # put it at 1.14/s.
     costs = IterCosts(decode=((1, one(0.15)), (2, one(0.2))))
-    k = image_knee(costs, Engine(seqs=4, budget=0, microbatches=2), steps=10, latency_slo_s=1e6)
+    k = image_knee(costs, EngineSettings(max_num_seqs=4, max_num_batched_tokens=1, microbatches=2), steps=10, latency_slo_s=1e6)
     assert k.capacity_per_s == pytest.approx(4 / 4.5, rel=1e-4)
 
 
@@ -191,13 +191,13 @@ def test_pooled_image_knee_by_hand() -> None:
     # of which 10·0.1 s is fixed. Behind a least-loaded router it waits behind others only when both are
     # busy, Erlang C(2, 2ρ) of the time, so the load-borne part shrinks by C(2, 2ρ)/(2ρ).
     costs = IterCosts(decode=((1, one(0.15)), (100, one(0.1 + 0.05 * 100))))
-    srv = ImageServer(costs=costs, engine=Engine(seqs=100, budget=0, microbatches=1), steps=10)
+    srv = ImageServer(costs=costs, engine=EngineSettings(max_num_seqs=100, max_num_batched_tokens=1, microbatches=1), steps=10)
     k = pooled_image_knee([(srv, 2, 0.5)], latency_slo_s=4.0)
     rho = k.rate_per_s / 2 * 10 * 0.05
     life = 1.5 / (1 - rho)
     assert k.ttft_s == pytest.approx(1.0 + (life - 1.0) * erlang_c(2, 2 * rho) / (2 * rho), rel=1e-3)
     # pooling never loses: at least two lone replicas' knees, and one replica is the single form
-    single = image_knee(costs, Engine(seqs=100, budget=0, microbatches=1), steps=10, latency_slo_s=4.0)
+    single = image_knee(costs, EngineSettings(max_num_seqs=100, max_num_batched_tokens=1, microbatches=1), steps=10, latency_slo_s=4.0)
     assert k.rate_per_s >= 2 * single.rate_per_s
     alone = pooled_image_knee([(srv, 1, 1.0)], latency_slo_s=4.0)
     assert alone.rate_per_s == pytest.approx(single.rate_per_s, rel=1e-4)

@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from tessera.contracts.plan import EngineSettings
 from tessera.contracts.slo import SLO_TARGET
 
 
@@ -93,19 +94,6 @@ def interpolated(pts: tuple[tuple[int, Load], ...], n: float) -> Load:
         if n <= n1 or (n1, l1) == pts[-1]:
             return l0.plus(l1.minus(l0), (n - n0) / (n1 - n0))
     raise AssertionError("unreachable")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Engine:
-    """The engine settings the knee is worked out for (tessera.contracts.plan.EngineSettings' three numbers)."""
-
-    seqs: int  # B: running sequences per replica, all micro-batches
-    budget: int  # K: tokens per micro-batch iteration (decodes + prompt chunks); 0 for image models
-    microbatches: int  # m
-
-    @property
-    def group_seqs(self) -> int:
-        return -(-self.seqs // self.microbatches)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,11 +246,11 @@ class State:
     hold_s: float = 0.0  # seconds a request holds its slot: own_s + (O − 1)·τ̄
 
 
-def steady(costs: IterCosts, e: Engine, prompt: int, output: int, lam: float,
+def steady(costs: IterCosts, e: EngineSettings, prompt: int, output: int, lam: float,
            hint: tuple[float, float | None] = (0.0, None)) -> State:
     """The fixed point τ̄ = E[period(n(τ̄), ρ(τ̄))] at rate ``lam`` (requests/s, whole replica); ``hint``:
     fixed_point's bracket from other rates."""
-    m, b, k = e.microbatches, e.group_seqs, e.budget
+    m, b, k = e.microbatches, e.group_seqs, e.max_num_batched_tokens
     lg = lam / m
 
     def at(tau: float) -> State:
@@ -282,7 +270,7 @@ def steady(costs: IterCosts, e: Engine, prompt: int, output: int, lam: float,
         own_iters = (1 - rho) * math.ceil(prompt / q) + rho * (1 + prompt / q)
         own = own_iters * per.busy_s + per.mean_s / (2 * m)
         hold = own + max(0, output - 1) * per.mean_s
-        if lam * hold >= e.seqs:  # every slot taken: the engine's sequences bound the rate
+        if lam * hold >= e.max_num_seqs:  # every slot taken: the engine's sequences bound the rate
             return State(n, rho, q, per, False, "slots", own, hold)
         return State(n, rho, q, per, True, "", own, hold)
 
@@ -347,11 +335,11 @@ FIXED_POINT_STEPS = 60  # regula falsi steps; the bracket closes to 1e-9 in far 
 BREAK_STEPS = 20  # bisection steps for where the state breaks: 1e-6 of the bracket
 
 
-def ttft_above(s: State, e: Engine, prompt: int, output: int, lam: float, t: float) -> tuple[float, float]:
+def ttft_above(s: State, e: EngineSettings, prompt: int, output: int, lam: float, t: float) -> tuple[float, float]:
     """(P(TTFT > t), mean TTFT) at steady state ``s``."""
     m, q = e.microbatches, max(s.q, 1.0)
     pf = md1_wait(lam, prompt * s.per.full_s / (m * q))  # pooled chunk capacity: m·Q per full iteration
-    slot = mmc_wait(lam, e.seqs, s.hold_s)
+    slot = mmc_wait(lam, e.max_num_seqs, s.hold_s)
     return sum_above(pf, slot, t - s.own_s), s.own_s + _mean(pf) + _mean(slot)
 
 
@@ -359,7 +347,7 @@ def _mean(w: Tail) -> float:
     return w.mass / w.rate if w.mass > 0 and w.rate > 0 else (math.inf if w.mass > 0 else 0.0)
 
 
-def tpot_sd(costs: IterCosts, e: Engine, s: State, prompt: int, output: int, lam: float) -> float:
+def tpot_sd(costs: IterCosts, e: EngineSettings, s: State, prompt: int, output: int, lam: float) -> float:
     """Standard deviation of a request's TPOT, the mean period over its O − 1 decode iterations (a window
     of W = (O − 1)·τ̄ seconds). Iterations are not independent: the prompts arriving in the window (Poisson,
     λ·W of them) each add P/Q chunk iterations, in runs, and the running decodes n rise and fall with the
@@ -396,7 +384,7 @@ def tpot_below(s: State, sd: float, t: float) -> float:
     return NormalDist(s.per.mean_s, sd).cdf(t)
 
 
-def token_knee(costs: IterCosts, e: Engine, *, prompt: int, output: int, ttft_s: float, tpot_s: float,
+def token_knee(costs: IterCosts, e: EngineSettings, *, prompt: int, output: int, ttft_s: float, tpot_s: float,
                target: float = SLO_TARGET) -> Knee:
     """The SLO knee of a token-serving point (module doc)."""
     solved: dict[float, float] = {}  # rate -> τ̄ of the feasible states found so far
@@ -421,10 +409,10 @@ def token_knee(costs: IterCosts, e: Engine, *, prompt: int, output: int, ttft_s:
     return knee_of(attain, cap, target)
 
 
-def capacity(state: Callable[[float], State], output: int, costs: IterCosts, e: Engine) -> float:
+def capacity(state: Callable[[float], State], output: int, costs: IterCosts, e: EngineSettings) -> float:
     """The largest rate (requests/s) with a feasible steady state: a slot turns over at most every
     (O − 1) empty-engine periods, so B / that bounds it from above."""
-    hi = 2 * e.seqs / (max(1, output - 1) * max(costs.at(1).latency_s, 1e-12))
+    hi = 2 * e.max_num_seqs / (max(1, output - 1) * max(costs.at(1).latency_s, 1e-12))
     while state(hi).feasible:
         hi *= 2
         if hi > 1e12:
@@ -481,7 +469,7 @@ class ImageServer:
     per-image cost alone says."""
 
     costs: IterCosts
-    engine: Engine
+    engine: EngineSettings
     steps: int
 
     @property
@@ -516,9 +504,9 @@ class ImageServer:
     def state(self, lam: float) -> State:
         e, steps = self.engine, self.steps
         rho = lam * steps * self.c_s
-        n = _little(lambda x: lam * steps * self.tau(x + 1.0), e.seqs) if rho < 1 else math.inf
+        n = _little(lambda x: lam * steps * self.tau(x + 1.0), e.max_num_seqs) if rho < 1 else math.inf
         life = steps * self.tau(n + 1.0) if math.isfinite(n) else math.inf
-        ok = rho < 1 and math.isfinite(n) and lam * life < e.seqs
+        ok = rho < 1 and math.isfinite(n) and lam * life < e.max_num_seqs
         per = Period(mean_s=life / steps if ok else self.tau(1.0), var_s2=0.0, busy_s=0.0, full_s=0.0)
         return State(n / e.microbatches if ok else float(e.group_seqs), rho, 0.0, per, ok, "" if ok else "slots",
                      0.0, life)
@@ -529,11 +517,11 @@ class ImageServer:
         and the wait for a place."""
         fixed = self.fixed_s
         shared = gamma_below(slo_s - fixed, (s.hold_s - fixed) * shrink, s.rho if cv2 is None else cv2)
-        slot = mmc_wait(lam, self.engine.seqs, s.hold_s)
+        slot = mmc_wait(lam, self.engine.max_num_seqs, s.hold_s)
         return min(shared, 1 - slot.above(slo_s - s.hold_s))
 
 
-def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
+def image_knee(costs: IterCosts, e: EngineSettings, *, steps: int, latency_slo_s: float,
                target: float = SLO_TARGET) -> Knee:
     """The SLO knee of one image replica (ImageServer)."""
     srv = ImageServer(costs=costs, engine=e, steps=steps)
@@ -543,7 +531,7 @@ def image_knee(costs: IterCosts, e: Engine, *, steps: int, latency_slo_s: float,
         if not s.feasible:
             return 0.0, s, math.inf, 0.0, 0.0
         ok = srv.met(s, lam, latency_slo_s)
-        return ok, s, s.hold_s + _mean(mmc_wait(lam, e.seqs, s.hold_s)), ok, 1.0
+        return ok, s, s.hold_s + _mean(mmc_wait(lam, e.max_num_seqs, s.hold_s)), ok, 1.0
 
     cap = capacity(srv.state, steps, costs, e)
     k = knee_of(attain, cap, target)
@@ -580,8 +568,8 @@ def pooled_image_knee(members: Sequence[tuple[ImageServer, int, float]], *, late
             State(0.0, 1.0, 0.0, Period(0.0, 0.0, 0.0, 0.0), False, "slots")
 
     lead_srv = members[0][0]
-    cap = capacity(pool_state, lead_srv.steps, lead_srv.costs, Engine(
-        seqs=sum(srv.engine.seqs * n for srv, n, _ in members), budget=0, microbatches=1))
+    cap = capacity(pool_state, lead_srv.steps, lead_srv.costs, EngineSettings(
+        max_num_seqs=sum(srv.engine.max_num_seqs * n for srv, n, _ in members), max_num_batched_tokens=1))
     k = knee_of(attain, cap, target)
     return k if k.binding != "TTFT" else Knee(**{**k.__dict__, "binding": "latency"})
 
@@ -675,6 +663,6 @@ def pd_knee(prefill_s: Callable[[float], float], max_prompts: int, decode: IterC
     return knee_of(attain, lo, target)
 
 
-__all__: Sequence[str] = ("SLO_TARGET", "Engine", "Fit", "ImageServer", "IterCosts", "Knee", "Load", "erlang_c",
+__all__: Sequence[str] = ("SLO_TARGET", "EngineSettings", "Fit", "ImageServer", "IterCosts", "Knee", "Load", "erlang_c",
                           "image_knee", "pooled_image_knee",
                           "md1_wait", "mmc_wait", "pd_knee", "period", "sum_above", "token_knee")

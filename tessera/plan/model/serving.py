@@ -24,11 +24,12 @@ from dataclasses import dataclass
 
 from tessera.contracts.cost import KernelCosts
 from tessera.contracts.enums import Phase
+from tessera.contracts.plan import EngineSettings
 from tessera.contracts.slo import Slo
 from tessera.errors import UserError
 from tessera.graph import KernelGraph, Role
 from tessera.hardware import GpuSpec, LinkSpec
-from tessera.plan.model.knee import Engine, Fit, ImageServer, IterCosts, Knee, Load, image_knee, token_knee
+from tessera.plan.model.knee import Fit, ImageServer, IterCosts, Knee, Load, image_knee, token_knee
 from tessera.plan.model.shapes import IterShape
 from tessera.plan.solver.verify import (
     POLICIES,
@@ -228,7 +229,7 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
 
     def knee(k: int) -> Knee:
         costs = IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k], fit=fit)
-        return token_knee(costs, Engine(seqs=batch, budget=k, microbatches=m), prompt=traffic.prompt,
+        return token_knee(costs, EngineSettings(max_num_seqs=batch, max_num_batched_tokens=k, microbatches=m), prompt=traffic.prompt,
                           output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
                           target=slo.target)
 
@@ -272,7 +273,7 @@ def image_server(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, unit
     g = at(IterShape(images=b))
     costs = IterCosts(decode=tuple((n, load_at(at, IterShape(images=n), a, units, link, cost))
                                    for n in group_sizes(b)), fit=interleaving(g, g, a, m, units, link, cost))
-    return ImageServer(costs=costs, engine=Engine(seqs=batch, budget=0, microbatches=m), steps=traffic.steps)
+    return ImageServer(costs=costs, engine=EngineSettings(max_num_seqs=batch, max_num_batched_tokens=1, microbatches=m), steps=traffic.steps)
 
 
 def score_point(g: KernelGraph, assignment: tuple[int, ...], *, batch: int, m: int, units: tuple[GpuSpec, ...],
