@@ -183,8 +183,6 @@ BOUNDARY_UNTYPED: frozenset[Untyped] = frozenset({
     U("tessera.plan.deploy", "result_json", "return"),
     # Triton's own objects: a kernel's JITFunction and its constexpr values
     U("tessera.ptx.triton_ptx", "Specialisation", "constexprs"), U("tessera.ptx.triton_ptx", "kernel_access", "fn"),
-    # `tessera compare`'s rows (compare.json), written by the study and read back by the report
-    U("tessera.study.compare", "run_compare", "return"),
 })
 
 

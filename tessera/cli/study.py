@@ -71,7 +71,7 @@ def compare(
         check_context(m, prompt, output)
     cells, md = run_compare(out_dir=out_dir, cfg=cfg, quick=quick, knee=knee)
     if as_json:
-        print(json.dumps({"cells": cells}))
+        print(json.dumps({"cells": [c.to_dict() for c in cells]}))
     else:
         stdout_console().print(md, markup=False, highlight=False)
 

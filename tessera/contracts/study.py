@@ -1,5 +1,5 @@
-"""The study → report boundary: what `tessera evaluate` writes (eval.cells.jsonl, eval.json) and the
-planner-vs-simulator checks `tessera compare` and `tessera evaluate` run. One serializer each
+"""The study → report boundary: what `tessera evaluate` writes (eval.cells.jsonl, eval.json), the rows of
+`tessera compare`'s compare.json, and the planner-vs-simulator checks both run. One serializer each
 (``to_dict``/``from_dict``), whose key order and omitted keys are those of the files.
 
 Goodputs are output tokens/s (images/s for a diffusion model); prices are US dollars per hour."""
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from tessera.contracts.provenance import Provenance
 
 Json = dict[str, Any]
 
@@ -538,3 +540,110 @@ class EvalStudy:
         return cls(**{**d, "cells": tuple(EvalCell.from_dict(c) for c in d["cells"]),
                       "summary": StudySummary.from_dict(d["summary"]),
                       "shapes": {n: StudyShape.from_dict(s) for n, s in d.get("shapes", {}).items()}})
+
+
+# ---- `tessera compare`'s rows (compare.json's "cells") ------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareStrategy:
+    """One strategy on a compare row's pool at its best batch and micro-batch count. Goodput and goodput per
+    dollar are written under the row's unit: ``goodput_tokens_per_s``/``tokens_per_usd``, or (``images``)
+    ``goodput_images_per_s``/``images_per_usd``. ``slo_binding``: the SLO bound ("TTFT", "TPOT", ...)."""
+
+    images: bool
+    goodput_per_s: float
+    usd_per_hour: float
+    per_usd: float
+    applicable: bool
+    feasible: bool
+    reason: str | None
+    batch: int | None
+    microbatches: int | None
+    max_num_batched_tokens: int | None
+    slo_binding: str | None
+    knee: KneeCheck | None
+
+    def to_dict(self) -> Json:
+        unit = "images" if self.images else "tokens"
+        return {f"goodput_{unit}_per_s": self.goodput_per_s, "usd_per_hour": self.usd_per_hour,
+                f"{unit}_per_usd": self.per_usd, "applicable": self.applicable, "feasible": self.feasible,
+                "reason": self.reason, "batch": self.batch, "microbatches": self.microbatches,
+                "max_num_batched_tokens": self.max_num_batched_tokens, "slo_binding": self.slo_binding,
+                "knee": None if self.knee is None else self.knee.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: Json) -> CompareStrategy:
+        images = "goodput_images_per_s" in d
+        unit = "images" if images else "tokens"
+        return cls(images=images, goodput_per_s=d[f"goodput_{unit}_per_s"], usd_per_hour=d["usd_per_hour"],
+                   per_usd=d[f"{unit}_per_usd"], applicable=d["applicable"], feasible=d["feasible"],
+                   reason=d["reason"], batch=d["batch"], microbatches=d["microbatches"],
+                   max_num_batched_tokens=d["max_num_batched_tokens"], slo_binding=d["slo_binding"],
+                   knee=_opt(KneeCheck, d["knee"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SameBudget:
+    """``len(gpus)`` GPUs of one type deployed as vLLM would (tensor parallel degree per replica in ``tp``):
+    goodput (output tokens/s, images/s for a diffusion model), $/h and goodput per dollar."""
+
+    gpus: tuple[str, ...]
+    goodput: float
+    usd_per_hour: float
+    tokens_per_usd: float
+    tp: tuple[int, ...]
+
+    def to_dict(self) -> Json:
+        return {"gpus": list(self.gpus), "goodput": self.goodput, "usd_per_hour": self.usd_per_hour,
+                "tokens_per_usd": self.tokens_per_usd, "tp": list(self.tp)}
+
+    @classmethod
+    def from_dict(cls, d: Json) -> SameBudget:
+        return cls(**{**d, "gpus": tuple(d["gpus"]), "tp": tuple(d["tp"])})
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareRow:
+    """One model on one GPU pair (a row of compare.json). A row whose planning failed has ``error`` and
+    ``wall_s`` only; ``reference``: the 2×H100 deployment, on a pair only; ``placement`` {} unless Tessera
+    chose the MILP placement; ``bound_ratio`` only then too."""
+
+    model: str
+    gpus: tuple[str, ...]
+    wall_s: float
+    error: str | None = None
+    link: str = ""
+    chosen: str = ""
+    images: bool = False
+    strategies: dict[str, CompareStrategy] | None = None
+    bound_ratio: float | None = None
+    solve_s: float | None = None
+    best_homogeneous_same_budget: SameBudget | None = None
+    reference: SameBudget | None = None
+    placement: dict[str, DevicePlacement] | None = None
+    provenance: Provenance | None = None
+
+    def to_dict(self) -> Json:
+        if self.error is not None:
+            return {"model": self.model, "gpus": list(self.gpus), "error": self.error, "wall_s": self.wall_s}
+        assert self.strategies is not None and self.best_homogeneous_same_budget is not None  # a planned row
+        assert self.placement is not None and self.provenance is not None
+        return {"model": self.model, "gpus": list(self.gpus), "link": self.link, "chosen": self.chosen,
+                "images": self.images, "strategies": {n: s.to_dict() for n, s in self.strategies.items()},
+                "bound_ratio": self.bound_ratio, "solve_s": self.solve_s,
+                "best_homogeneous_same_budget": self.best_homogeneous_same_budget.to_dict(),
+                "reference": None if self.reference is None else self.reference.to_dict(),
+                "placement": _placements_to_dict(self.placement), "provenance": self.provenance.to_dict(),
+                "wall_s": self.wall_s}
+
+    @classmethod
+    def from_dict(cls, d: Json) -> CompareRow:
+        if "error" in d:
+            return cls(model=d["model"], gpus=tuple(d["gpus"]), error=d["error"], wall_s=d["wall_s"])
+        return cls(**{**d, "gpus": tuple(d["gpus"]),
+                      "strategies": {n: CompareStrategy.from_dict(s) for n, s in d["strategies"].items()},
+                      "best_homogeneous_same_budget": SameBudget.from_dict(d["best_homogeneous_same_budget"]),
+                      "reference": _opt(SameBudget, d["reference"]),
+                      "placement": _placements_from_dict(d["placement"]),
+                      "provenance": Provenance.from_dict(d["provenance"])})

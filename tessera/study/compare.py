@@ -18,8 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tessera.contracts.plan import Plan, PoolPlan
-from tessera.contracts.study import KneeCheck
+from tessera.contracts.study import CompareRow, CompareStrategy, DevicePlacement, KneeCheck, SameBudget
 from tessera.errors import UserError
 from tessera.hardware import AUTO, best_link, cell_link
 from tessera.plan import (
@@ -51,19 +50,20 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def same_size_homogeneous(model: str, gpus: tuple[str, ...], cfg: PlannerConfig, cache: dict) -> dict[str, Any]:
+def same_size_homogeneous(model: str, gpus: tuple[str, ...], cfg: PlannerConfig,
+                          cache: dict[tuple[str, str, int], SameBudget]) -> SameBudget:
     """The best homogeneous deployment of len(gpus) GPUs of one type (each type of the pool, and H100)."""
-    best: dict[str, Any] | None = None
+    best: SameBudget | None = None
     for name in dict.fromkeys((*gpus, REFERENCE)):
         key = (model, name, len(gpus))
         if key not in cache:
             specs = (engine_gpu(resolve_gpu(name), cfg.gpu_memory_utilization),) * len(gpus)
             shapes = Shapes(model, capture_source(model), cfg, images=_images(model))
             r = homogeneous(shapes, specs, best_link(specs), default_cost(), cfg)  # n GPUs as they come
-            cache[key] = {"gpus": [name] * len(gpus), "goodput": r.goodput, "usd_per_hour": r.usd_per_hour,
-                          "tokens_per_usd": r.tokens_per_usd, "tp": list(r.tp)}
+            cache[key] = SameBudget(gpus=(name,) * len(gpus), goodput=r.goodput, usd_per_hour=r.usd_per_hour,
+                                    tokens_per_usd=r.tokens_per_usd, tp=tuple(r.tp))
         c = cache[key]
-        if best is None or c["tokens_per_usd"] > best["tokens_per_usd"]:
+        if best is None or c.tokens_per_usd > best.tokens_per_usd:
             best = c
     assert best is not None
     return best
@@ -73,45 +73,47 @@ def _images(model: str) -> bool:
     return model_kind(model)[0]
 
 
-def _knee(deployment: Plan | PoolPlan | None, goodput: float) -> dict[str, Any] | None:
-    """The knee check as a compare.json row holds it."""
-    k = knee_check(deployment, goodput)
-    return None if k is None else k.to_dict()
+def _strategy(s: StrategyResult, images: bool, knee: KneeCheck | None) -> CompareStrategy:
+    return CompareStrategy(
+        images=images, goodput_per_s=s.goodput, usd_per_hour=s.usd_per_hour, per_usd=s.tokens_per_usd,
+        applicable=s.applicable, feasible=s.feasible, reason=None if s.feasible else s.reason,
+        batch=s.plan.batch if s.plan else None, microbatches=s.plan.microbatches if s.plan else None,
+        max_num_batched_tokens=s.plan.engine.max_num_batched_tokens if s.plan and s.plan.engine else None,
+        slo_binding=s.point.knee.binding if s.point and s.point.knee else s.detail.get("binding"), knee=knee)
 
 
-def _strategy(s: StrategyResult, images: bool, knee: bool) -> dict[str, Any]:
-    unit = "images" if images else "tokens"
-    return {f"goodput_{unit}_per_s": s.goodput, "usd_per_hour": s.usd_per_hour,
-            f"{unit}_per_usd": s.tokens_per_usd, "applicable": s.applicable, "feasible": s.feasible,
-            "reason": None if s.feasible else s.reason,
-            "batch": s.plan.batch if s.plan else None, "microbatches": s.plan.microbatches if s.plan else None,
-            "max_num_batched_tokens": s.plan.engine.max_num_batched_tokens if s.plan and s.plan.engine else None,
-            "slo_binding": s.point.knee.binding if s.point and s.point.knee else s.detail.get("binding"),
-            "knee": _knee(s.deployment, s.goodput) if knee and s.feasible else None}
+def _knees(r, knee: bool) -> dict[str, KneeCheck | None]:
+    """Each feasible strategy's knee check (none with ``knee`` off); Tessera's deployment is the MILP's or
+    an adopted baseline's, whose check is then reused."""
+    out: dict[str, KneeCheck | None] = {
+        n: knee_check(s.deployment, s.goodput) if knee and s.feasible and n != "tessera" else None
+        for n, s in r.strategies.items()}
+    t = r.tessera
+    if knee and t.feasible:
+        out["tessera"] = out[t.chosen] if t.chosen in STRATEGIES else knee_check(t.deployment, t.goodput)
+    return out
 
 
-def run_cell(model: str, pool: str, cfg: PlannerConfig, cache: dict, knee: bool = True) -> dict[str, Any]:
+def run_cell(model: str, pool: str, cfg: PlannerConfig, cache: dict[tuple[str, str, int], SameBudget],
+             knee: bool = True) -> CompareRow:
     t0 = time.perf_counter()
     try:
         r = plan_serving(model, pool, cfg, progress=lambda desc: _progress(f"    {desc}"))
     except UserError as e:
-        return {"model": model, "gpus": pool.split(","), "error": str(e).splitlines()[0],
-                "wall_s": time.perf_counter() - t0}
-    cell = {"model": model, "gpus": list(r.gpus), "link": r.link, "chosen": r.tessera.chosen,
-            "images": r.images,
-            "strategies": {n: _strategy(s, r.images, knee and n != "tessera") for n, s in r.strategies.items()},
-            "bound_ratio": r.tessera.plan.bound_ratio if r.tessera.plan and r.tessera.chosen == "milp" else None,
-            "solve_s": r.solve_s}
-    if knee:  # Tessera's deployment is the MILP's or an adopted baseline's, whose check is already there
-        t = r.tessera
-        cell["strategies"]["tessera"]["knee"] = (cell["strategies"][t.chosen]["knee"] if t.chosen in STRATEGIES
-                                                 else _knee(t.deployment, t.goodput)) if t.feasible else None
-    cell["best_homogeneous_same_budget"] = same_size_homogeneous(model, r.gpus, cfg, cache)
-    cell["reference"] = cache[(model, REFERENCE, 2)] if len(r.gpus) == 2 else None
-    cell["placement"] = placement_summary(r)
-    cell["provenance"] = planner_provenance(model, cfg, r.tessera.deployment, images=r.images).to_dict()
-    cell["wall_s"] = time.perf_counter() - t0
-    return cell
+        return CompareRow(model=model, gpus=tuple(pool.split(",")), error=str(e).splitlines()[0],
+                          wall_s=time.perf_counter() - t0)
+    knees = _knees(r, knee)
+    strategies = {n: _strategy(s, r.images, knees[n]) for n, s in r.strategies.items()}
+    same = same_size_homogeneous(model, r.gpus, cfg, cache)
+    placement = {dev: DevicePlacement.from_dict(p) for dev, p in placement_summary(r).items()}
+    return CompareRow(
+        model=model, gpus=tuple(r.gpus), link=r.link, chosen=r.tessera.chosen, images=r.images,
+        strategies=strategies,
+        bound_ratio=r.tessera.plan.bound_ratio if r.tessera.plan and r.tessera.chosen == "milp" else None,
+        solve_s=r.solve_s, best_homogeneous_same_budget=same,
+        reference=cache[(model, REFERENCE, 2)] if len(r.gpus) == 2 else None, placement=placement,
+        provenance=planner_provenance(model, cfg, r.tessera.deployment, images=r.images),
+        wall_s=time.perf_counter() - t0)
 
 
 def placement_summary(r) -> dict[str, Any]:
@@ -136,26 +138,28 @@ def placement_summary(r) -> dict[str, Any]:
 
 
 def run_compare(*, out_dir: Path, cfg: PlannerConfig, quick: bool = False, knee: bool = True,
-                models: tuple[str, ...] = MODELS) -> tuple[list[dict[str, Any]], str]:
+                models: tuple[str, ...] = MODELS) -> tuple[list[CompareRow], str]:
     pools = QUICK_PAIRS if quick else PAIRS
     for p in pools:  # a named link every pair must be able to have: refused before any planning
         cell_link(tuple(resolve_gpu(g) for g in p.split(",")), cfg.link)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "compare.quick" if quick else "compare"  # a quick run never overwrites the full one
-    cells: list[dict[str, Any]] = []
-    cache: dict = {}
+    rows: list[CompareRow] = []
+    cells: list[dict[str, Any]] = []  # the rows as written: what the markdown reads
+    cache: dict[tuple[str, str, int], SameBudget] = {}
     t0 = time.perf_counter()
     todo = [(m, p) for m in models for p in pools]
     for i, (m, p) in enumerate(todo):
         _progress(f"[{time.perf_counter() - t0:5.0f} s] {i + 1}/{len(todo)} {m} on {p}")
-        cells.append(run_cell(m, p, cfg, cache, knee))
+        rows.append(run_cell(m, p, cfg, cache, knee))
+        cells.append(rows[-1].to_dict())
         (out_dir / f"{stem}.json").write_text(json.dumps({"cells": cells}, indent=1))  # partial results survive
     wall = time.perf_counter() - t0
     md = markdown(cells, cfg, wall)
     (out_dir / f"{stem}.json").write_text(json.dumps({"cells": cells, "wall_s": wall,
                                                       "load_1min": os.getloadavg()[0]}, indent=1))
     (out_dir / f"{stem}.md").write_text(md)
-    return cells, md
+    return rows, md
 
 
 def _good(e: dict[str, Any]) -> float:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+from tessera.contracts.study import CompareRow
 from tessera.plan import STRATEGIES, PlannerConfig
 from tessera.study.compare import gains, markdown
 
@@ -35,3 +39,13 @@ def test_gains_and_headline_by_hand() -> None:
     assert "| goodput vs best baseline | 2.00× (m on H100-SXM+L40S) | 1.50× | 1.00× | up to 2.3× |" in md
     assert "Tessera's choice: milp in 1 cell, homogeneous in 1 cell." in md
     assert "- **m**: yes. H100-SXM+L40S: 150.0 vs 100.0 (faster), $4.09/h vs $5.98/h (cheaper)" in md
+
+
+def test_compare_rows_round_trip_the_committed_compare_json_byte_for_byte() -> None:
+    # golden equality: the typed row writes exactly what the untyped writer wrote to bench/results
+    cells = json.loads((Path(__file__).parents[2] / "bench/results/compare.json").read_text())["cells"]
+    assert cells
+    for c in cells:
+        assert json.dumps(CompareRow.from_dict(c).to_dict(), indent=1) == json.dumps(c, indent=1)
+    failed = {"model": "m", "gpus": ["H100-SXM", "L40S"], "error": "no plan", "wall_s": 0.5}
+    assert CompareRow.from_dict(failed).to_dict() == failed
