@@ -151,8 +151,6 @@ BOUNDARY_UNTYPED: frozenset[Untyped] = frozenset({
     U("tessera.contracts.plan", "PoolPlan", "from_members.d"), U("tessera.contracts.plan", "plan_from_dict", "d"),
     U("tessera.contracts.provenance", "of_file", "d"), U("tessera.report.data", "parse_sim", "d"),
     U("tessera.report.data", "read_json", "return"),
-    # the simulator's one report per injected Failure (time, cell, requests lost and moved)
-    U("tessera.contracts.results", "SimResult", "failures"),
     # the cost model's validation tables and its saved file, written to JSON by the cost verbs
     U("tessera.cost.aic_validate", "validate_transfer", "return"), U("tessera.cost.calibrate", "model_to_dict", "return"),
     U("tessera.cost.calibrate", "validate", "return"),

@@ -15,8 +15,6 @@ CONTRACTS = Path(tessera.__file__).parent / "contracts"
 UNTYPED: frozenset[tuple[str, str, str]] = frozenset({
     # the capturing front end's free-form notes about the model (its config's figures); no stage reads them
     ("ir.py", "KernelGraph", "meta"),
-    # the simulator's one report per injected Failure (time, cell, requests lost and moved)
-    ("results.py", "SimResult", "failures"),
 })
 
 

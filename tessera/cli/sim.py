@@ -49,10 +49,10 @@ def _table(r: SimResult, title: str, load: float | None = None) -> Table:
     t.add_row("device busy (share of the span)", ", ".join(f"{u:.0%}" for u in r.device_utilisation))
     t.add_row("preemptions / switches", f"{r.preemptions} / {r.switches}")
     for f in r.failures:
-        dip = "-" if f["dip"] is None else f"{f['dip']:.0%} of pre-failure"
-        rec = "not within the run" if f["recovery_s"] is None else f"{f['recovery_s']:.2f} s"
-        t.add_row(f"failure of replica {f['replica']} at {f['at_s']:g} s",
-                  f"{f['requeued']} re-queued; min window {dip}; recovered after {rec}")
+        dip = "-" if f.dip is None else f"{f.dip:.0%} of pre-failure"
+        rec = "not within the run" if f.recovery_s is None else f"{f.recovery_s:.2f} s"
+        t.add_row(f"failure of replica {f.replica} at {f.at_s:g} s",
+                  f"{f.requeued} re-queued; min window {dip}; recovered after {rec}")
     return t
 
 

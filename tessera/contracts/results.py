@@ -68,6 +68,35 @@ class FrontierPoint:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FailureReport:
+    """The simulator's report on one injected Failure: replica ``replica`` lost at ``at_s`` (seconds of
+    simulated time), its replacement joining ``replan_s`` later, ``requeued`` requests moved to survivors.
+    Rates are output tokens/s (images/s for image plans) over the series' windows: the mean of the windows
+    before the loss (``pre_per_s``), the lowest until recovery (``min_per_s``) and the median once the
+    replacement has joined (``steady_per_s``); ``dip`` min / pre; ``recovery_s`` from the loss to the first
+    window at the steady rate; ``requeued_drained_s`` from the loss to the last re-queued request's finish.
+    None where the run holds no such window (or no such request)."""
+
+    at_s: float
+    replica: int
+    replan_s: float
+    requeued: int
+    pre_per_s: float | None
+    min_per_s: float | None
+    steady_per_s: float | None
+    dip: float | None
+    recovery_s: float | None
+    requeued_drained_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FailureReport:
+        return cls(**d)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SimResult:
     """What the simulator measured over one run; ``to_json`` is the `tessera simulate --json` contract,
     ``to_dict`` adds the ``detail`` object and ``from_dict`` reads either back."""
@@ -94,7 +123,7 @@ class SimResult:
     series_start_s: float = 0.0  # throughput series: windows of series_window_s from here (first arrival)
     series_window_s: float = 0.0
     series_per_s: tuple[float, ...] = ()  # output tokens/s (images/s for image plans) per window
-    failures: tuple[dict[str, Any], ...] = field(default=(), hash=False)  # one report per Failure
+    failures: tuple[FailureReport, ...] = ()  # one report per Failure
 
     def steady_per_s(self, start_s: float, end_s: float, default: float = float("nan")) -> float:
         """Mean of the throughput series over the whole windows between ``start_s`` and ``end_s`` (seconds
@@ -119,7 +148,7 @@ class SimResult:
         return {**self.to_json(), "detail": {
             **detail, "device_utilisation": list(self.device_utilisation),
             "replica_completed": list(self.replica_completed), "throughput_series": series,
-            "failures": [dict(f) for f in self.failures]}}
+            "failures": [f.to_dict() for f in self.failures]}}
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> SimResult:
@@ -143,7 +172,7 @@ class SimResult:
             replica_completed=tuple(int(x) for x in detail.get("replica_completed", ())),
             series_start_s=float(series.get("start_s", 0.0)), series_window_s=float(series.get("window_s", 0.0)),
             series_per_s=tuple(float(x) for x in series.get("per_s", ())),
-            failures=tuple(dict(f) for f in detail.get("failures", ())))
+            failures=tuple(FailureReport.from_dict(f) for f in detail.get("failures", ())))
 
 
 def _maybe(d: dict[str, Any], key: str, where: str) -> float | None:

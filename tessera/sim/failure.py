@@ -21,11 +21,11 @@ Metrics (all on the windowed output series, see docs/sim.md "Failures"):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
 from tessera.contracts.plan import Plan, PoolPlan
+from tessera.contracts.results import FailureReport
 from tessera.errors import UserError
 
 Cell = tuple[Plan, int]  # (plan, count): count copies of the plan, each itself plan.replicas replicas
@@ -65,7 +65,7 @@ def window_rates(emit_s: np.ndarray, emit_n: np.ndarray, start_s: float, window_
 
 
 def failure_report(f: Failure, *, emit_s: np.ndarray, emit_n: np.ndarray, t0_s: float, end_s: float,
-                   window_s: float, requeued: list[int], done_s: np.ndarray) -> dict[str, Any]:
+                   window_s: float, requeued: list[int], done_s: np.ndarray) -> FailureReport:
     a = f.at_s
     join = a + f.replan_s if f.cells else a
     n_pre = max(0, min(PRE_WINDOWS, int((a - t0_s) / window_s + 1e-9)))  # none before the first arrival
@@ -83,10 +83,9 @@ def failure_report(f: Failure, *, emit_s: np.ndarray, emit_n: np.ndarray, t0_s: 
     fin = done_s[requeued] if requeued else np.zeros(0)
     fin = fin[~np.isnan(fin)]  # a re-queued request that fits no surviving cell is lost, not drained
     drained = float(fin.max() - a) if fin.size else None
-    return {"at_s": a, "replica": f.replica, "replan_s": f.replan_s, "requeued": len(requeued),
-            "pre_per_s": pre, "min_per_s": low, "steady_per_s": steady,
-            "dip": low / pre if pre and low is not None else None,
-            "recovery_s": None if k_rec is None else k_rec * window_s, "requeued_drained_s": drained}
+    return FailureReport(at_s=a, replica=f.replica, replan_s=f.replan_s, requeued=len(requeued), pre_per_s=pre,
+                         min_per_s=low, steady_per_s=steady, dip=low / pre if pre and low is not None else None,
+                         recovery_s=None if k_rec is None else k_rec * window_s, requeued_drained_s=drained)
 
 
 def check_failures(failures: tuple[Failure, ...], n_initial: int, replicas_of: list[int]) -> list[tuple[float, int]]:

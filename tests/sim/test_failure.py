@@ -40,14 +40,14 @@ def test_losing_a_replica_loses_nothing_and_dip_recovery_match_hand_bounds():
     assert (r.requests, r.completed, r.lost) == (1024, 1024, 0)
     rep = r.failures[0]
     # at 10 s replica 1 is in its second wave: 128 decoding + 256 still queued
-    assert rep["requeued"] == 384
+    assert rep.requeued == 384
     # before: two replicas at batch 128 = 2·128/0.0328 = 7805 tokens/s; while down: one replica, half
     full = 2 * 128 / (0.02 + 1e-4 * 128)
-    assert rep["pre_per_s"] == pytest.approx(full, rel=0.02)
-    assert 0.45 <= rep["dip"] <= 0.5  # a 1 s window holds 30 or 31 steps of 128 tokens: 3840..3968
+    assert rep.pre_per_s == pytest.approx(full, rel=0.02)
+    assert 0.45 <= rep.dip <= 0.5  # a 1 s window holds 30 or 31 steps of 128 tokens: 3840..3968
     # the spare joins at 14 s, takes half the queue, prefills in ms: back at full rate in that window
-    assert rep["steady_per_s"] == pytest.approx(full, rel=0.03)
-    assert 4.0 <= rep["recovery_s"] <= 5.0
+    assert rep.steady_per_s == pytest.approx(full, rel=0.03)
+    assert 4.0 <= rep.recovery_s <= 5.0
     # every generated token is in the series exactly once (tokens generated before the loss are kept)
     assert sum(r.series_per_s) * r.series_window_s == pytest.approx(1024 * 256)
     assert sum(r.replica_completed) == 1024 and r.replica_completed[2] > 0
@@ -60,9 +60,9 @@ def test_without_replacement_the_pool_runs_on_and_recovers_at_its_new_level():
     assert (r.completed, r.lost) == (1024, 0)
     rep = r.failures[0]
     half = 128 / (0.02 + 1e-4 * 128)
-    assert rep["steady_per_s"] == pytest.approx(half, rel=0.03)
-    assert rep["recovery_s"] == 0.0  # the first window after the loss is already at the new level
-    assert rep["dip"] == pytest.approx(0.5, abs=0.03)
+    assert rep.steady_per_s == pytest.approx(half, rel=0.03)
+    assert rep.recovery_s == 0.0  # the first window after the loss is already at the new level
+    assert rep.dip == pytest.approx(0.5, abs=0.03)
 
 
 def test_a_pool_with_no_survivor_holds_requests_until_the_replacement_joins():
@@ -77,10 +77,10 @@ def test_a_pool_with_no_survivor_holds_requests_until_the_replacement_joins():
     series = np.array(r.series_per_s)
     assert np.all(series[(mid_s > 3.25) & (mid_s < 4.75)] == 0)
     assert series[mid_s < 2.75].min() > 0 and series[(mid_s > 5.25) & (mid_s < 8)].min() > 0
-    assert r.failures[0]["dip"] == 0.0
+    assert r.failures[0].dip == 0.0
     # latency counts from the original arrival: requests that arrived during the outage waited for the join
     assert r.ttft_s["p99"] > 1.8 and r.e2e_s["p99"] > 2.0
-    assert r.failures[0]["recovery_s"] >= 2.0
+    assert r.failures[0].recovery_s >= 2.0
 
 
 def test_failure_runs_are_deterministic():

@@ -182,7 +182,7 @@ def test_adaptive_switch_between_mixed_plans_and_failures_keep_every_request() -
     assert r.completed == 120 and r.switches >= 2
     f = Failure(at_s=30.0, replica=1, replacement=(thr, 1), replan_s=5.0)
     r = simulate_pool([(thr, 2)], fixed(60, 128, 32), failures=[f])
-    assert (r.completed, r.lost) == (60, 0) and r.failures[0]["requeued"] > 0
+    assert (r.completed, r.lost) == (60, 0) and r.failures[0].requeued > 0
     with pytest.raises(UserError, match="both be serving-model"):
         two_phase = hand_plan(phases={n: PhaseCost(fixed_s=0.01, per_token_s=1e-5, busy_share=(1.0, 0.5))
                                       for n in ("prefill", "decode")}, gpus=PAIR)
