@@ -173,12 +173,8 @@ BOUNDARY_UNTYPED: frozenset[Untyped] = frozenset({
     U("tessera.runtime.worker", "worker_process", "commands"),
     U("tessera.runtime.worker", "worker_process", "heartbeat"),
     U("tessera.runtime.worker", "worker_process", "results"),
-    # what `tessera fleet advise -o` writes: a pool plan, the advice and provenance side by side
-    U("tessera.fleet.advise", "Advice", "file_dict.return"),
     # a strategy's free-form solver notes (time, gap, pattern counts), shown in `tessera plan` tables
     U("tessera.plan.config", "StrategyResult", "detail"),
-    # `tessera plan --json` of a serving result, built beside its serializer for the deploy verbs
-    U("tessera.plan.deploy", "result_json", "return"),
     # Triton's own objects: a kernel's JITFunction and its constexpr values
     U("tessera.ptx.triton_ptx", "Specialisation", "constexprs"), U("tessera.ptx.triton_ptx", "kernel_access", "fn"),
 })

@@ -3,7 +3,6 @@ fleet stage; it joins the two, so it lives above both; registered by tessera.cli
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -93,6 +92,6 @@ def register(app: typer.Typer) -> None:
         if save is not None:
             print("\n".join(save_deployment(r, save)), file=sys.stderr)
         if as_json:
-            print(json.dumps(result_json(r, cfg)))
+            print(result_json(r, cfg))
         else:
             out.print(result_table(r))

@@ -119,7 +119,7 @@ class Advice:
                 "verdict": self.verdict, "advise_s": self.advise_s,
                 "provenance": self.provenance.to_dict() if self.provenance else None}
 
-    def file_dict(self) -> dict[str, Any]:
+    def _file_dict(self) -> dict[str, Any]:
         """What `advise -o FILE` writes: the mix's pool plan (`tessera simulate FILE` and `tessera report
         --plan FILE` read it), the advice beside it, the provenance."""
         if self.pool is None:
@@ -127,8 +127,8 @@ class Advice:
         return {**self.pool.to_dict(), "advice": self.to_dict(), "provenance": self.to_dict()["provenance"]}
 
     def save(self, path: str | Path) -> None:
-        """Write ``file_dict`` to ``path`` (`advise -o FILE`)."""
-        Path(path).write_text(json.dumps(self.file_dict(), indent=1))
+        """Write ``_file_dict`` to ``path`` (`advise -o FILE`)."""
+        Path(path).write_text(json.dumps(self._file_dict(), indent=1))
 
     def frontier_points(self) -> list[FrontierPoint]:
         return [FrontierPoint(label=f"{c.group} {c.label}", group=c.group, usd_per_hour=c.usd_per_hour,

@@ -23,7 +23,6 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tessera.capture.zoo import SPECS
 from tessera.contracts.enums import Phase
@@ -189,7 +188,7 @@ def save_deployment(r: ServingResult, path: str | Path) -> list[str]:
     return [f"wrote {path} (Tessera's plan of {r.model})", *launch_lines(deployment, str(path))]
 
 
-def result_json(r: ServingResult, cfg: PlannerConfig) -> dict[str, Any]:
-    """`tessera plan --json`: the result's contract with the provenance of Tessera's deployment."""
+def result_json(r: ServingResult, cfg: PlannerConfig) -> str:
+    """`tessera plan --json`'s text: the result's contract with the provenance of Tessera's deployment."""
     prov = planner_provenance(r.model, cfg, r.tessera.deployment, images=r.images)
-    return {**r.to_json(), "provenance": prov.to_dict()}
+    return json.dumps({**r.to_json(), "provenance": prov.to_dict()})

@@ -143,5 +143,5 @@ def test_save_deployment_writes_the_plan_and_says_how_to_serve_it(tmp_path) -> N
         assert PoolPlan.load(path) == deployment
         assert lines[0] == f"wrote {path} (Tessera's pool plan of llama-tiny)"
         assert lines[1].startswith("deploy with: one `tessera serve` per cell")
-    j = json.loads(json.dumps(result_json(r, cfg)))
+    j = json.loads(result_json(r, cfg))
     assert set(j) == {*r.to_json(), "provenance"} and j["provenance"]["model"] == "llama-tiny"
