@@ -326,10 +326,7 @@ FILE_CALLS = frozenset({"open", "read_text", "write_text", "read_bytes", "write_
 
 # (module, command function) that still loop or open a file, each with why; the list only shrinks
 # (test_every_allowed_command_still_breaches).
-COMMAND_LOGIC_ALLOWED: frozenset[tuple[str, str]] = frozenset({
-    # checks every model of the comparison matrix against the context window before planning
-    ("tessera.cli.study", "compare"),
-})
+COMMAND_LOGIC_ALLOWED: frozenset[tuple[str, str]] = frozenset()
 
 
 def is_command_call(node: ast.AST) -> bool:

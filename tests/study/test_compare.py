@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
+from tessera.errors import UserError
 from tessera.plan import STRATEGIES, PlannerConfig
-from tessera.study.compare import gains, markdown
+from tessera.study.compare import check_matrix_context, gains, markdown
 
 
 def _cell(gpus: list[str], usd: float, good: dict[str, float], chosen: str, ref_per_usd: float) -> dict:
@@ -35,3 +38,10 @@ def test_gains_and_headline_by_hand() -> None:
     assert "| goodput vs best baseline | 2.00× (m on H100-SXM+L40S) | 1.50× | 1.00× | up to 2.3× |" in md
     assert "Tessera's choice: milp in 1 cell, homogeneous in 1 cell." in md
     assert "- **m**: yes. H100-SXM+L40S: 150.0 vs 100.0 (faster), $4.09/h vs $5.98/h (cheaper)" in md
+
+
+def test_the_matrix_refuses_a_request_too_long_for_llama_3_8b_before_planning() -> None:
+    # llama-3-8b, the matrix's first model, has 8192 positions (its published config.json)
+    with pytest.raises(UserError, match="exceed llama-3-8b's context window of 8,192 tokens"):
+        check_matrix_context(8000, 193)
+    check_matrix_context(None, 10**6)  # a trace length: not a fixed number, not checked
