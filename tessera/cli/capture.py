@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from tessera.capture.defaults import DEFAULT_CONTEXT, DEFAULT_SEQ
 from tessera.text import stdout_console
+
+if TYPE_CHECKING:  # the zoo is imported inside `models` so that `tessera --help` does not load it
+    from tessera.capture.zoo import ModelSpec
 
 out = stdout_console()
 
@@ -33,12 +36,7 @@ def models(
         print(json.dumps([{"model": s.name, "family": s.family, "phases": list(PHASES[s.family]),
                            "source": s.source} for s in SPECS.values()]))
         return
-    table = Table(title="model zoo")
-    for col in ("model", "family", "phases", "source"):
-        table.add_column(col)
-    for s in SPECS.values():
-        table.add_row(s.name, s.family, ", ".join(PHASES[s.family]), s.source)
-    out.print(table)
+    out.print(zoo_table(list(SPECS.values()), PHASES))
 
 
 def trace(
@@ -66,6 +64,22 @@ def trace(
     if as_json:
         print(json.dumps(s))
         return
+    show_trace(s)
+
+
+def zoo_table(specs: list[ModelSpec], phases: dict[str, tuple[str, ...]]) -> Table:
+    """`tessera models`: one row per zoo model, with the phases its family captures."""
+    table = Table(title="model zoo")
+    for col in ("model", "family", "phases", "source"):
+        table.add_column(col)
+    for s in specs:
+        table.add_row(s.name, s.family, ", ".join(phases[s.family]), s.source)
+    return table
+
+
+def show_trace(s: dict[str, Any]) -> None:
+    """`tessera trace`: kernels by kind (titled with the step's totals), the heaviest kernels and the
+    capture's warnings, from ``tessera.capture.summarize``'s summary."""
     head = (f"{s['model']} {s['phase']} {s['shape']}: {s['kernels']} kernels ({s['view']} view; "
             f"{s['eager_kernels']} eager), {s['layers']} layers, "
             f"{s['flops'] / 1e12:.3f} TFLOP, read {_gb(s['bytes_read'])} GB, written {_gb(s['bytes_written'])} GB, "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -12,6 +13,7 @@ from rich.table import Table
 from tessera.cli.hardware import show_catalog
 from tessera.cost import calibrate as cal
 from tessera.cost.aic import cost_sources
+from tessera.cost.model import CostModel
 from tessera.cost.profiles import SHIPPED, load_profiles
 from tessera.errors import choices_error
 from tessera.hardware import catalog as hw_catalog
@@ -50,13 +52,18 @@ def calibrate_cmd(
     if as_json:
         print(json.dumps(cal.model_to_dict(model)))
         return
+    stdout_console().print(efficiency_table(model, profiles))
+
+
+def efficiency_table(model: CostModel, profiles: Path) -> Table:
+    """`tessera cost calibrate`: one row per fitted (scope, kernel kind); launch overhead in microseconds."""
     t = Table(title=f"fitted efficiencies ({profiles})")
     for c in ("scope", "kind", "compute", "memory", "launch us"):
         t.add_column(c)
     for scope, kind, e in cal.efficiency_rows(model):
         t.add_row(scope, kind, f"{e.compute:.3f}", f"{e.memory:.3f}",
                   "default" if e.launch_s is None else f"{e.launch_s * 1e6:.2f}")
-    stdout_console().print(t)
+    return t
 
 
 SOURCES = ("vidur", "aic")
@@ -89,12 +96,17 @@ def validate_cmd(
     if as_json:
         print(json.dumps(report))
         return
+    stdout_console().print(accuracy_table(report))
+
+
+def accuracy_table(report: dict[str, Any]) -> Table:
+    """`tessera cost validate`: absolute percentage errors per operator, then overall, of the held-out GPUs."""
     t = Table(title=f"holdout {', '.join(report['holdout'])} | fit on {', '.join(report['fit_on'])}")
     for c in ("operator", "median APE", "p90 APE", "points"):
         t.add_column(c, justify="left" if c == "operator" else "right")
     for op, s in [*report["ops"].items(), ("overall", report["overall"])]:
         t.add_row(op, f"{s['median_ape']:.1%}", f"{s['p90_ape']:.1%}", str(s["points"]))
-    stdout_console().print(t)
+    return t
 
 
 @cost_app.command("import")
@@ -114,10 +126,14 @@ def import_cmd(
         raise choices_error("import source", source, ["aic"])
     target = out or SHIPPED_AIC
     report = import_aic(target, systems=[s for s in (systems or "").split(",") if s] or None)
-    for system, tables in report.items():
-        for table, where in tables.items():
-            print(f"{system:>20} {table:<21} {where}")
+    print(import_lines(report), end="")
     print(f"rooflines -> {write_rooflines(target)}")
+
+
+def import_lines(report: dict[str, dict[str, str]]) -> str:
+    """`tessera cost import`: one line per (system, table) imported and where it went, each line ended."""
+    return "".join(f"{system:>20} {table:<21} {where}\n"
+                   for system, tables in report.items() for table, where in tables.items())
 
 
 def profile(

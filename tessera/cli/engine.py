@@ -5,7 +5,9 @@ in this process or on worker processes split by a placement. Imports are made in
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -24,6 +26,9 @@ from tessera.cli.engine_flags import (
     PageSize,
     PlacementFlag,
 )
+
+if TYPE_CHECKING:  # the engine is imported inside the verbs (torch)
+    from tessera.engine.request import Completion
 
 
 def register(app: typer.Typer) -> None:
@@ -83,11 +88,16 @@ def register_generate(app: typer.Typer) -> None:
         r = generate(GenerateSpec(model=model, prompts=tuple(prompts), kinds=kinds, placement=placement,
                                   config=config, dtype=dtype, load_format=load_format,
                                   settings=ClusterSettings(transport=transport)))
-        for c in r.completions:
-            typer.echo(c.to_json() if as_json else c.text)
+        show_completions(r.completions, as_json)
         print(f"{len(r.completions)} prompt(s), {r.tokens} tokens in {r.iterations} iterations, "
               f"{r.generate_s:.2f} s ({r.tokens / max(r.generate_s, 1e-9):.1f} tokens/s); load {r.load_s:.2f} s",
               file=sys.stderr)
+
+
+def show_completions(completions: Sequence[Completion], as_json: bool) -> None:
+    """`tessera generate`: each completion's text, or its JSON line, in prompt order."""
+    for c in completions:
+        typer.echo(c.to_json() if as_json else c.text)
 
 
 def register_serve(app: typer.Typer) -> None:

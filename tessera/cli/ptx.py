@@ -8,8 +8,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tessera.errors import read_text
-from tessera.ptx.analysis import analyze_ptx
+from tessera.contracts.ir import KernelGraph
+from tessera.ptx.analysis import EntryAccess, analyze_ptx_file
 from tessera.ptx.launch import INDIRECT_SCOPES, build_from_log
 from tessera.text import stdout_console
 
@@ -23,12 +23,18 @@ def analyze(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Per entry: each parameter's access class, whether the kernel is indirect, and the counts behind it."""
-    result = analyze_ptx(read_text(file, "PTX module"), str(file))
+    result = analyze_ptx_file(file)
     if as_json:
         print(json.dumps([e.to_dict() for e in result.values()], indent=1))
         return
+    show_entries(list(result.values()))
+
+
+def show_entries(entries: list[EntryAccess]) -> None:
+    """`tessera ptx analyze`: per entry, a table of its parameters' access classes, its module variables
+    and the first five reasons it is indirect."""
     con = stdout_console()
-    for e in result.values():
+    for e in entries:
         t = Table(title=f"{e.name}{'  [indirect]' if e.indirect else ''}", title_justify="left")
         for c in ("parameter", "type", "access", "reads", "writes", "atomics", "widened", "data-dep"):
             t.add_column(c, justify="left" if c in ("parameter", "type", "access") else "right")
@@ -62,6 +68,11 @@ def graph(
                            "dst_kernel": g.kernels[e.dst].name, "kind": e.kind.value,
                            "buffer": g.buffers[e.buffer].name} for e in g.edges]}))
         return
+    show_edges(g)
+
+
+def show_edges(g: KernelGraph) -> None:
+    """`tessera ptx graph`: the counts, then one line per dependency edge (kernel#id -> kernel#id KIND)."""
     con = stdout_console()
     con.print(f"{len(g.kernels)} kernels, {len(g.buffers)} buffers, {len(g.edges)} edges, "
               f"{sum(k.indirect for k in g.kernels)} indirect", highlight=False)

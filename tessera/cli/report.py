@@ -8,6 +8,8 @@ from pathlib import Path
 import typer
 
 from tessera.progress import Steps
+from tessera.report.data import ReportData
+from tessera.report.tables import compare_table, plan_summary_table, sim_table
 from tessera.text import stdout_console
 
 
@@ -35,7 +37,6 @@ def report(
     """Build a self-contained HTML report: compare matrix, placement map, Gantt, frontier, latency, memory."""
     # imported here so that `tessera --help` and other verbs do not pay for matplotlib
     from tessera.report.html import FIGURES, build_report
-    from tessera.report.tables import compare_table, plan_summary_table, sim_table
     from tessera.study.report_facts import gather
 
     data = gather(compare=compare, plan=plan, graph=graph, sim=sim, sweep=sweep, gantt=gantt, evaluation=evaluation,
@@ -56,15 +57,22 @@ def report(
         return
     con = stdout_console()
     if not quiet:
-        if data.compare:
-            con.print(compare_table(data.compare))
-        if data.plan:
-            con.print(plan_summary_table(data.plan, data.graphs))
-        if data.sims:
-            con.print(sim_table(data.sims))
-        for line in data.deploy:
-            con.print(line, highlight=False, soft_wrap=True, markup=False)
+        show_tables(data)
     con.print(f"report: {path}", highlight=False, soft_wrap=True)
+
+
+def show_tables(data: ReportData) -> None:
+    """The terminal side of `tessera report`: the compare matrix, the plan's summary and the simulations
+    (those given), then the deployment lines."""
+    con = stdout_console()
+    if data.compare:
+        con.print(compare_table(data.compare))
+    if data.plan:
+        con.print(plan_summary_table(data.plan, data.graphs))
+    if data.sims:
+        con.print(sim_table(data.sims))
+    for line in data.deploy:
+        con.print(line, highlight=False, soft_wrap=True, markup=False)
 
 
 def register(app: typer.Typer) -> None:

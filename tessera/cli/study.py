@@ -21,11 +21,10 @@ from tessera.cli.plan_flags import (
     SloImageS,
     SloTpotMs,
     SloTtftMs,
-    check_context,
     config_of,
 )
 from tessera.hardware import AUTO
-from tessera.study.compare import MODELS, run_compare
+from tessera.study.compare import check_matrix_context, run_compare
 from tessera.study.evaluate import Shard, evaluate_study
 from tessera.text import stdout_console
 
@@ -67,8 +66,7 @@ def compare(
     """Tessera vs every baseline at equal SLO, one model per family on GPU pairs: compare.json and compare.md
     (compare.quick.* with --quick)."""
     cfg = config_of(None, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link)
-    for m in MODELS:  # every model of the matrix must take the traffic: refused before hours of planning
-        check_context(m, prompt, output)
+    check_matrix_context(prompt, output)
     cells, md = run_compare(out_dir=out_dir, cfg=cfg, quick=quick, knee=knee)
     if as_json:
         print(json.dumps({"cells": [c.to_dict() for c in cells]}))

@@ -22,7 +22,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
+from tessera.errors import read_text
 from tessera.ptx import fast
 from tessera.ptx.dataflow import evaluate, prepare
 from tessera.ptx.lower import (
@@ -265,6 +267,12 @@ def _summarise(module: Module, entry: Function, ctx: _EntryContext, gindex: dict
 def analyze_ptx(text: str, source: str = "<string>") -> dict[str, EntryAccess]:
     """Parse and analyse PTX text; raises PtxSyntaxError (a ValueError) on malformed input."""
     return analyze_module(parse_ptx(text, source, read_bodies=False))
+
+
+def analyze_ptx_file(path: Path) -> dict[str, EntryAccess]:
+    """``analyze_ptx`` of the PTX module at ``path`` (`tessera ptx analyze`); a file that cannot be read is
+    one UserError naming it."""
+    return analyze_ptx(read_text(path, "PTX module"), str(path))
 
 
 @contextmanager

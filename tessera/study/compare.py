@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from tessera.capture.context import check_context
 from tessera.contracts.study import CompareRow, CompareStrategy, DevicePlacement, KneeCheck, SameBudget
 from tessera.errors import UserError
 from tessera.hardware import AUTO, best_link, cell_link
@@ -44,6 +45,13 @@ PAIRS = ("H100,H20", "H100,L40S", "A100,L40S", "H20,L40S", "H100,A100", "H100,H1
 QUICK_PAIRS = ("H100,L40S", "H100,H20", "A100,L40S")
 REFERENCE = "H100-SXM"  # the high-end GPU the paper's headline compares against
 PAPER = {"throughput": 2.3, "cost_efficiency": 1.6}
+
+
+def check_matrix_context(prompt: int | None, output: int | None) -> None:
+    """Every model of the comparison matrix must take a request of ``prompt`` + ``output`` tokens: refused
+    in one UserError line before hours of planning (None: not a fixed length, not checked)."""
+    for model in MODELS:
+        check_context(model, prompt, output)
 
 
 def _progress(msg: str) -> None:

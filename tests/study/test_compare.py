@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tessera.contracts.study import CompareRow
+from tessera.errors import UserError
 from tessera.plan import STRATEGIES, PlannerConfig
-from tessera.study.compare import gains, markdown
+from tessera.study.compare import check_matrix_context, gains, markdown
 
 
 def _cell(gpus: list[str], usd: float, good: dict[str, float], chosen: str, ref_per_usd: float) -> dict:
@@ -49,3 +52,10 @@ def test_compare_rows_round_trip_the_committed_compare_json_byte_for_byte() -> N
         assert json.dumps(CompareRow.from_dict(c).to_dict(), indent=1) == json.dumps(c, indent=1)
     failed = {"model": "m", "gpus": ["H100-SXM", "L40S"], "error": "no plan", "wall_s": 0.5}
     assert CompareRow.from_dict(failed).to_dict() == failed
+
+
+def test_the_matrix_refuses_a_request_too_long_for_llama_3_8b_before_planning() -> None:
+    # llama-3-8b, the matrix's first model, has 8192 positions (its published config.json)
+    with pytest.raises(UserError, match="exceed llama-3-8b's context window of 8,192 tokens"):
+        check_matrix_context(8000, 193)
+    check_matrix_context(None, 10**6)  # a trace length: not a fixed number, not checked
