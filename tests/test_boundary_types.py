@@ -162,8 +162,6 @@ BOUNDARY_UNTYPED: frozenset[Untyped] = frozenset({
     U("tessera.engine.remote", "connect", "infos"), U("tessera.engine.remote", "worker_loop", "target"),
     # a worker's finished step (its logits), as the engine's workers post it
     U("tessera.engine.serve", "Loop", "take.fin"),
-    # a worker kind's profile cost and the link spec between kinds (a LinkSpec, or the local gloo default)
-    U("tessera.engine.serve_run", "Costs", "of.return"),
     # multiprocessing queues and what workers post on them (mp.Queue is not generic at run time)
     U("tessera.engine.worker", "worker_main", "commands"), U("tessera.engine.worker", "worker_main", "heartbeat"),
     U("tessera.engine.worker", "worker_main", "results"),

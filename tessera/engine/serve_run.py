@@ -43,6 +43,7 @@ from tessera.engine.serve import Arrival, DriveLog, Fault, Timing, WorkerPool, d
 from tessera.engine.shard import build_share
 from tessera.engine.tokenizer import tokenizer_for
 from tessera.errors import UserError, read_text
+from tessera.hardware import LinkSpec
 from tessera.plan import Traffic
 from tessera.runtime.placements import GLOO_LOCAL, MILP
 from tessera.sim.api import run as sim_run
@@ -235,9 +236,10 @@ class Costs:
     def __init__(self, source: ModelSource, dtype: torch.dtype, config: EngineConfig, context: int) -> None:
         self.source, self.dtype, self.config, self.context = source, dtype, config, context
         self.profiles: dict[tuple[str, ...], dict[str, Any]] = {}
-        self.link: Any = None
+        self.link: LinkSpec | None = None
 
-    def of(self, kinds: tuple[WorkerKind, ...]) -> tuple[ProfileCost, Any]:
+    def of(self, kinds: tuple[WorkerKind, ...]) -> tuple[ProfileCost, LinkSpec]:
+        """The kinds' profile cost and the link between kinds: measured for several, else the local gloo default."""
         key = tuple(k.name for k in kinds)
         if key not in self.profiles:
             self.profiles[key] = profile_kinds(self.source, self.dtype, self.config, kinds,
