@@ -160,8 +160,6 @@ BOUNDARY_UNTYPED: frozenset[Untyped] = frozenset({
     U("tessera.engine.remote", "RemoteLink", "accept.infos"), U("tessera.engine.remote", "RemoteLink", "spawn.processes"),
     U("tessera.engine.remote", "RemoteLink", "spawn.specs"), U("tessera.engine.remote", "bootstrap", "return"),
     U("tessera.engine.remote", "connect", "infos"), U("tessera.engine.remote", "worker_loop", "target"),
-    # a worker's finished step (its logits), as the engine's workers post it
-    U("tessera.engine.serve", "Loop", "take.fin"),
     # multiprocessing queues and what workers post on them (mp.Queue is not generic at run time)
     U("tessera.engine.worker", "worker_main", "commands"), U("tessera.engine.worker", "worker_main", "heartbeat"),
     U("tessera.engine.worker", "worker_main", "results"),

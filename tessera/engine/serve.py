@@ -25,13 +25,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
 from tessera.engine import remote
-from tessera.engine.cluster import ClusterSettings, EngineCluster
+from tessera.engine.cluster import ClusterSettings, EngineCluster, Finished
 from tessera.engine.config import EngineConfig, SamplingParams
 from tessera.engine.devices import WorkerKind
 from tessera.engine.engine import Batch, Engine
@@ -172,7 +171,7 @@ class InProcess:
         self.original = [0]
         self.placement: Placement | None = None
         self.next_id = 0
-        self.done: dict[int, SimpleNamespace] = {}
+        self.done: dict[int, Finished] = {}
 
     def submit(self, inputs: IterationInputs) -> int:
         start = time.perf_counter()
@@ -181,10 +180,10 @@ class InProcess:
         end = time.perf_counter()
         sid, self.next_id = self.next_id, self.next_id + 1
         report = {"busy_s": end - start, "idle_s": 0.0, "start_s": start, "end_s": end}
-        self.done[sid] = SimpleNamespace(logits=logits, workers=[report])
+        self.done[sid] = Finished(logits=logits, workers=[report])
         return sid
 
-    def poll(self, timeout_s: float) -> dict[int, SimpleNamespace]:
+    def poll(self, timeout_s: float) -> dict[int, Finished]:
         done, self.done = self.done, {}
         return done
 
@@ -268,7 +267,7 @@ class Loop:
             return []
         return [self.take(sid, fin) for sid, fin in done.items()]
 
-    def take(self, sid: int, fin: Any) -> Completed:
+    def take(self, sid: int, fin: Finished) -> Completed:
         batch, submitted, host = self.inflight.pop(sid)
         h0 = self.clock()
         finished = self.engine.complete(batch, fin.logits)
