@@ -154,8 +154,6 @@ BOUNDARY_UNTYPED: frozenset[Untyped] = frozenset({
     # the cost model's validation tables and its saved file, written to JSON by the cost verbs
     U("tessera.cost.aic_validate", "validate_transfer", "return"), U("tessera.cost.calibrate", "model_to_dict", "return"),
     U("tessera.cost.calibrate", "validate", "return"),
-    # the adaptive switcher's JSON-ready report, printed by `tessera engine` verbs and bench scripts
-    U("tessera.engine.adaptive", "Switcher", "report.return"),
     # torchrun rendezvous entries and the worker target: (address, key) pairs and a picklable callable
     U("tessera.engine.remote", "RemoteLink", "accept.infos"), U("tessera.engine.remote", "RemoteLink", "spawn.processes"),
     U("tessera.engine.remote", "RemoteLink", "spawn.specs"), U("tessera.engine.remote", "bootstrap", "return"),

@@ -153,17 +153,40 @@ class Switcher:
         self.mode_s[self.mode] += end_s - self._since_s
         self._since_s = end_s
 
-    def report(self) -> dict:
-        """JSON-ready: the thresholds, each switch, time per mode, and the switch cost's median and max."""
+    def report(self) -> SwitchReport:
+        """The thresholds, each switch, time per mode, and the switch cost's median and max."""
         firsts = sorted(r.first_s for r in self.switches if r.first_s is not None)
-        return {"high_load": self.policy.high_load, "low_load": self.policy.low_load,
-                "microbatches": {m: s.microbatches for m, s in self.schedules.items()},
-                "placements": {m: s.pool.placement.label if s.pool.placement else None
-                               for m, s in self.schedules.items()},
+        return SwitchReport(
+            high_load=self.policy.high_load, low_load=self.policy.low_load,
+            microbatches={m: s.microbatches for m, s in self.schedules.items()},
+            placements={m: s.pool.placement.label if s.pool.placement else None for m, s in self.schedules.items()},
+            switches=tuple(replace(r) for r in self.switches), mode_s=dict(self.mode_s),
+            switch_median_s=firsts[len(firsts) // 2] if firsts else None,
+            switch_max_s=firsts[-1] if firsts else None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwitchReport:
+    """A run's switching: thresholds (outstanding requests), micro-batches and placement label per mode,
+    each switch (copies of the records), seconds per mode, and the median and max switch cost ``first_s``
+    (None: no switch started an iteration)."""
+
+    high_load: int
+    low_load: int
+    microbatches: dict[str, int]
+    placements: dict[str, str | None]
+    switches: tuple[SwitchRecord, ...]
+    mode_s: dict[str, float]
+    switch_median_s: float | None
+    switch_max_s: float | None
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON of ``serve-run``'s ``extra.adaptive`` (a switch's ``first_sid`` is internal)."""
+        return {"high_load": self.high_load, "low_load": self.low_load, "microbatches": dict(self.microbatches),
+                "placements": dict(self.placements),
                 "switches": [{k: v for k, v in vars(r).items() if k != "first_sid"} for r in self.switches],
                 "mode_s": dict(self.mode_s),
-                "switch_s": {"median": firsts[len(firsts) // 2] if firsts else None,
-                             "max": firsts[-1] if firsts else None}}
+                "switch_s": {"median": self.switch_median_s, "max": self.switch_max_s}}
 
 
 def switcher_for(settings: AdaptiveSettings, config: EngineConfig, throughput_pool: WorkerPool,

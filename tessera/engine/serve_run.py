@@ -335,7 +335,7 @@ def serve_run(spec: ServeRunSpec) -> ServeRunResult:
              # per request in arrival order: arrival, first token and finish (s from the start), tokens
              "timing": [[timing[r.id].arrival_s, timing[r.id].first_s, timing[r.id].finish_s,
                          len(r.output_ids)] for r in reqs],
-             "adaptive": switch.report() if switch is not None else None}
+             "adaptive": switch.report().to_dict() if switch is not None else None}
     return result(spec, source, placement, reqs, timing, log, verified, plan, sim, extra)
 
 

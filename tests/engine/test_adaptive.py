@@ -78,6 +78,11 @@ def test_switch_waits_for_the_iterations_in_flight():
     assert (r.drain_s, r.first_s, r.first_done_s) == (2.0, 2.5, 3.25)
     s.finish(10.0)
     assert s.mode_s == {"latency": 1.0, "throughput": 9.0}
+    rep = s.report().to_dict()  # the one switch's cost (first_s 2.5) is both median and max; no first_sid
+    assert (rep["high_load"], rep["low_load"], rep["switch_s"]) == (4, 2, {"median": 2.5, "max": 2.5})
+    assert rep["mode_s"] == {"latency": 1.0, "throughput": 9.0} and "first_sid" not in rep["switches"][0]
+    assert (rep["switches"][0]["to"], rep["switches"][0]["load"], rep["switches"][0]["drain_s"]) == \
+        ("throughput", 5, 2.0)
 
 
 def test_running_requests_regrouped_with_their_pages():
