@@ -41,7 +41,7 @@ def cpu_decode(model: str = "llama-tiny", profile_batches: tuple[int, ...] = (1,
 
 
 def main() -> None:
-    loo = validate(load_profiles())
+    loo = validate(load_profiles()).to_dict()
     gemm_ok = all(loo["ops"][op]["median_ape"] <= 0.12 for op in GEMM_OPS)
     cpu = cpu_decode()
     result = {"leave_one_gpu_out": loo, "targets": {"gemm_median_ape_le_0.12": gemm_ok,

@@ -63,15 +63,15 @@ def main() -> None:
         sys.path.append(args.aic_site)
     t0 = time.time()
     costs = AicCosts()
-    loo = validate_transfer(costs, rows=rows, nested=True)
+    loo = validate_transfer(costs, rows=rows, nested=True).to_dict()
     nvidia = [g for g in costs.dirs if g != "Arc-Pro-B60"]
-    loo_nv = validate_transfer(costs, fit_on=None, holdout=",".join(nvidia), rows=rows, nested=True)
-    shipped = validate_transfer(costs, rows=rows)
+    loo_nv = validate_transfer(costs, fit_on=None, holdout=",".join(nvidia), rows=rows, nested=True).to_dict()
+    shipped = validate_transfer(costs, rows=rows).to_dict()
     chosen = select_all(costs, rows=rows)
     interp = validate_interpolation(costs, rows=rows)
     moe = {"repairs": moe_repairs(costs), "routing": validate_routing(costs),
            "power_law_leave_one_gpu_out": validate_transfer(costs, rows=rows, nested=True,
-                                                            tables=("moe_power_law",)),
+                                                            tables=("moe_power_law",)).to_dict(),
            "h20": check_unmeasured_moe(costs)}
     per_gpu = {(t, f["holdout"][0]): f["ops"][t]["median_ape"] for f in loo["folds"] for t in PER_GPU
                if t in f["ops"]}

@@ -151,9 +151,8 @@ BOUNDARY_UNTYPED: frozenset[Untyped] = frozenset({
     U("tessera.contracts.plan", "PoolPlan", "from_members.d"), U("tessera.contracts.plan", "plan_from_dict", "d"),
     U("tessera.contracts.provenance", "of_file", "d"), U("tessera.report.data", "parse_sim", "d"),
     U("tessera.report.data", "read_json", "return"),
-    # the cost model's validation tables and its saved file, written to JSON by the cost verbs
-    U("tessera.cost.aic_validate", "validate_transfer", "return"), U("tessera.cost.calibrate", "model_to_dict", "return"),
-    U("tessera.cost.calibrate", "validate", "return"),
+    # the cost model's saved file: the serializer `tessera cost calibrate` writes (it has no reader)
+    U("tessera.cost.calibrate", "model_to_dict", "return"),
     # torchrun rendezvous entries and the worker target: (address, key) pairs and a picklable callable
     U("tessera.engine.remote", "RemoteLink", "accept.infos"), U("tessera.engine.remote", "RemoteLink", "spawn.processes"),
     U("tessera.engine.remote", "RemoteLink", "spawn.specs"), U("tessera.engine.remote", "bootstrap", "return"),

@@ -90,9 +90,10 @@ def validate_cmd(
         from tessera.cost.aic_validate import validate_transfer
         from tessera.cost.tables import SHIPPED_AIC
 
-        report = validate_transfer(AicCosts(profiles or SHIPPED_AIC), fit_on=fit_on, holdout=holdout, rows=rows)
+        report = validate_transfer(AicCosts(profiles or SHIPPED_AIC), fit_on=fit_on, holdout=holdout,
+                                   rows=rows).to_dict()
     else:
-        report = cal.validate(load_profiles(profiles or SHIPPED), fit_on=fit_on, holdout=holdout)
+        report = cal.validate(load_profiles(profiles or SHIPPED), fit_on=fit_on, holdout=holdout).to_dict()
     if as_json:
         print(json.dumps(report))
         return

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tessera.cost.aic import AicCosts
-from tessera.cost.calibrate import ErrorStats
+from tessera.cost.calibrate import ErrorStats, ValidationFold, ValidationReport
 from tessera.cost.moe import TokenCurve, balanced_from_power_law
 from tessera.cost.tables import (
     DEFAULT_CACHE,
@@ -151,7 +151,7 @@ def _fold(scorers: dict[str, Scorer], held: str, fit: list[str], nested: bool
 
 def validate_transfer(costs: AicCosts, *, fit_on: str | None = None, holdout: str | None = None,
                       rows: int = 300, nested: bool = False,
-                      tables: tuple[str, ...] = KERNEL_TABLES) -> dict[str, Any]:
+                      tables: tuple[str, ...] = KERNEL_TABLES) -> ValidationReport:
     """Fit on some measured GPUs, predict the others' tables from their datasheets; errors per table.
 
     Neither given: leave-one-GPU-out over every GPU with tables (errors pooled over the folds). ``nested``:
@@ -172,17 +172,15 @@ def validate_transfer(costs: AicCosts, *, fit_on: str | None = None, holdout: st
         errs, chosen = _fold(scorers, h, f, nested)
         for table, e in errs.items():
             pooled[table].extend(e.tolist())
-        fold_out.append({"fit_on": f, "holdout": [h],
-                         "overall": ErrorStats.of([x for e in errs.values() for x in e]).to_dict(),
-                         "ops": {t: ErrorStats.of(e.tolist()).to_dict() for t, e in errs.items()},
-                         **({"chosen": chosen} if nested else {})})
-    return {
-        "holdout": sorted({h for _, h in folds}),
-        "fit_on": sorted({g for f, _ in folds for g in f}),
-        "overall": ErrorStats.of([x for e in pooled.values() for x in e]).to_dict(),
-        "ops": {t: ErrorStats.of(pooled[t]).to_dict() for t in tables if pooled.get(t)},
-        "folds": fold_out,
-    }
+        fold_out.append(ValidationFold(fit_on=tuple(f), holdout=(h,),
+                                       overall=ErrorStats.of([x for e in errs.values() for x in e]),
+                                       ops={t: ErrorStats.of(e.tolist()) for t, e in errs.items()},
+                                       chosen=chosen if nested else None))
+    return ValidationReport(holdout=tuple(sorted({h for _, h in folds})),
+                            fit_on=tuple(sorted({g for f, _ in folds for g in f})),
+                            overall=ErrorStats.of([x for e in pooled.values() for x in e]),
+                            ops={t: ErrorStats.of(pooled[t]) for t in tables if pooled.get(t)},
+                            folds=tuple(fold_out))
 
 
 def select_all(costs: AicCosts, *, rows: int = 300) -> dict[str, dict[str, float]]:

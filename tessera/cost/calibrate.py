@@ -121,6 +121,41 @@ class ErrorStats:
         return {"median_ape": round(self.median_ape, 5), "p90_ape": round(self.p90_ape, 5), "points": self.points}
 
 
+@dataclass(frozen=True, kw_only=True)
+class ValidationFold:
+    """One fold: the GPUs fitted on and held out, the held-out errors overall and (the AIC tables' folds)
+    per table, and (nested AIC folds) the constants each table chose, as ``Setting.to_dict`` writes them."""
+
+    fit_on: tuple[str, ...]
+    holdout: tuple[str, ...]
+    overall: ErrorStats
+    ops: dict[str, ErrorStats] | None = None
+    chosen: dict[str, dict[str, float]] | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"fit_on": list(self.fit_on), "holdout": list(self.holdout), "overall": self.overall.to_dict(),
+                **({"ops": {t: e.to_dict() for t, e in self.ops.items()}} if self.ops is not None else {}),
+                **({"chosen": self.chosen} if self.chosen is not None else {})}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationReport:
+    """`tessera cost validate`'s report: every held-out GPU and every GPU fitted on (sorted), the errors
+    pooled over the folds overall and per operator (or AIC table), and each fold's own."""
+
+    holdout: tuple[str, ...]
+    fit_on: tuple[str, ...]
+    overall: ErrorStats
+    ops: dict[str, ErrorStats]
+    folds: tuple[ValidationFold, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """The `--json` report (errors as fractions)."""
+        return {"holdout": list(self.holdout), "fit_on": list(self.fit_on), "overall": self.overall.to_dict(),
+                "ops": {op: e.to_dict() for op, e in self.ops.items()},
+                "folds": [f.to_dict() for f in self.folds]}
+
+
 def _ape(model: CostModel, samples: list[Sample]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = defaultdict(list)
     for s in samples:
@@ -141,7 +176,7 @@ def _names(arg: str | list[str] | None, available: list[str]) -> list[str]:
 
 
 def validate(profiles: dict[str, list[Sample]], *, fit_on: str | list[str] | None = None,
-             holdout: str | list[str] | None = None) -> dict[str, Any]:
+             holdout: str | list[str] | None = None) -> ValidationReport:
     """Fit on some GPUs, predict the others from their datasheets alone; errors per operator.
 
     Neither given: leave-one-GPU-out over every profiled GPU (errors pooled over the folds).
@@ -166,17 +201,14 @@ def validate(profiles: dict[str, list[Sample]], *, fit_on: str | list[str] | Non
         errs = _ape(model, [s for g in h for s in profiles[g]])
         for op, e in errs.items():
             pooled[op].extend(e)
-        fold_out.append({"fit_on": f, "holdout": h,
-                         "overall": ErrorStats.of([x for e in errs.values() for x in e]).to_dict()})
-    ops = {op: ErrorStats.of(pooled[op]).to_dict() for op in OPS if pooled.get(op)}
-    ops.update({op: ErrorStats.of(e).to_dict() for op, e in pooled.items() if op not in ops})
-    return {
-        "holdout": sorted({g for _, h in folds for g in h}),
-        "fit_on": sorted({g for f, _ in folds for g in f}),
-        "overall": ErrorStats.of([x for e in pooled.values() for x in e]).to_dict(),
-        "ops": ops,
-        "folds": fold_out,
-    }
+        fold_out.append(ValidationFold(fit_on=tuple(f), holdout=tuple(h),
+                                       overall=ErrorStats.of([x for e in errs.values() for x in e])))
+    ops = {op: ErrorStats.of(pooled[op]) for op in OPS if pooled.get(op)}
+    ops.update({op: ErrorStats.of(e) for op, e in pooled.items() if op not in ops})
+    return ValidationReport(holdout=tuple(sorted({g for _, h in folds for g in h})),
+                            fit_on=tuple(sorted({g for f, _ in folds for g in f})),
+                            overall=ErrorStats.of([x for e in pooled.values() for x in e]), ops=ops,
+                            folds=tuple(fold_out))
 
 
 def model_to_dict(model: CostModel) -> dict[str, Any]:

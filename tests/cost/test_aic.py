@@ -271,8 +271,10 @@ def test_nested_choice_never_reads_the_held_out_gpu(tmp_path: Path) -> None:
     # the fold holding out H200 chooses its constants from the other GPUs alone: tripling every H200 MoE
     # time changes that fold's errors but not the constants it chose
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
-    base = validate_transfer(_moe_only_copy(tmp_path / "a", "h200_sxm", 1.0), holdout="H200", rows=20, nested=True)
-    slow = validate_transfer(_moe_only_copy(tmp_path / "b", "h200_sxm", 3.0), holdout="H200", rows=20, nested=True)
+    base = validate_transfer(_moe_only_copy(tmp_path / "a", "h200_sxm", 1.0), holdout="H200", rows=20,
+                            nested=True).to_dict()
+    slow = validate_transfer(_moe_only_copy(tmp_path / "b", "h200_sxm", 3.0), holdout="H200", rows=20,
+                            nested=True).to_dict()
     assert base["folds"][0]["chosen"] == slow["folds"][0]["chosen"]
     assert set(Scorer(AicCosts(tmp_path / "a"), "moe", 20).gpus()) == set(base["fit_on"]) | {"H200"}
     # the held-out GPU's predictions do not move, so each predicted / measured ratio is a third of before

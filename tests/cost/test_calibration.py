@@ -85,7 +85,7 @@ def test_vidur_op_mapping() -> None:
 
 @pytest.mark.slow
 def test_leave_one_gpu_out_meets_targets() -> None:
-    report = validate(load_profiles())
+    report = validate(load_profiles()).to_dict()
     assert report["holdout"] == report["fit_on"] == ["A100-80GB-SXM", "H100-SXM"]
     assert report["overall"]["points"] == 2 * 3 * 259 * 10
     for op in GEMM_OPS:
