@@ -80,7 +80,7 @@ def main() -> None:
              f"Each cell in a fresh process; {os.cpu_count()} cores, shared (load beside each row). "
              "Command: `OMP_NUM_THREADS=1 .venv/bin/python bench/bench_plan_speed.py`.", "",
              "| cell | planner wall s | planner CPU s | first run, with capture, wall s | load before → after |",
-             "|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|"]
     lines += [f"| {r['cell']} | {r['planner_wall_s']:.1f} | {r['planner_cpu_s']:.1f} | {r['first_wall_s']:.1f} | "
               f"{r['load_before']:.1f} → {r['load_after']:.1f} |" for r in rows]
     (OUT / "plan_speed.md").write_text("\n".join(lines) + "\n")
