@@ -42,7 +42,8 @@ def result_table(r) -> Table:
         lat = (f"{p.tpot_s * 1e3:.1f}" if p.tpot_s is not None else "") if not r.images else f"{p.ttft_s:.1f}"
         busy = " / ".join(f"{b:.0%}" for c in cells for b in c.device_busy)
         note = s.detail.get("idle") or (s.detail.get("replicas") or s.detail.get("orientation") or "")
-        t.add_row(label(r, name), f"{s.goodput:,.1f}", f"{s.usd_per_hour:.2f}", f"{s.tokens_per_usd:,.0f}",
+        rate = f"{s.goodput:,.1f}" if s.goodput >= 1 else f"{s.goodput:.3g}"  # 0.397 images/s, not 0.4
+        t.add_row(label(r, name), rate, f"{s.usd_per_hour:.2f}", f"{s.tokens_per_usd:,.0f}",
                   f"{p.batch} × {p.microbatches}" + (f", {p.engine.max_num_batched_tokens}"
                                                       if p.engine and not r.images else ""),
                   "/".join(str(x) for x in s.tp),
