@@ -162,7 +162,7 @@ def step_points(p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSp
     out = []
     if shapes.images:  # every group at 1, ½ and all of its images (what the knee samples), labelled with
         # the images the step then holds, n·m: a batch that does not divide by m is interpolated between
-        for n in group_sizes(-(-p.batch // m)):
+        for n in sizes:
             b = n * m
             ev = evaluate_cached(shapes.graph(b, m), p.assignment, units, lk, cost)
             out.append(StepPoint(batch=b, tokens=b, context=0, microbatches=m, device_busy_s=ev.device_busy_s,

@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from statistics import NormalDist
 
 from tessera.contracts.plan import EngineSettings
@@ -472,31 +473,38 @@ class ImageServer:
     engine: EngineSettings
     steps: int
 
-    @property
+    # derived once per replica (cached_property writes the instance's __dict__, which frozen allows):
+    # tau() runs inside every bisection step of the knee
+
+    @cached_property
     def per_image_s(self) -> tuple[float, ...]:
+        """c_r: what one more image in a group adds to each resource's busy seconds."""
         b, one, top = self.engine.group_seqs, self.costs.at(1), self.costs.at(self.engine.group_seqs)
         return tuple((t - o) / (b - 1) if b > 1 else o for o, t in zip(one.busy_s, top.busy_s, strict=True))
 
-    @property
+    @cached_property
+    def fixed_busy_s(self) -> tuple[float, ...]:
+        """a_r: what a busy group costs each resource whatever its images."""
+        return tuple(max(0.0, o - c) for o, c in zip(self.costs.at(1).busy_s, self.per_image_s, strict=True))
+
+    @cached_property
     def fit(self) -> float:
         return self.costs.fit[0][0] if self.costs.fit else 1.0
 
     def tau(self, n_img: float) -> float:
         """Seconds per iteration with ``n_img`` images in the replica."""
         m, b = self.engine.microbatches, self.engine.group_seqs
-        per = self.per_image_s
-        fixed = tuple(max(0.0, o - c) for o, c in zip(self.costs.at(1).busy_s, per, strict=True))
         u = min(1.0, max(n_img, 1.0) / m)
         own = min(float(b), max(1.0, n_img / (m * u)))
-        busy = max(m * u * a + c * n_img for a, c in zip(fixed, per, strict=True))
+        busy = max(m * u * a + c * n_img for a, c in zip(self.fixed_busy_s, self.per_image_s, strict=True))
         return self.fit * max(busy, self.costs.at(own).latency_s)
 
-    @property
+    @cached_property
     def c_s(self) -> float:
         """An image's seconds of the bottleneck per step, as the groups interleave."""
         return self.fit * max(self.per_image_s)
 
-    @property
+    @cached_property
     def fixed_s(self) -> float:
         """The part of an image's latency no load adds to: its steps alone, less its own share."""
         return self.steps * max(0.0, self.tau(1.0) - self.c_s)
@@ -563,9 +571,9 @@ def pooled_image_knee(members: Sequence[tuple[ImageServer, int, float]], *, late
         mean = sum(n * l_i * (srv.fixed_s + (s.hold_s - srv.fixed_s) * shrink) for srv, n, l_i, s in states) / lam
         return ok, lead, mean, ok, 1.0
 
-    def pool_state(lam: float) -> State:
-        return attain(lam)[1] if all(srv.state(lam * w).feasible for srv, _, w in members) else \
-            State(0.0, 1.0, 0.0, Period(0.0, 0.0, 0.0, 0.0), False, "slots")
+    def pool_state(lam: float) -> State:  # capacity needs only whether every replica still copes
+        states = [srv.state(lam * w) for srv, _, w in members]
+        return next((s for s in states if not s.feasible), states[0])
 
     lead_srv = members[0][0]
     cap = capacity(pool_state, lead_srv.steps, lead_srv.costs, EngineSettings(
