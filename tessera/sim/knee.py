@@ -9,7 +9,9 @@ Transient and noise:
 - ``requests`` defaults to 10 × the sequences the pool runs at once (at least 2,000, at most 50,000): the
   judged requests then span several lifetimes of a full batch, and a rate past the cell's capacity, whose
   queue grows for the whole run, is judged past it (TTFT misses once the queue holds a TTFT's worth of
-  requests);
+  requests); where the SLO has more slack than the run has time (a TPOT averaged over thousands of output
+  tokens hides a long wait for a decode slot), a run whose backlog grows over the judged span meets it for none
+  (unstable), so a rate past capacity fails however long the SLO lets a queue grow;
 - attainment at a rate is pooled over ``seeds``; every rate reuses the same seeds, whose Poisson arrivals at
   rate λ are one set of exponential draws divided by λ (common random numbers), so attainment falls with the
   rate as the bisection assumes instead of jumping between rates by chance. Another set of seeds gives
@@ -117,6 +119,29 @@ def concurrency(plan: Plan | PoolPlan, replicas: int = 1) -> int:
     return replicas * sum(n * p.replicas * seqs(p) for p, n in cells)
 
 
+def unstable(arrival_s: np.ndarray, done_s: np.ndarray, skip: int) -> bool:
+    """Whether the run's backlog grew through its judged arrivals beyond what chance moves it. The requests
+    in the system (arrived, not done) as each judged request arrives are averaged over the first and the
+    last quarter of the judged arrivals; the backlog grew when the second mean exceeds the first by more
+    than three standard deviations of a stable count (√ of it, Poisson-like; a mean over a quarter of the
+    run moves less) and by more than GROWTH_SHARE of the judged arrivals. A rate the cell cannot sustain
+    leaves a backlog that grows for the whole run; a finite run that ends before the backlog reaches the
+    SLO's slack (a TPOT averaged over thousands of output tokens hides a long wait for a decode slot)
+    would otherwise pass it. Such a run counts as meeting the SLO for none of its requests: at that rate
+    every request would, in time, wait without bound."""
+    t, done = np.sort(arrival_s), np.sort(done_s)
+    judged = len(t) - skip
+    if judged < 8:
+        return False
+    n = np.arange(1, len(t) + 1) - np.searchsorted(done, t, side="right")  # in the system at each arrival
+    q = judged // 4
+    first, last = n[skip:skip + q].mean(), n[-q:].mean()
+    return bool(last - first > max(3 * np.sqrt(first + 1), GROWTH_SHARE * judged))
+
+
+GROWTH_SHARE = 0.02  # backlog growth, as a share of the judged arrivals, that marks a rate past capacity
+
+
 @dataclass
 class _Search:
     """One knee search: the workload at a rate, and every rate's attainment (pooled over the seeds)."""
@@ -144,7 +169,8 @@ class _Search:
                 assert per is not None
                 ok = meets_slo(self.slo, per.arrival_s, per.first_s, per.done_s, per.output)
                 order = np.argsort(per.arrival_s, kind="stable")[skip:]
-                good += int(ok[order].sum())
+                if not unstable(per.arrival_s, per.done_s, skip):
+                    good += int(ok[order].sum())
                 judged += len(order)
             self.seen[rate] = good / judged
         return self.seen[rate]
