@@ -119,12 +119,14 @@ def concurrency(plan: Plan | PoolPlan, replicas: int = 1) -> int:
     return replicas * sum(n * p.replicas * seqs(p) for p, n in cells)
 
 
-def unstable(arrival_s: np.ndarray, done_s: np.ndarray, skip: int) -> bool:
+def unstable(arrival_s: np.ndarray, done_s: np.ndarray, skip: int, slots: int) -> bool:
     """Whether the run's backlog grew through its judged arrivals beyond what chance moves it. The requests
     in the system (arrived, not done) as each judged request arrives are averaged over the first and the
     last quarter of the judged arrivals; the backlog grew when the second mean exceeds the first by more
     than three standard deviations of a stable count (√ of it, Poisson-like; a mean over a quarter of the
-    run moves less) and by more than GROWTH_SHARE of the judged arrivals. A rate the cell cannot sustain
+    run moves less) and by more than GROWTH_SHARE of the judged arrivals, and exceeds the ``slots`` the
+    pool runs at once (a queue has formed: a count that grows within the slots is the engine settling into
+    a fuller batch, as one whose step cost rises steeply with the batch does). A rate the cell cannot sustain
     leaves a backlog that grows for the whole run; a finite run that ends before the backlog reaches the
     SLO's slack (a TPOT averaged over thousands of output tokens hides a long wait for a decode slot)
     would otherwise pass it. Such a run counts as meeting the SLO for none of its requests: at that rate
@@ -136,7 +138,7 @@ def unstable(arrival_s: np.ndarray, done_s: np.ndarray, skip: int) -> bool:
     n = np.arange(1, len(t) + 1) - np.searchsorted(done, t, side="right")  # in the system at each arrival
     q = judged // 4
     first, last = n[skip:skip + q].mean(), n[-q:].mean()
-    return bool(last - first > max(3 * np.sqrt(first + 1), GROWTH_SHARE * judged))
+    return bool(last > slots and last - first > max(3 * np.sqrt(first + 1), GROWTH_SHARE * judged))
 
 
 GROWTH_SHARE = 0.02  # backlog growth, as a share of the judged arrivals, that marks a rate past capacity
@@ -169,7 +171,7 @@ class _Search:
                 assert per is not None
                 ok = meets_slo(self.slo, per.arrival_s, per.first_s, per.done_s, per.output)
                 order = np.argsort(per.arrival_s, kind="stable")[skip:]
-                if not unstable(per.arrival_s, per.done_s, skip):
+                if not unstable(per.arrival_s, per.done_s, skip, concurrency(self.plan, self.replicas)):
                     good += int(ok[order].sum())
                 judged += len(order)
             self.seen[rate] = good / judged

@@ -212,6 +212,9 @@ def test_chunk_share_and_a_partial_chunks_cost_by_hand() -> None:
     assert rho == pytest.approx(0.2 + 0.8 * (1 - math.exp(-0.3)) / 3)
     assert fill == pytest.approx(1500 * 0.2 / rho)
     assert chunk_share(0.2, 0.3, 3000, 1500.0) == pytest.approx((0.2, 1500.0))  # whole chunks: no waste
+    # four groups in lock step: the first to start takes the 1.2 prompts of a whole period, the others
+    # none: ρ = 0.2 + 0.8·(1 − e^−1.2)·⅓ / 4 = 0.2468 per group
+    assert chunk_share(0.2, 0.3, 1000, 1500.0, 4)[0] == pytest.approx(0.2 + 0.8 * (1 - math.exp(-1.2)) / 12)
     # budget K = 111, b = 11 decodes: at n = 1 the full chunk is 110 tokens at 2 ms each, half a budget
     # (56 tokens) 3 ms each; 28 tokens cost 28·3 ms, 83 tokens half way between 168 and 220 ms
     c = IterCosts(decode=((1, one(0.01)), (11, one(0.02))), chunk_tokens=100, chunk=((1, one(0.002)),),

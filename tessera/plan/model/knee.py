@@ -286,7 +286,9 @@ def steady(costs: IterCosts, e: EngineSettings, prompt: int, output: int, lam: f
         if full >= 1:
             return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(q, n), m, 1.0, costs.fit), False,
                          "prefill budget", fill=q)
-        rho, fill = chunk_share(full, lg * tau, prompt, q)
+        # the groups of a chain start in turn, each taking what arrived in the last τ̄/m; groups that cycle in
+        # lock step (any other placement, costs.fit) start together, the first taking what arrived in τ̄
+        rho, fill = chunk_share(full, lg * tau, prompt, q, 1 if costs.fit is None else m)
         per = period(costs.at(n), costs.chunk_of(fill, n), m, rho, costs.fit)
         own_iters = (1 - rho) * math.ceil(prompt / q) + rho * (1 + prompt / q)
         own = own_iters * per.busy_s + per.mean_s / (2 * m)
@@ -298,7 +300,7 @@ def steady(costs: IterCosts, e: EngineSettings, prompt: int, output: int, lam: f
     return fixed_point(at, b, *hint)
 
 
-def chunk_share(full: float, arrivals: float, prompt: int, room: float) -> tuple[float, float]:
+def chunk_share(full: float, arrivals: float, prompt: int, room: float, lockstep: int = 1) -> tuple[float, float]:
     """(ρ, tokens per chunk iteration): the share of a group's iterations that carry prompt tokens, and
     how many they carry on average, when prompts arrive ``arrivals`` per group iteration (λ/m·τ̄) and a
     share ``full`` = λ/m·P·τ̄/Q of the iterations would carry a chunk were every chunk a full Q = ``room``
@@ -306,9 +308,10 @@ def chunk_share(full: float, arrivals: float, prompt: int, room: float) -> tuple
     alone in ⌈P/Q⌉ iterations of P/⌈P/Q⌉ tokens (unloaded, ρ → arrivals·⌈P/Q⌉), while a backlog fills
     every chunk (ρ → 1 as full → 1). In between, the iterations a full-chunk count leaves idle carry a
     partial chunk when a prompt arrived during the last one (probability 1 − e^{−arrivals}), each wasting
-    ⌈P/Q⌉ − P/Q of an iteration's room."""
+    ⌈P/Q⌉ − P/Q of an iteration's room. ``lockstep`` = m: the m groups start their iterations together,
+    so the first to start takes what arrived in a whole period (m·arrivals) and the others none."""
     waste = math.ceil(prompt / room) - prompt / room
-    rho = full + (1 - full) * -math.expm1(-arrivals) * waste
+    rho = full + (1 - full) * -math.expm1(-arrivals * lockstep) * waste / lockstep
     return rho, room * full / rho if rho > 0 else room
 
 
