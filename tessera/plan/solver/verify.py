@@ -49,16 +49,17 @@ def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: 
     writer: dict[int, int] = {}  # buffer -> last kernel that wrote it
     arrived: dict[tuple[int, int, int], float] = {}  # (writer, buffer, device) -> time the data is there
     sends = 0
+    resident = resident_flags(graph)
     for k in graph.kernels:
         d = assignment[k.id]
         dur = cost.kernel_time_s(k, gpus[d])
         busy[d] += dur
         ready = dev_free[d]
         for b in sorted(set(k.reads) | set(k.writes)):
-            buf = graph.buffers[b]
             w = writer.get(b)
-            if buf.role in RESIDENT_ROLES or w is None:
+            if resident[b] or w is None:
                 continue
+            buf = graph.buffers[b]
             src = assignment[w]
             if src == d:
                 ready = max(ready, finish[w])
@@ -82,6 +83,11 @@ def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: 
     return PlacementEvaluation(device_busy_s=tuple(busy), link_busy_s=links,
                                latency_s=max(finish, default=0.0),
                                memory_bytes=memory_by_device(graph, assignment, n_dev), transfers=sends)
+
+
+def resident_flags(graph: KernelGraph) -> list[bool]:
+    """Per buffer, whether it stays where it lives (weights, KV, state: never sent between kernels)."""
+    return [b.role in RESIDENT_ROLES for b in graph.buffers]
 
 
 @dataclass(frozen=True)
@@ -141,13 +147,20 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
             return next(((mb,) for mb in range(m) if cursor[d][mb] < len(order[d])), ())
         return turns[first]
 
+    def has_inputs(mb: int, k: int, t: float) -> bool:
+        for x in awaits.get(k, ()):
+            if arrived.get((mb, x), math.inf) > t:
+                return False
+        return True
+
     def run(d: int, first: int, t: float) -> None:
         """Device d is free at t: the first candidate micro-batch whose next kernel has its inputs runs it."""
+        od, cd = order[d], cursor[d]
         for mb in candidates(d, first):
-            c = cursor[d][mb]
-            k = order[d][c] if c < len(order[d]) else None
-            if k is not None and all(arrived.get((mb, x), math.inf) <= t for x in awaits.get(k, ())):
-                cursor[d][mb] += 1
+            c = cd[mb]
+            if c < len(od) and has_inputs(mb, od[c], t):
+                k = od[c]
+                cd[mb] += 1
                 idle[d] = False
                 end = t + durs[mb][k]
                 heapq.heappush(events, (end, d, mb))
@@ -259,10 +272,11 @@ def memory_by_device(graph: KernelGraph, assignment: tuple[int, ...] | list[int]
     held: list[set[int]] = [set() for _ in range(n_dev)]
     first: list[dict[int, int]] = [{} for _ in range(n_dev)]
     last: list[dict[int, int]] = [{} for _ in range(n_dev)]
+    resident = resident_flags(graph)
     for k in graph.kernels:
         d = assignment[k.id]
         for b in (*k.reads, *k.writes):
-            if graph.buffers[b].role in RESIDENT_ROLES:
+            if resident[b]:
                 held[d].add(b)
             else:
                 first[d].setdefault(b, k.id)
