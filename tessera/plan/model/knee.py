@@ -656,9 +656,9 @@ def pd_knee(prefill_s: Callable[[float], float], max_prompts: int, decode: IterC
             k = nxt
         return k
 
-    def decode_state(lam: float) -> State:
-        none = decode.at(1).minus(decode.at(1))
+    none = decode.at(1).minus(decode.at(1))  # no chunk: decode runs alone
 
+    def decode_state(lam: float) -> State:
         def at(tau: float) -> State:
             n = lam * max(0, output - 1) * tau
             per = period(decode.at(min(n, decode_seqs)), none, 1, 0.0)
