@@ -143,26 +143,25 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
             heapq.heappush(events, (t0 + s.flight_s, -1, 0))
 
     turns = [(*range(first, m), *range(first)) for first in range(m)]
+    cyclic = policy == "cyclic"
 
     def candidates(d: int, first: int) -> Sequence[int]:
         if policy == "in_order":
             return next(((mb,) for mb in range(m) if cursor[d][mb] < len(order[d])), ())
         return turns[first]
 
-    def has_inputs(mb: int, k: int, t: float) -> bool:
-        got = arrived[mb]
-        for x in awaits.get(k, ()):
-            if got.get(x, math.inf) > t:
-                return False
-        return True
-
     def run(d: int, first: int, t: float) -> None:
         """Device d is free at t: the first candidate micro-batch whose next kernel has its inputs runs it."""
         od, cd = order[d], cursor[d]
-        for mb in candidates(d, first):
+        for mb in (turns[first] if cyclic else candidates(d, first)):
             c = cd[mb]
-            if c < len(od) and has_inputs(mb, od[c], t):
-                k = od[c]
+            if c >= len(od):
+                continue
+            k, got = od[c], arrived[mb]
+            for x in awaits.get(k, ()):
+                if got.get(x, math.inf) > t:
+                    break  # an input is still on its way
+            else:
                 cd[mb] += 1
                 idle[d] = False
                 end = t + durs[mb][k]
