@@ -176,7 +176,8 @@ def step_points(p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSp
                 sh = replace(chunk_shape(n, chunk, t, p.batch, m), context=ctx)
                 g = shapes.at(sh)
                 # a VLM's shape without a chunk has no vision tower, whose kernels come first in the graph
-                ev = evaluate_cached(g, p.assignment[len(p.assignment) - len(g.kernels):], units, lk, cost)
+                ev = evaluate_cached(g, p.assignment[len(p.assignment) - len(g.kernels):], units, lk, cost,
+                                     memory=False)
                 out.append(StepPoint(batch=n, tokens=n + chunk, context=ctx, microbatches=m,
                                      device_busy_s=ev.device_busy_s, link_busy_s=ev.link_tuple(),
                                      latency_s=ev.latency_s, step_s=max(m * ev.bottleneck_s, ev.latency_s)))

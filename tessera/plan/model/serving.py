@@ -164,7 +164,8 @@ def load_at(at: ShapeGraph, shape: IterShape, assignment: tuple[int, ...], units
     """One group iteration's load at ``shape`` on a placement made at another shape of the same model (a
     VLM's shape without a chunk has no vision tower, whose kernels come first in the graph)."""
     g = at(shape)
-    return as_load(evaluate_cached(g, assignment[len(assignment) - len(g.kernels):], units, link, cost))
+    return as_load(evaluate_cached(g, assignment[len(assignment) - len(g.kernels):], units, link, cost,
+                                   memory=False))
 
 
 def is_chain(assignment: tuple[int, ...]) -> bool:
@@ -185,7 +186,7 @@ def interleaving(dec: KernelGraph, chk: KernelGraph, a: tuple[int, ...], m: int,
     groups lock step makes a group without a chunk wait for one with (its factor at k ≥ 1 exceeds 1)."""
     if m == 1 or is_chain(a) or len(dec.kernels) != len(chk.kernels):
         return None
-    d, c = as_load(evaluate_cached(dec, a, units, link, cost)), as_load(evaluate_cached(chk, a, units, link, cost))
+    d, c = (as_load(evaluate_cached(g, a, units, link, cost, memory=False)) for g in (dec, chk))
     delta = c.minus(d)
 
     def closed(k: int, y: int) -> float:  # knee.period's form: any group's chunk sets the latency

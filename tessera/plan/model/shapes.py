@@ -82,24 +82,24 @@ def attention_kernels(k: Kernel, shape: IterShape) -> list[Kernel]:
     out_dim = d.get("latent", hd)
     qk_pv, kv_tensors = 2 * hd + 2 * out_dim, 1 if "latent" in d else 2
     e = _elem_bytes(k.dtype)
-    empty = replace(k, kind=KernelKind.OTHER, flops=0, bytes_read=0, bytes_written=0, dims={})
+    empty = _with(k, kind=KernelKind.OTHER, flops=0, bytes_read=0, bytes_written=0, dims={})
     out = []
     if not shape.decode:
-        out.append(replace(empty, name=k.name + "[no decode]"))
+        out.append(_with(empty, name=k.name + "[no decode]"))
     else:
         n, ctx = shape.decode, max(1, shape.context)
-        out.append(replace(k, kind=KernelKind.ATTENTION_DECODE, flops=n * ctx * heads * qk_pv,
+        out.append(_with(k, kind=KernelKind.ATTENTION_DECODE, flops=n * ctx * heads * qk_pv,
                            bytes_read=(n * heads * hd + n * ctx * kvh * hd * kv_tensors) * e,
                            bytes_written=n * heads * out_dim * e,
                            dims={"batch": n, "heads": heads, "kv_heads": kvh, "q_len": 1, "kv_len": ctx,
                                  "head_dim": hd}))
     if not shape.chunk:
-        out.append(replace(empty, name=k.name + "[no chunk]"))
+        out.append(_with(empty, name=k.name + "[no chunk]"))
     else:
         q, p = min(shape.chunk_len or shape.chunk, shape.chunk), shape.prefix
         n = math.ceil(shape.chunk / q)  # prompts (pieces) in the chunk
         pairs = q * p + q * (q + 1) // 2  # causal: token i of a piece sees the prefix and i piece tokens
-        out.append(replace(k, kind=KernelKind.ATTENTION, name=k.name + "[chunk]", flops=heads * qk_pv * pairs * n,
+        out.append(_with(k, kind=KernelKind.ATTENTION, name=k.name + "[chunk]", flops=heads * qk_pv * pairs * n,
                            bytes_read=n * (q * heads * hd + (p + q) * kvh * hd * kv_tensors) * e,
                            bytes_written=n * q * heads * out_dim * e,
                            dims={"batch": n, "heads": heads, "kv_heads": kvh, "q_len": q, "kv_len": p + q,
@@ -172,6 +172,53 @@ def _scaled_buffer(b: Buffer, s: float, base: KernelGraph, shape: IterShape) -> 
     return _with(b, bytes=max(1, math.ceil(b.bytes * s)))
 
 
+class BufferScaler:
+    """A capture's buffers at any shape, by group: weights as captured, KV by the KV tokens held (images:
+    by images), recurrent state by sequences (images), activations by the token factor s. Each group's
+    rescaled buffers are built once per distinct factor and shared by every graph with that factor (they
+    are frozen): a knee samples many shapes of one token count, and most shapes hold no KV."""
+
+    MAX_FACTORS = 256  # rescaled groups kept per capture; past that, the oldest are dropped
+
+    def __init__(self, base: KernelGraph) -> None:
+        self.base = base
+        kv = [b.id for b in base.buffers if b.role == Role.KV]
+        state = [b.id for b in base.buffers if b.role == Role.STATE]
+        act = [b.id for b in base.buffers if b.role not in (Role.WEIGHT, Role.KV, Role.STATE)]
+        self.groups = (kv, state, act)
+        self.made: dict[tuple, tuple[Buffer, ...]] = {}  # (group, factor) -> its rescaled buffers
+
+    def group(self, g: int, key: tuple, s: float, shape: IterShape) -> tuple[Buffer, ...]:
+        hit = self.made.get((g, key))
+        if hit is None:
+            if len(self.made) >= self.MAX_FACTORS:
+                self.made.pop(next(iter(self.made)))
+            bufs = self.base.buffers
+            hit = self.made[g, key] = tuple(_scaled_buffer(bufs[i], s, self.base, shape) for i in self.groups[g])
+        return hit
+
+    def at(self, s: float, shape: IterShape) -> list[Buffer]:
+        """The buffers of the graph at token factor ``s`` and ``shape`` (what _scaled_buffer gives each)."""
+        count = shape.images or shape.sequences
+        keys = (("kv", shape.kv_tokens) if not shape.images else ("n", count), ("n", count), ("s", s))
+        out = list(self.base.buffers)
+        for g, key in enumerate(keys):
+            for i, b in zip(self.groups[g], self.group(g, key, s, shape), strict=True):
+                out[i] = b
+        return out
+
+
+_scalers: dict[int, BufferScaler] = {}
+
+
+def scaled_buffers(base: KernelGraph, s: float, shape: IterShape) -> list[Buffer]:
+    """``base``'s buffers rescaled to ``shape`` (token factor ``s``), through its BufferScaler."""
+    sc = _scalers.get(id(base))
+    if sc is None or sc.base is not base:
+        sc = _scalers[id(base)] = BufferScaler(base)
+    return sc.at(s, shape)
+
+
 STATE_MIN_BYTES = 4096  # smaller state buffers are counters (a static cache's length), not recurrent state
 
 
@@ -216,7 +263,7 @@ def iteration_graph(base: KernelGraph, shape: IterShape, encoder: KernelGraph | 
         else:
             f = s_seq if k.id in per_seq and not shape.images else s
             kernels.append(_scaled_kernel(k, f, resident_read[k.id], len(kernels)))
-    buffers = [_scaled_buffer(b, s, base, shape) for b in base.buffers]
+    buffers = scaled_buffers(base, s, shape)
     dims = {"batch": shape.images or shape.decode, "chunk": shape.chunk, "context": shape.context,
             "prefix": shape.prefix, "kv_tokens": shape.kv_tokens, "tokens": shape.images or shape.tokens}
     return build_graph(model=base.model, phase="mixed" if not shape.images else base.phase, shape=dims,

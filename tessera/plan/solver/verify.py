@@ -24,7 +24,7 @@ class PlacementEvaluation:
     device_busy_s: tuple[float, ...]  # [D] compute of one step at the graph's shape
     link_busy_s: dict[tuple[int, int], float]  # directed (src, dst) -> seconds, every pair present
     latency_s: float  # list schedule: kernels in program order per device, inputs must have arrived
-    memory_bytes: tuple[dict[str, int], ...]  # [D] by role: weight, kv, state, activation
+    memory_bytes: tuple[dict[str, int], ...]  # [D] by role: weight, kv, state, activation; () if not asked
     transfers: int  # number of (value, destination) sends
 
     @property
@@ -37,8 +37,9 @@ class PlacementEvaluation:
 
 def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: tuple[GpuSpec, ...],
              link: LinkSpec, cost: CostModel,
-             handoffs: tuple[tuple[int, int, int], ...] = ()) -> PlacementEvaluation:
-    """``handoffs``: extra (bytes, src device, dst device) sends of this step (prefill KV to decode)."""
+             handoffs: tuple[tuple[int, int, int], ...] = (), *, memory: bool = True) -> PlacementEvaluation:
+    """``handoffs``: extra (bytes, src device, dst device) sends of this step (prefill KV to decode);
+    ``memory``: False leaves memory_bytes empty (a load sampled for the knee needs only the seconds)."""
     n_dev = len(gpus)
     assert len(assignment) == len(graph.kernels), "assignment length != kernels"
     busy = [0.0] * n_dev
@@ -49,16 +50,17 @@ def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: 
     writer: dict[int, int] = {}  # buffer -> last kernel that wrote it
     arrived: dict[tuple[int, int, int], float] = {}  # (writer, buffer, device) -> time the data is there
     sends = 0
+    resident = resident_flags(graph)
     for k in graph.kernels:
         d = assignment[k.id]
         dur = cost.kernel_time_s(k, gpus[d])
         busy[d] += dur
         ready = dev_free[d]
         for b in sorted(set(k.reads) | set(k.writes)):
-            buf = graph.buffers[b]
             w = writer.get(b)
-            if buf.role in RESIDENT_ROLES or w is None:
+            if resident[b] or w is None:
                 continue
+            buf = graph.buffers[b]
             src = assignment[w]
             if src == d:
                 ready = max(ready, finish[w])
@@ -81,7 +83,13 @@ def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: 
             sends += 1
     return PlacementEvaluation(device_busy_s=tuple(busy), link_busy_s=links,
                                latency_s=max(finish, default=0.0),
-                               memory_bytes=memory_by_device(graph, assignment, n_dev), transfers=sends)
+                               memory_bytes=memory_by_device(graph, assignment, n_dev) if memory else (),
+                               transfers=sends)
+
+
+def resident_flags(graph: KernelGraph) -> list[bool]:
+    """Per buffer, whether it stays where it lives (weights, KV, state: never sent between kernels)."""
+    return [b.role in RESIDENT_ROLES for b in graph.buffers]
 
 
 @dataclass(frozen=True)
@@ -118,7 +126,7 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
     schedule): a device runs micro-batch 0's kernels, then 1's, ..., each waiting for its inputs."""
     if policy not in POLICIES:
         raise ValueError(f"policy {policy!r}: one of {', '.join(POLICIES)}")
-    arrived: dict[tuple[int, Hashable], float] = {}  # (micro-batch, message key) -> seconds
+    arrived: list[dict[Hashable, float]] = [{} for _ in range(m)]  # per micro-batch: message key -> seconds
     link_free: dict[tuple[int, int], float] = {}
     events: list[tuple[float, int, int]] = []  # (time, device whose kernel of micro-batch mb ends or -1, mb)
     cursor = [[0] * m for _ in order]
@@ -131,10 +139,11 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
         for s in msgs:
             t0 = max(t, link_free.get(s.link, 0.0))
             link_free[s.link] = t0 + s.hold_s
-            arrived[mb, s.key] = t0 + s.flight_s
+            arrived[mb][s.key] = t0 + s.flight_s
             heapq.heappush(events, (t0 + s.flight_s, -1, 0))
 
     turns = [(*range(first, m), *range(first)) for first in range(m)]
+    cyclic = policy == "cyclic"
 
     def candidates(d: int, first: int) -> Sequence[int]:
         if policy == "in_order":
@@ -143,11 +152,17 @@ def list_schedule_s(order: Sequence[Sequence[int]], dur: Sequence[float],
 
     def run(d: int, first: int, t: float) -> None:
         """Device d is free at t: the first candidate micro-batch whose next kernel has its inputs runs it."""
-        for mb in candidates(d, first):
-            c = cursor[d][mb]
-            k = order[d][c] if c < len(order[d]) else None
-            if k is not None and all(arrived.get((mb, x), math.inf) <= t for x in awaits.get(k, ())):
-                cursor[d][mb] += 1
+        od, cd = order[d], cursor[d]
+        for mb in (turns[first] if cyclic else candidates(d, first)):
+            c = cd[mb]
+            if c >= len(od):
+                continue
+            k, got = od[c], arrived[mb]
+            for x in awaits.get(k, ()):
+                if got.get(x, math.inf) > t:
+                    break  # an input is still on its way
+            else:
+                cd[mb] += 1
                 idle[d] = False
                 end = t + durs[mb][k]
                 heapq.heappush(events, (end, d, mb))
@@ -234,18 +249,19 @@ _eval_cache: OrderedDict[tuple, tuple[KernelGraph, PlacementEvaluation]] = Order
 
 def evaluate_cached(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: tuple[GpuSpec, ...],
                     link: LinkSpec, cost: CostModel,
-                    handoffs: tuple[tuple[int, int, int], ...] = ()) -> PlacementEvaluation:
+                    handoffs: tuple[tuple[int, int, int], ...] = (), *, memory: bool = True
+                    ) -> PlacementEvaluation:
     """``evaluate`` memoised on (graph, assignment, devices, link, cost, handoffs): the search scores one
     placement of one shape several times (a rule's candidates, the MILP's starts, the chosen point, the
     Plan's step points). Graphs are keyed by identity (the planner caches one graph per shape); the entry
     keeps the graph alive so its id cannot be reused while the entry exists. Callers must not mutate the
-    returned PlacementEvaluation."""
+    returned PlacementEvaluation. An entry made without memory is made again when memory is asked for."""
     key = (id(graph), tuple(assignment), tuple(gpus), link, id(cost), tuple(handoffs))
     hit = _eval_cache.get(key)
-    if hit is not None and hit[0] is graph:
+    if hit is not None and hit[0] is graph and (hit[1].memory_bytes or not memory):
         _eval_cache.move_to_end(key)
         return hit[1]
-    ev = evaluate(graph, assignment, gpus, link, cost, handoffs)
+    ev = evaluate(graph, assignment, gpus, link, cost, handoffs, memory=memory)
     _eval_cache[key] = (graph, ev)
     if len(_eval_cache) > EVAL_CACHE_SIZE:
         _eval_cache.popitem(last=False)
@@ -259,10 +275,11 @@ def memory_by_device(graph: KernelGraph, assignment: tuple[int, ...] | list[int]
     held: list[set[int]] = [set() for _ in range(n_dev)]
     first: list[dict[int, int]] = [{} for _ in range(n_dev)]
     last: list[dict[int, int]] = [{} for _ in range(n_dev)]
+    resident = resident_flags(graph)
     for k in graph.kernels:
         d = assignment[k.id]
         for b in (*k.reads, *k.writes):
-            if graph.buffers[b].role in RESIDENT_ROLES:
+            if resident[b]:
                 held[d].add(b)
             else:
                 first[d].setdefault(b, k.id)
