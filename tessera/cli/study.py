@@ -4,6 +4,7 @@ study); each plans, simulates and writes JSON and markdown that `tessera report`
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -62,12 +63,14 @@ def compare(
                                                  "the best each pair can have"),
     knee: bool = typer.Option(True, "--knee/--no-knee", help="check every strategy's goodput against the "
                                                            "simulator's SLO knee (a few seconds each)"),
+    jobs: int = typer.Option(os.cpu_count() or 1, "--jobs", min=1, help="processes planning models side by "
+                                                                    "side (default: one per CPU core)"),
 ) -> None:
     """Tessera vs every baseline at equal SLO, one model per family on GPU pairs: compare.json and compare.md
     (compare.quick.* with --quick)."""
     cfg = config_of(None, prompt, output, steps, slo_ttft_ms, slo_tpot_ms, slo_image_s, link)
     check_matrix_context(prompt, output)
-    cells, md = run_compare(out_dir=out_dir, cfg=cfg, quick=quick, knee=knee)
+    cells, md = run_compare(out_dir=out_dir, cfg=cfg, quick=quick, knee=knee, jobs=jobs)
     if as_json:
         print(json.dumps({"cells": [c.to_dict() for c in cells]}))
     else:

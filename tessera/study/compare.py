@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -146,28 +149,54 @@ def placement_summary(r) -> dict[str, Any]:
 
 
 def run_compare(*, out_dir: Path, cfg: PlannerConfig, quick: bool = False, knee: bool = True,
-                models: tuple[str, ...] = MODELS) -> tuple[list[CompareRow], str]:
-    pools = QUICK_PAIRS if quick else PAIRS
+                models: tuple[str, ...] = MODELS, pools: tuple[str, ...] | None = None,
+                jobs: int = 1) -> tuple[list[CompareRow], str]:
+    """Every cell of the matrix (``pools``: the pairs, by default the quick or the full set); ``jobs``
+    processes side by side, each planning whole models (a model is captured once per process), in the
+    order given; the rows come back in matrix order."""
+    if jobs < 1:
+        raise UserError(f"--jobs {jobs} must be >= 1 (processes planning models side by side)")
+    pools = pools or (QUICK_PAIRS if quick else PAIRS)
     for p in pools:  # a named link every pair must be able to have: refused before any planning
         cell_link(tuple(resolve_gpu(g) for g in p.split(",")), cfg.link)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "compare.quick" if quick else "compare"  # a quick run never overwrites the full one
-    rows: list[CompareRow] = []
-    cells: list[dict[str, Any]] = []  # the rows as written: what the markdown reads
-    cache: dict[tuple[str, str, int], SameBudget] = {}
-    t0 = time.perf_counter()
-    todo = [(m, p) for m in models for p in pools]
-    for i, (m, p) in enumerate(todo):
-        _progress(f"[{time.perf_counter() - t0:5.0f} s] {i + 1}/{len(todo)} {m} on {p}")
-        rows.append(run_cell(m, p, cfg, cache, knee))
-        cells.append(rows[-1].to_dict())
-        (out_dir / f"{stem}.json").write_text(json.dumps({"cells": cells}, indent=1))  # partial results survive
+    t0, c0 = time.perf_counter(), time.process_time()
+    by_model: dict[str, list[CompareRow]] = {}
+    if jobs == 1:
+        for m in models:
+            by_model[m] = model_rows(m, pools, cfg, knee)
+            partial = [r.to_dict() for mm in models if mm in by_model for r in by_model[mm]]
+            (out_dir / f"{stem}.json").write_text(json.dumps({"cells": partial}, indent=1))  # partial results
+    else:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(models)), mp_context=get_context("spawn")) as ex:
+            futures = {m: ex.submit(model_rows, m, pools, cfg, knee) for m in models}
+            by_model = {m: f.result() for m, f in futures.items()}
+    rows = [r for m in models for r in by_model[m]]
+    cells = [r.to_dict() for r in rows]  # the rows as written: what the markdown reads
     wall = time.perf_counter() - t0
-    md = markdown(cells, cfg, wall)
-    (out_dir / f"{stem}.json").write_text(json.dumps({"cells": cells, "wall_s": wall,
+    cpu = time.process_time() - c0 + children_cpu_s()
+    md = markdown(cells, cfg, wall, cpu, jobs)
+    (out_dir / f"{stem}.json").write_text(json.dumps({"cells": cells, "wall_s": wall, "cpu_s": cpu, "jobs": jobs,
                                                       "load_1min": os.getloadavg()[0]}, indent=1))
     (out_dir / f"{stem}.md").write_text(md)
     return rows, md
+
+
+def model_rows(model: str, pools: tuple[str, ...], cfg: PlannerConfig, knee: bool) -> list[CompareRow]:
+    """One model's cells, in pool order (run in a worker process when --jobs > 1)."""
+    cache: dict[tuple[str, str, int], SameBudget] = {}
+    out = []
+    for p in pools:
+        _progress(f"[{time.strftime('%H:%M:%S')}] {model} on {p}")
+        out.append(run_cell(model, p, cfg, cache, knee))
+    return out
+
+
+def children_cpu_s() -> float:
+    """CPU seconds of this process's finished child processes (the --jobs workers)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def _good(e: dict[str, Any]) -> float:
@@ -201,12 +230,14 @@ def gains(cells: list[dict[str, Any]]) -> list[tuple[float, float, str]]:
     return out
 
 
-def markdown(cells: list[dict[str, Any]], cfg: PlannerConfig, wall: float) -> str:
+def markdown(cells: list[dict[str, Any]], cfg: PlannerConfig, wall: float, cpu: float | None = None,
+             jobs: int = 1) -> str:
     t, slo = cfg.traffic, cfg.slo
     links = "each pair's best link" if cfg.link == AUTO else cfg.link
     lines = [f"# tessera compare: goodput at equal SLO ({links}; prompt {t.prompt}, output {t.output}; "
              f"TTFT ≤ {slo.ttft_s:g} s, TPOT ≤ {slo.tpot_s * 1e3:g} ms; images ≤ {slo.image_s:g} s); "
-             f"{len(cells)} cells in {wall:.0f} s", "",
+             f"{len(cells)} cells in {wall:.0f} s"
+             + (f" ({cpu:.0f} s CPU, {jobs} process{'es' if jobs > 1 else ''})" if cpu is not None else ""), "",
              "Goodput: output tokens/s (flux-dev: images/s) of requests meeting the SLO, each strategy at its own "
              "best batch and micro-batch count. Same-size homogeneous: as many GPUs of one type as the pool, "
              "the best type by tokens per $.", "",

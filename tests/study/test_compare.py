@@ -10,7 +10,7 @@ import pytest
 from tessera.contracts.study import CompareRow
 from tessera.errors import UserError
 from tessera.plan import STRATEGIES, PlannerConfig
-from tessera.study.compare import check_matrix_context, gains, markdown
+from tessera.study.compare import check_matrix_context, gains, markdown, run_compare
 
 
 def _cell(gpus: list[str], usd: float, good: dict[str, float], chosen: str, ref_per_usd: float) -> dict:
@@ -59,3 +59,29 @@ def test_the_matrix_refuses_a_request_too_long_for_llama_3_8b_before_planning() 
     with pytest.raises(UserError, match="exceed llama-3-8b's context window of 8,192 tokens"):
         check_matrix_context(8000, 193)
     check_matrix_context(None, 10**6)  # a trace length: not a fixed number, not checked
+
+
+def test_compare_in_two_processes_equals_one(tmp_path: Path) -> None:
+    # golden equality: the matrix planned by two worker processes (one model each) gives the rows one process
+    # gives, in matrix order, timings aside
+    def view(rows: list[CompareRow]) -> list[dict]:
+        out = []
+        for r in rows:
+            d = r.to_dict()
+            d.pop("wall_s", None)
+            d.pop("solve_s", None)
+            out.append(d)
+        return out
+
+    cfg = PlannerConfig(microbatches=(1, 2), time_limit_s=2.0)
+    models, pools = ("llama-tiny", "mamba2-tiny"), ("H100,L40S", "A100,L40S")
+    one, _ = run_compare(out_dir=tmp_path / "one", cfg=cfg, quick=True, knee=False, models=models, pools=pools,
+                         jobs=1)
+    two, md = run_compare(out_dir=tmp_path / "two", cfg=cfg, quick=True, knee=False, models=models, pools=pools,
+                          jobs=2)
+    assert [(r.model, r.gpus[1]) for r in two] == [(m, "L40S") for m in models for _ in pools]
+    assert view(two) == view(one)
+    written = json.loads((tmp_path / "two" / "compare.quick.json").read_text())
+    assert written["jobs"] == 2 and written["cpu_s"] > 0 and "2 processes" in md
+    with pytest.raises(UserError, match="--jobs 0"):
+        run_compare(out_dir=tmp_path, cfg=cfg, quick=True, models=models, jobs=0)
