@@ -13,7 +13,6 @@ from tessera.plan.model.knee import (
     IterCosts,
     Load,
     Tail,
-    chunk_share,
     erlang_c,
     image_knee,
     md1_wait,
@@ -202,23 +201,3 @@ def test_pooled_image_knee_by_hand() -> None:
     assert k.rate_per_s >= 2 * single.rate_per_s
     alone = pooled_image_knee([(srv, 1, 1.0)], latency_slo_s=4.0)
     assert alone.rate_per_s == pytest.approx(single.rate_per_s, rel=1e-4)
-
-
-def test_chunk_share_and_a_partial_chunks_cost_by_hand() -> None:
-    # P = 1,000 tokens, room Q = 1,500, 0.3 prompts per iteration: full chunks would fill 0.2 of the
-    # iterations; a prompt alone wastes 1 − 2/3 of its iteration, so ρ = 0.2 + 0.8·(1 − e^−0.3)·⅓
-    # = 0.269115, carrying 1,500·0.2 / 0.269115 = 1,114.8 tokens each
-    rho, fill = chunk_share(0.2, 0.3, 1000, 1500.0)
-    assert rho == pytest.approx(0.2 + 0.8 * (1 - math.exp(-0.3)) / 3)
-    assert fill == pytest.approx(1500 * 0.2 / rho)
-    assert chunk_share(0.2, 0.3, 3000, 1500.0) == pytest.approx((0.2, 1500.0))  # whole chunks: no waste
-    # four groups in lock step: the first to start takes the 1.2 prompts of a whole period, the others
-    # none: ρ = 0.2 + 0.8·(1 − e^−1.2)·⅓ / 4 = 0.2468 per group
-    assert chunk_share(0.2, 0.3, 1000, 1500.0, 4)[0] == pytest.approx(0.2 + 0.8 * (1 - math.exp(-1.2)) / 12)
-    # budget K = 111, b = 11 decodes: at n = 1 the full chunk is 110 tokens at 2 ms each, half a budget
-    # (56 tokens) 3 ms each; 28 tokens cost 28·3 ms, 83 tokens half way between 168 and 220 ms
-    c = IterCosts(decode=((1, one(0.01)), (11, one(0.02))), chunk_tokens=100, chunk=((1, one(0.002)),),
-                  half_tokens=56, half=((1, one(0.003)),))
-    assert c.chunk_of(28, 1).latency_s == pytest.approx(0.084)
-    assert c.chunk_of(83, 1).latency_s == pytest.approx(0.194)
-    assert c.chunk_of(110, 1).busy_s == pytest.approx((0.22,))

@@ -30,7 +30,6 @@ from tessera.plan.model.serving import (
     batch_ceiling,
     chunk_shape,
     group_sizes,
-    half,
     image_shape,
     search,
     steady_shape,
@@ -159,7 +158,7 @@ def step_points(p: Point, shapes: Shapes, units: tuple[GpuSpec, ...], lk: LinkSp
     queued. Image models: whole steps with every micro-batch at 1, ½ and all of its images."""
     m = p.microbatches
     sizes = group_sizes(-(-p.batch // m))
-    chunks = sorted({0, half(p.budget), *(max(0, p.budget - n) for n in sizes)})
+    chunks = sorted({0, -(-p.budget // 2), *(max(0, p.budget - n) for n in sizes)})
     out = []
     if shapes.images:  # every group at 1, ½ and all of its images (what the knee samples), labelled with
         # the images the step then holds, n·m: a batch that does not divide by m is interpolated between

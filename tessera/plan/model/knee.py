@@ -7,11 +7,10 @@ micro-batch's iteration (``IterCosts``) and the engine settings (sequences B, mi
 budget K per micro-batch iteration). The model, per micro-batch (group) at rate λ_g = λ/m:
 
   steady state   n = λ_g·(O − 1)·τ̄ decodes per iteration (Little's law over a request's O − 1 decode
-                 iterations), prompt tokens c̄ = λ_g·P·τ̄ per iteration; an iteration carries what is
-                 queued, up to Q = K − n prompt tokens, or none: a full chunk while a backlog lasts, a
-                 partial one when a prompt is prefilled alone (⌈P/Q⌉ iterations of P/⌈P/Q⌉ tokens), so
-                 a share ρ ≥ c̄ / Q of the iterations carry c̄ / ρ tokens each (chunk_share; ρ < 1:
-                 prefill capacity is fractional, not tied to the batch), each costed at its own size;
+                 iterations), prompt tokens c̄ = λ_g·P·τ̄ per iteration; an iteration either carries a
+                 full chunk of Q = K − n prompt tokens (the prefill queue is busy) or none, so a share
+                 ρ = c̄ / Q of the iterations carry one (ρ < 1: prefill capacity is fractional, not tied
+                 to the batch);
   period         one iteration of a group lasts max(Σ_groups busy on the bottleneck, its own latency):
                  max_r(m·T0_r + X·Δ_r, L0 + Y·ΔL), r every device and link, X the groups carrying a
                  chunk (the own one, Y ~ Bernoulli(ρ), plus Binomial(m − 1, ρ) others), T0/L0 the busy
@@ -60,9 +59,6 @@ class Load:
     def minus(self, other: Load) -> Load:
         return self.plus(other, -1.0)
 
-    def times(self, w: float) -> Load:
-        return Load(busy_s=tuple(w * a for a in self.busy_s), latency_s=w * self.latency_s)
-
 
 @dataclass(frozen=True, kw_only=True)
 class IterCosts:
@@ -70,39 +66,25 @@ class IterCosts:
 
     ``decode``: (n, load) with no prompt chunk, n decode sequences, sorted by n (interpolated linearly,
     held below the first and extrapolated above the last); ``chunk``: (n, what one prompt token adds to
-    an iteration of n decodes), sorted by n, interpolated the same way in n (a chunk costs more beside few
-    decodes, whose GEMMs it turns from memory- to compute-bound, than beside many; each sample is measured
-    at the full chunk its n leaves, K − n, where a busy prefill queue's iterations run);
-    ``chunk_tokens``: the budget's chunk room at the group's full batch, K − ⌈B/m⌉ (0: no chunk sampled);
-    ``half``: the same per-token samples at a chunk of ``half_tokens`` (⌈K/2⌉), where an iteration that
-    prefills one short prompt alone runs: a chunk's cost is not proportional to its tokens (a GEMM's
-    tiles and waves, an MoE layer's experts each seeing fewer tokens), so chunk_of(q, n) runs through
-    (0, 0), (½K, the half sample) and (K − n, the full one), as the plan's step table the simulator reads
-    does; ``fit``: see period()."""
+    an iteration of n decodes), sorted by n, interpolated the same way in n and scaled by the chunk's
+    tokens (a chunk costs more beside few decodes, whose GEMMs it turns from memory- to compute-bound,
+    than beside many; each sample is measured at the full chunk its n leaves, K − n, where the knee's
+    busy iterations run); ``chunk_tokens``: the budget's chunk room at the group's full batch, K − ⌈B/m⌉
+    (0: no chunk sampled); ``fit``: see period()."""
 
     decode: tuple[tuple[int, Load], ...]
     chunk_tokens: int = 0
     chunk: tuple[tuple[int, Load], ...] = ()
-    half_tokens: int = 0
-    half: tuple[tuple[int, Load], ...] = ()
     fit: Fit | None = None  # period() scaling by the number of groups carrying a chunk (None: a chain)
 
     def at(self, n: float) -> Load:
         return interpolated(self.decode, n)
 
     def chunk_of(self, q: float, n: float) -> Load:
-        """What a chunk of q prompt tokens adds to an iteration of n decodes."""
         if not self.chunk or not self.chunk_tokens:
             raise ValueError("these costs sample no prompt chunk")
-        full = interpolated(self.chunk, n)
-        room = self.chunk_tokens + self.decode[-1][0] - n  # K − n: the full chunk's tokens at n
-        if not self.half or room <= self.half_tokens or q >= room:
-            return full.times(q)  # q tokens at the full chunk's cost per token
-        h = interpolated(self.half, n)
-        if q <= self.half_tokens:
-            return h.times(q)
-        at_half, at_full = h.times(self.half_tokens), full.times(room)
-        return at_half.plus(at_full.minus(at_half), (q - self.half_tokens) / (room - self.half_tokens))
+        c = interpolated(self.chunk, n)
+        return Load(busy_s=tuple(b * q for b in c.busy_s), latency_s=c.latency_s * q)
 
 
 def interpolated(pts: tuple[tuple[int, Load], ...], n: float) -> Load:
@@ -270,7 +252,6 @@ class State:
     why: str  # when not feasible: "slots" or "prefill budget"
     own_s: float = 0.0  # a request's own prefill: its chunks' iterations and half a group's turn to join
     hold_s: float = 0.0  # seconds a request holds its slot: own_s + (O − 1)·τ̄
-    fill: float = 0.0  # prompt tokens an iteration carrying a chunk carries on average (≤ q)
 
 
 def steady(costs: IterCosts, e: EngineSettings, prompt: int, output: int, lam: float,
@@ -285,41 +266,23 @@ def steady(costs: IterCosts, e: EngineSettings, prompt: int, output: int, lam: f
         q = k - n
         if n > b:
             return State(n, 1.0, q, period(costs.at(b), costs.chunk_of(max(q, 0), b), m, 1.0, costs.fit), False,
-                         "slots", fill=max(q, 0))
+                         "slots")
         if q <= 0:
             return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(0, n), m, 1.0, costs.fit), False,
                          "prefill budget")
-        full = lg * prompt * tau / q  # the share of iterations if every chunk were a full one
-        if full >= 1:
+        rho = lg * prompt * tau / q
+        if rho >= 1:
             return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(q, n), m, 1.0, costs.fit), False,
-                         "prefill budget", fill=q)
-        # the groups of a chain start in turn, each taking what arrived in the last τ̄/m; groups that cycle in
-        # lock step (any other placement, costs.fit) start together, the first taking what arrived in τ̄
-        rho, fill = chunk_share(full, lg * tau, prompt, q, 1 if costs.fit is None else m)
-        per = period(costs.at(n), costs.chunk_of(fill, n), m, rho, costs.fit)
+                         "prefill budget")
+        per = period(costs.at(n), costs.chunk_of(q, n), m, rho, costs.fit)
         own_iters = (1 - rho) * math.ceil(prompt / q) + rho * (1 + prompt / q)
         own = own_iters * per.busy_s + per.mean_s / (2 * m)
         hold = own + max(0, output - 1) * per.mean_s
         if lam * hold >= e.max_num_seqs:  # every slot taken: the engine's sequences bound the rate
-            return State(n, rho, q, per, False, "slots", own, hold, fill)
-        return State(n, rho, q, per, True, "", own, hold, fill)
+            return State(n, rho, q, per, False, "slots", own, hold)
+        return State(n, rho, q, per, True, "", own, hold)
 
     return fixed_point(at, b, *hint)
-
-
-def chunk_share(full: float, arrivals: float, prompt: int, room: float, lockstep: int = 1) -> tuple[float, float]:
-    """(ρ, tokens per chunk iteration): the share of a group's iterations that carry prompt tokens, and
-    how many they carry on average, when prompts arrive ``arrivals`` per group iteration (λ/m·τ̄) and a
-    share ``full`` = λ/m·P·τ̄/Q of the iterations would carry a chunk were every chunk a full Q = ``room``
-    tokens. The engine takes what is queued, up to Q: a prompt that finds the queue empty is prefilled
-    alone in ⌈P/Q⌉ iterations of P/⌈P/Q⌉ tokens (unloaded, ρ → arrivals·⌈P/Q⌉), while a backlog fills
-    every chunk (ρ → 1 as full → 1). In between, the iterations a full-chunk count leaves idle carry a
-    partial chunk when a prompt arrived during the last one (probability 1 − e^{−arrivals}), each wasting
-    ⌈P/Q⌉ − P/Q of an iteration's room. ``lockstep`` = m: the m groups start their iterations together,
-    so the first to start takes what arrived in a whole period (m·arrivals) and the others none."""
-    waste = math.ceil(prompt / room) - prompt / room
-    rho = full + (1 - full) * -math.expm1(-arrivals * lockstep) * waste / lockstep
-    return rho, room * full / rho if rho > 0 else room
 
 
 def fixed_point(at: Callable[[float], State], b: float, below: float = 0.0,
@@ -420,7 +383,7 @@ def tpot_sd(costs: IterCosts, e: EngineSettings, s: State, prompt: int, output: 
     by one minus that gain."""
     if output <= 1 or lam <= 0:
         return 0.0
-    m, q, n, tau = e.microbatches, max(s.fill, 1.0), s.n, s.per.mean_s
+    m, q, n, tau = e.microbatches, max(s.q, 1.0), s.n, s.per.mean_s
     base, chunk = costs.at(n), costs.chunk_of(q, n)
     h = min(0.01, s.rho, 1 - s.rho) or 0.005
     lo, hi = max(0.0, s.rho - h), min(1.0, s.rho + h)
@@ -730,7 +693,6 @@ def pd_knee(prefill_s: Callable[[float], float], max_prompts: int, decode: IterC
     return knee_of(attain, lo, target)
 
 
-__all__: Sequence[str] = ("SLO_TARGET", "EngineSettings", "Fit", "ImageServer", "IterCosts", "Knee", "Load",
-                          "chunk_share", "erlang_c",
+__all__: Sequence[str] = ("SLO_TARGET", "EngineSettings", "Fit", "ImageServer", "IterCosts", "Knee", "Load", "erlang_c",
                           "image_knee", "pooled_image_knee",
                           "md1_wait", "mmc_wait", "pd_knee", "period", "sum_above", "token_knee")

@@ -224,31 +224,23 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
     fit = interleaving(at(chunk_shape(b, 0, traffic, 0, m)), at(chunk_shape(b, ref, traffic, 0, m)), a, m,
                        units, link, cost) if ks else None
     chunks: dict[int, tuple[tuple[int, Load], ...]] = {}  # budget -> (decodes, what its chunk adds)
-    halves: dict[int, tuple[tuple[int, Load], ...]] = {}  # budget -> (decodes, what half a budget adds)
 
     def load(n: int, c: int) -> Load:
         return load_at(at, chunk_shape(n, c, traffic, 0, m), a, units, link, cost)
 
     def knee(k: int) -> Knee:
-        costs = IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k], half_tokens=half(k), half=halves[k],
-                          fit=fit)
-        return token_knee(costs, EngineSettings(max_num_seqs=batch, max_num_batched_tokens=k, microbatches=m),
-                          prompt=traffic.prompt, output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s,
-                          tpot_s=slo.tpot_s, target=slo.target)
+        costs = IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k], fit=fit)
+        return token_knee(costs, EngineSettings(max_num_seqs=batch, max_num_batched_tokens=k, microbatches=m), prompt=traffic.prompt,
+                          output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
+                          target=slo.target)
 
-    def per_token(n: int, d: Load, q: int) -> Load:  # what a chunk of q tokens beside n decodes adds, per token
+    def per_token(n: int, d: Load, k: int) -> Load:  # what a full chunk beside n decodes adds, per token
+        q = k - n
         c = load(n, q).minus(d)
         return Load(busy_s=tuple(x / q for x in c.busy_s), latency_s=c.latency_s / q)
 
-    def sample(k: int, n: int, d: Load) -> None:  # a full chunk K − n and (where it is smaller) half a budget
-        chunks[k] = tuple(sorted((*chunks.get(k, ()), (n, per_token(n, d, k - n))), key=lambda x: x[0]))
-        if k - n > half(k):
-            halves[k] = tuple(sorted((*halves.get(k, ()), (n, per_token(n, d, half(k)))), key=lambda x: x[0]))
-        halves.setdefault(k, ())
-
     for k in ks:  # a chunk costs more beside few decodes (it turns their GEMMs compute-bound): sampled at each n
-        for n, d in decode:
-            sample(k, n, d)
+        chunks[k] = tuple((n, per_token(n, d, k)) for n, d in decode)
         out.append((k, knee(k)))
         if len(out) >= 3 and out[-1][1].rate_per_s < out[-2][1].rate_per_s < out[-3][1].rate_per_s:
             break  # past the best budget: larger chunks only stall the decodes more
@@ -256,13 +248,12 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
         k, kn = max(out, key=lambda x: x[1].rate_per_s)
         n = round(kn.decode_seqs)
         if n > 1 and all(abs(n - x) > 0.05 * b for x, _ in decode):
-            here = load(n, 0)
+            here, token = load(n, 0), per_token(n, load(n, 0), k)
             drift = max(off(IterCosts(decode=decode).at(n), here),
-                        off(IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k]).chunk_of(1, n),
-                            per_token(n, here, k - n)))
+                        off(IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k]).chunk_of(1, n), token))
             if drift > INTERPOLATION_TOLERANCE:
                 decode = tuple(sorted((*decode, (n, here)), key=lambda x: x[0]))
-                sample(k, n, here)
+                chunks[k] = tuple(sorted((*chunks[k], (n, token)), key=lambda x: x[0]))
                 out = [(kk, knee(kk) if kk == k else v) for kk, v in out]
     return out
 
@@ -274,11 +265,6 @@ def off(got: Load, want: Load) -> float:
 
 
 INTERPOLATION_TOLERANCE = 0.02  # an interpolated decode cost this far from the evaluated one is resampled
-
-
-def half(k: int) -> int:
-    """Half a token budget, ⌈K/2⌉: the chunk size the knee and the plan's step table sample besides K − n."""
-    return -(-k // 2)
 
 
 def image_server(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units, link, cost: KernelCosts,
