@@ -39,7 +39,7 @@ def check(model: str, pool: str, prompt: int, output: int) -> dict:
             "feasible": t.feasible, "reason": t.reason, "goodput_tok_s": t.goodput,
             "batch": t.point.batch if t.point else None, "microbatches": t.point.microbatches if t.point else None,
             "budget": t.point.budget if t.point else None, "ttft_s": t.point.ttft_s if t.point else None,
-            "knee_tok_s": k and k.get("knee_per_s"), "ratio": k and k.get("ratio"),
+            "knee_tok_s": k.knee_per_s if k else None, "ratio": k.ratio if k else None,
             "wall_s": time.perf_counter() - t0, "load_before": load0, "load_after": os.getloadavg()[0]}
 
 
