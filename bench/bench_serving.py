@@ -20,6 +20,7 @@ import os
 import time
 from pathlib import Path
 
+from tessera.contracts.study import KneeCheck
 from tessera.errors import UserError
 from tessera.plan import (
     PlannerConfig,
@@ -82,7 +83,8 @@ def cell(model: str, gpus: str) -> dict:
     for name, s in r.strategies.items():
         ent = {"goodput_tokens_per_s": s.goodput, "usd_per_hour": s.usd_per_hour, "reason": s.reason}
         if s.feasible:
-            ent["knee"] = knee_check(s.deployment, s.goodput)
+            k = knee_check(s.deployment, s.goodput)
+            ent["knee"] = k.to_dict() if k is not None else None
         if s.feasible and s.plan is not None and s.pool is None:
             cap = s.plan.throughput_tokens_per_s or s.goodput  # capacity: the saturation prediction
             ent["capacity_tokens_per_s"] = cap
@@ -128,7 +130,7 @@ def markdown(cells: list[dict], wall: float, fit_s: float | None = None) -> str:
                          + f" | {s.get('capacity_tokens_per_s', 0):,.0f} | {shape} | "
                          + (f"{b['vs_predicted']:.3f} |" if b else " |"))
             first = False
-    checks = [s.get("knee") for c in cells for s in c["strategies"].values()]
+    checks = [KneeCheck.from_dict(s["knee"]) for c in cells for s in c["strategies"].values() if s.get("knee")]
     lines += ["", summary_line(agreement_summary(checks)),
               f"Worst deviation at 120% of capacity from the predicted capacity: {worst120:.1%} (single-cell plans)."]
     return "\n".join(lines + [""] + summary(cells)) + "\n"
