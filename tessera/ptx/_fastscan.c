@@ -204,8 +204,10 @@ static int settle_entry(Scanner *sc, Py_ssize_t k, PyObject *u, str_t s, Py_ssiz
     Py_ssize_t p = sp0 < 0 ? n : sp0 + 1; /* post = s[p:n] */
     int sep = sp0 >= 0;
     if (kind >= K_IGNORE) {
+        /* a prefix ending in ";" is a whole line fast.py learnt ("\tret;"): this line is that statement
+         * and another ("\tret; st.global.f32 [%rd4], %f2;"), which the reference reader must read */
         if (kind == K_IGNORE)
-            return sep ? one_stmt(s + p, n - p) : s[n - 1] == ';';
+            return sep ? sp0 > 0 && s[sp0 - 1] != ';' && one_stmt(s + p, n - p) : s[n - 1] == ';';
         if (kind == K_SKIPDIR)
             return memchr(s, ';', (size_t)n) == NULL;
         if (kind == K_REG)

@@ -217,3 +217,13 @@ def test_mutated_shapes_identical(data: st.DataObject) -> None:
 @given(mutated())
 def test_mutated_ptx_identical(text: str) -> None:
     _same(text)
+
+
+@needs_fast
+def test_line_after_a_whole_line_prefix_identical() -> None:
+    # "\tret;" is learnt as a whole line; a line that starts with it and holds a second statement used to
+    # be settled by that entry as an ignored one, losing the store (k_param_0 came out "untouched")
+    text = (HEAD + ".visible .entry k(.param .u64 k_param_0)\n{\n\t.reg .b64 %rd<4>;\n"
+            + "\tld.param.u64 \t%rd1, [k_param_0];\n\tret;\n\tret; st.global.u32 \t[%rd1], %r1;\n}\n")
+    got = _same(text)
+    assert [p["access"] for p in got["k"]["params"]] == ["written"]  # type: ignore[index]
