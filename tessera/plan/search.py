@@ -17,11 +17,9 @@ under the serving model (serving.py), scored the same way. The steps, in order:
 
 from __future__ import annotations
 
-import gc
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -47,34 +45,10 @@ from tessera.plan.solver.problem import default_cost
 # ---- entry point -----------------------------------------------------------------------------------------------
 
 
-@contextmanager
-def rare_collections() -> Iterator[None]:
-    """The cyclic garbage collector run rarely while a cell is planned, its thresholds restored after: the
-    search makes ~10⁶ small objects (graphs of every shape, loads, states) that live until it ends and hold
-    no cycles, and the collector's passes over them, which free nothing, took ~7% of a llama-3-8b cell."""
-    old = gc.get_threshold()
-    gc.set_threshold(*GC_THRESHOLDS)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-
-
-GC_THRESHOLDS = (20_000, 50, 1_000)  # allocations before a young pass, then passes before an older one
-
-
 def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = None, *,
                  cost: KernelCosts | None = None, source=None,
                  progress: Callable[[str], None] | None = None) -> ServingResult:
     """``progress``, when given, is called with the name of each step as it starts (tessera.progress.Steps)."""
-    with rare_collections():
-        return search_cell(model, gpus, cfg, cost=cost, source=source, progress=progress)
-
-
-def search_cell(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = None, *,
-                cost: KernelCosts | None = None, source=None,
-                progress: Callable[[str], None] | None = None) -> ServingResult:
-    """plan_serving's body (module doc), under its garbage-collector settings."""
     cfg = cfg or PlannerConfig()
     names = [n for n in (gpus.split(",") if isinstance(gpus, str) else gpus) if n.strip()]
     if not names:
