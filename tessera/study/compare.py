@@ -161,7 +161,7 @@ def run_compare(*, out_dir: Path, cfg: PlannerConfig, quick: bool = False, knee:
         cell_link(tuple(resolve_gpu(g) for g in p.split(",")), cfg.link)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = "compare.quick" if quick else "compare"  # a quick run never overwrites the full one
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = time.perf_counter(), time.process_time() + children_cpu_s()
     by_model: dict[str, list[CompareRow]] = {}
     if jobs == 1:
         for m in models:
@@ -194,7 +194,8 @@ def model_rows(model: str, pools: tuple[str, ...], cfg: PlannerConfig, knee: boo
 
 
 def children_cpu_s() -> float:
-    """CPU seconds of this process's finished child processes (the --jobs workers)."""
+    """CPU seconds of this process's finished child processes so far (cumulative: the --jobs workers are
+    counted by the difference over a run)."""
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
 
