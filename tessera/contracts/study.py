@@ -289,7 +289,7 @@ class Stats:
     n: int
 
     def to_dict(self) -> Json:
-        return {"best": self.best, "median": self.median, "worst": self.worst, "n": self.n}
+        return dict(self.__dict__)
 
     @classmethod
     def from_dict(cls, d: Json) -> Stats:
@@ -402,7 +402,7 @@ class LinkPoint:
     goodput_per_s: float
 
     def to_dict(self) -> Json:
-        return {"gain": self.gain, "chosen": self.chosen, "goodput_per_s": self.goodput_per_s}
+        return dict(self.__dict__)
 
     @classmethod
     def from_dict(cls, d: Json) -> LinkPoint:
