@@ -61,6 +61,26 @@ def test_cached_evaluation_equals_the_verifier() -> None:
         assert evaluate_cached(g, a, POOL.gpus, POOL.link, COST) is first  # the second call is the memo
 
 
+def test_cached_evaluation_is_never_another_cost_models() -> None:
+    """Cost models made and dropped one after another (CPython reuses a freed object's address, so their
+    ids repeat): each evaluation is that cost model's, by hand: kernel times scale with the factor, so the
+    chain on one device is busy 9·f seconds (2 + 3 + 4 on the H100)."""
+    from tessera.plan.solver.verify import evaluate_cached
+
+    from .helpers import POOL, TIMES, TableCost, chain3
+
+    g = chain3()
+    ids = set()
+    for f in range(1, 40):
+        cost = TableCost(table={(k, gpu): t[i] * f for k, t in TIMES.items()
+                                for i, gpu in enumerate((POOL.gpus[0].name, POOL.gpus[1].name))})
+        ids.add(id(cost))
+        ev = evaluate_cached(g, (0, 0, 0), POOL.gpus, POOL.link, cost)
+        assert ev.device_busy_s[0] == 9.0 * f
+        del cost
+    assert len(ids) == 39  # every cost model outlived its turn (held by the cache), so no id came back
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tpot_s", [3e-4, 1e-9])
 def test_floor_skips_points_without_changing_the_search(tpot_s: float) -> None:

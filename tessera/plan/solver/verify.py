@@ -244,7 +244,9 @@ def _step_messages(graph: KernelGraph, dev: list[int]
 
 
 EVAL_CACHE_SIZE = 4096  # evaluations kept; a Mixtral cell's search needs ~150 distinct ones
-_eval_cache: OrderedDict[tuple, tuple[KernelGraph, PlacementEvaluation]] = OrderedDict()
+# key -> (graph, cost, evaluation): the key holds their ids, the entry keeps both alive and is checked
+# against them, so an id reused by a later object can never return another object's evaluation
+_eval_cache: OrderedDict[tuple, tuple[KernelGraph, CostModel, PlacementEvaluation]] = OrderedDict()
 
 
 def evaluate_cached(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: tuple[GpuSpec, ...],
@@ -253,16 +255,16 @@ def evaluate_cached(graph: KernelGraph, assignment: tuple[int, ...] | list[int],
                     ) -> PlacementEvaluation:
     """``evaluate`` memoised on (graph, assignment, devices, link, cost, handoffs): the search scores one
     placement of one shape several times (a rule's candidates, the MILP's starts, the chosen point, the
-    Plan's step points). Graphs are keyed by identity (the planner caches one graph per shape); the entry
-    keeps the graph alive so its id cannot be reused while the entry exists. Callers must not mutate the
+    Plan's step points). Graphs and costs are keyed by identity (the planner caches one graph per shape);
+    the entry keeps both alive so their ids cannot be reused while it exists. Callers must not mutate the
     returned PlacementEvaluation. An entry made without memory is made again when memory is asked for."""
     key = (id(graph), tuple(assignment), tuple(gpus), link, id(cost), tuple(handoffs))
     hit = _eval_cache.get(key)
-    if hit is not None and hit[0] is graph and (hit[1].memory_bytes or not memory):
+    if hit is not None and hit[0] is graph and hit[1] is cost and (hit[2].memory_bytes or not memory):
         _eval_cache.move_to_end(key)
-        return hit[1]
+        return hit[2]
     ev = evaluate(graph, assignment, gpus, link, cost, handoffs, memory=memory)
-    _eval_cache[key] = (graph, ev)
+    _eval_cache[key] = (graph, cost, ev)
     if len(_eval_cache) > EVAL_CACHE_SIZE:
         _eval_cache.popitem(last=False)
     return ev
@@ -355,20 +357,20 @@ def async_period_s(graph: KernelGraph, assignment: tuple[int, ...] | list[int], 
     return tuple((y - x) / (b - a) for x, y in zip(lo, hi, strict=True))
 
 
-_async_cache: OrderedDict[tuple, tuple[KernelGraph, tuple[float, ...]]] = OrderedDict()
+_async_cache: OrderedDict[tuple, tuple[tuple, tuple[float, ...]]] = OrderedDict()  # key -> (keyed objects, period)
 
 
 def async_period_cached(graph: KernelGraph, assignment: tuple[int, ...], gpus: tuple[GpuSpec, ...],
                         link: LinkSpec, cost: CostModel, microbatches: int, other: KernelGraph | None = None,
                         others: int = 0) -> tuple[float, ...]:
     """``async_period_s`` (cyclic policy) memoised like evaluate_cached: the search scores a placement of
-    one shape several times."""
+    one shape several times; the entry keeps the objects keyed by id alive and is checked against them."""
     key = (id(graph), tuple(assignment), tuple(gpus), link, id(cost), microbatches, id(other), others)
     hit = _async_cache.get(key)
-    if hit is not None and hit[0] is graph:
+    if hit is not None and all(a is b for a, b in zip(hit[0], (graph, cost, other), strict=True)):
         return hit[1]
     p = async_period_s(graph, assignment, gpus, link, cost, microbatches, other=other, others=others)
-    _async_cache[key] = (graph, p)
+    _async_cache[key] = ((graph, cost, other), p)
     if len(_async_cache) > EVAL_CACHE_SIZE:
         _async_cache.popitem(last=False)
     return p
