@@ -13,6 +13,7 @@ from tessera.plan.model.knee import (
     IterCosts,
     Load,
     Tail,
+    chunk_size,
     erlang_c,
     image_knee,
     md1_wait,
@@ -201,3 +202,27 @@ def test_pooled_image_knee_by_hand() -> None:
     assert k.rate_per_s >= 2 * single.rate_per_s
     alone = pooled_image_knee([(srv, 1, 1.0)], latency_slo_s=4.0)
     assert alone.rate_per_s == pytest.approx(single.rate_per_s, rel=1e-4)
+
+
+def test_chunk_size_by_hand() -> None:
+    """A prompt as long as the room fills its chunk; a shorter one carries the prompts that arrived during
+    one iteration, at least one: E[N | N ≥ 1] = x / (1 − e^{−x}) of a Poisson count of mean x."""
+    assert chunk_size(2.0, 0.5, 4096, 2000.0) == 2000.0
+    assert chunk_size(1e-12, 0.5, 500, 2000.0) == 500.0  # nearly idle: alone
+    assert math.isclose(chunk_size(2.0, 0.5, 500, 2000.0), 500 / (1 - math.exp(-1.0)))  # x = 1: 1.582 prompts
+    assert chunk_size(100.0, 0.5, 500, 2000.0) == 2000.0  # 50 arrive per iteration: the room is full
+
+
+def test_short_chunk_priced_with_a_fixed_part_per_chunk() -> None:
+    """A device whose chunk of s tokens beside the group's decodes adds F + δ·s seconds (a fixed part per
+    chunk, F = 40 ms, δ = 0.1 ms per token), sampled per token at the room (Q = 2,000) and at one prompt
+    (500): chunk_of prices every size in between at F + δ·s, full chunks as before, and a second resource
+    without a fixed part (2 µs per token) at its own rate."""
+    f, d, q, s0 = 0.040, 1e-4, 2000, 500
+    per = lambda s: Load(busy_s=((f + d * s) / s, 2e-6), latency_s=(f + d * s) / s)  # noqa: E731
+    costs = IterCosts(decode=((64, Load(busy_s=(0.02, 0.0), latency_s=0.02)),), chunk_tokens=q, chunk=((64, per(q)),), small=(s0, per(s0)))
+    for size in (500, 800, 1250, 2000):
+        c = costs.chunk_of(size, 64, size)
+        assert math.isclose(c.busy_s[0], f + d * size) and math.isclose(c.latency_s, f + d * size)
+        assert math.isclose(c.busy_s[1], 2e-6 * size)
+    assert costs.chunk_of(q, 64) == costs.chunk_of(q, 64, q)  # full chunks: the room's per-token cost

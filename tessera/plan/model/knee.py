@@ -10,7 +10,9 @@ budget K per micro-batch iteration). The model, per micro-batch (group) at rate 
                  iterations), prompt tokens c̄ = λ_g·P·τ̄ per iteration; an iteration either carries a
                  full chunk of Q = K − n prompt tokens (the prefill queue is busy) or none, so a share
                  ρ = c̄ / Q of the iterations carry one (ρ < 1: prefill capacity is fractional, not tied
-                 to the batch);
+                 to the batch); a chunk's tokens are priced at the size chunks really carry (a prompt
+                 shorter than Q shares its chunk only with the prompts that arrived during the iteration
+                 before: chunk_size), a short chunk costing more per token (IterCosts.size_factor);
   period         one iteration of a group lasts max(Σ_groups busy on the bottleneck, its own latency):
                  max_r(m·T0_r + X·Δ_r, L0 + Y·ΔL), r every device and link, X the groups carrying a
                  chunk (the own one, Y ~ Bernoulli(ρ), plus Binomial(m − 1, ρ) others), T0/L0 the busy
@@ -20,7 +22,8 @@ budget K per micro-batch iteration). The model, per micro-batch (group) at rate 
   TPOT           a request's mean over its O − 1 iterations: normal, mean τ̄, its variance from the prompts
                  arriving while it decodes (compound Poisson: each adds P/Q chunk iterations) and the
                  decodes running beside it rising and falling with the same arrivals (tpot_sd);
-  TTFT           the prefill queue's wait (M/D/1 over the pooled chunk capacity m·Q per full iteration,
+  TTFT           the prefill queue's wait (M/D/1, each prompt holding the server for its share of an
+                 iteration carrying chunks of that size, prefill_service_s;
                  tail by the Cramér–Lundberg approximation), plus the wait for a slot when all B are
                  taken (M/M/c, Erlang C, held TTFT + (O − 1)·τ̄), plus half a group's turn to join,
                  plus its own prefill: ⌈P/Q⌉ busy iterations when it starts an iteration's chunk,
@@ -70,21 +73,50 @@ class IterCosts:
     tokens (a chunk costs more beside few decodes, whose GEMMs it turns from memory- to compute-bound,
     than beside many; each sample is measured at the full chunk its n leaves, K − n, where the knee's
     busy iterations run); ``chunk_tokens``: the budget's chunk room at the group's full batch, K − ⌈B/m⌉
-    (0: no chunk sampled); ``fit``: see period()."""
+    (0: no chunk sampled); ``small``: (s, what one prompt token adds to the group's full batch of decodes
+    in a chunk of s < chunk_tokens tokens), or None: a chunk that carries fewer tokens than the budget's
+    room (one short prompt alone) costs more per token, by a fixed part per chunk a + β/s fitted through
+    the two sizes, per resource (size_factor); ``fit``: see period()."""
 
     decode: tuple[tuple[int, Load], ...]
     chunk_tokens: int = 0
     chunk: tuple[tuple[int, Load], ...] = ()
+    small: tuple[int, Load] | None = None
     fit: Fit | None = None  # period() scaling by the number of groups carrying a chunk (None: a chain)
 
     def at(self, n: float) -> Load:
         return interpolated(self.decode, n)
 
-    def chunk_of(self, q: float, n: float) -> Load:
+    def chunk_of(self, q: float, n: float, size: float | None = None) -> Load:
+        """What a chunk of ``q`` tokens adds beside n decodes, priced per token as chunks of ``size``
+        tokens are (None: full chunks of the budget's room)."""
         if not self.chunk or not self.chunk_tokens:
             raise ValueError("these costs sample no prompt chunk")
         c = interpolated(self.chunk, n)
-        return Load(busy_s=tuple(b * q for b in c.busy_s), latency_s=c.latency_s * q)
+        if size is None or self.small is None or size >= self.chunk_tokens:
+            return Load(busy_s=tuple(b * q for b in c.busy_s), latency_s=c.latency_s * q)
+        f = self.size_factor(size)
+        return Load(busy_s=tuple(b * q * x for b, x in zip(c.busy_s, f[0], strict=True)),
+                    latency_s=c.latency_s * q * f[1])
+
+    def size_factor(self, size: float) -> tuple[tuple[float, ...], float]:
+        """Per resource (busy, then latency): a chunk of ``size`` tokens' cost per token over a full one's,
+        a + β/s through 1 at the budget's room and the ``small`` sample's ratio at its size, held beyond
+        both (a ratio below 1, a chunk that is cheaper per token when smaller, is kept as measured)."""
+        s0, q = self.small[0], self.chunk_tokens
+        s = min(max(size, s0), q)
+        w = (1 / s - 1 / q) / (1 / s0 - 1 / q)  # 0 at the room, 1 at the small sample
+        busy = tuple(1 + w * (r - 1) for r in self._small_ratio[0])
+        return busy, 1 + w * (self._small_ratio[1] - 1)
+
+    @cached_property
+    def _small_ratio(self) -> tuple[tuple[float, ...], float]:
+        """Per resource, the small chunk's cost per token over the full chunk's, both beside the group's
+        full batch (the last decode sample); 1 where a full chunk adds nothing."""
+        full, small = self.chunk[-1][1], self.small[1]
+        ratio = lambda a, b: a / b if b > 0 else 1.0  # noqa: E731
+        return (tuple(ratio(a, b) for a, b in zip(small.busy_s, full.busy_s, strict=True)),
+                ratio(small.latency_s, full.latency_s))
 
 
 def interpolated(pts: tuple[tuple[int, Load], ...], n: float) -> Load:
@@ -154,7 +186,7 @@ def md1_wait(lam: float, service_s: float) -> Tail:
     rho = lam * service_s
     if rho <= 0:
         return NO_WAIT
-    if rho >= 1:
+    if rho >= 1 - 1e-9:  # saturated (within rounding of it: θ → 0 and C → 1)
         return Tail(1.0, 0.0)
     f = lambda x: rho * math.expm1(x) - x  # noqa: E731  x = θS; f < 0 on (0, root), convex
     lo, hi = 0.0, 1.0
@@ -252,6 +284,7 @@ class State:
     why: str  # when not feasible: "slots" or "prefill budget"
     own_s: float = 0.0  # a request's own prefill: its chunks' iterations and half a group's turn to join
     hold_s: float = 0.0  # seconds a request holds its slot: own_s + (O − 1)·τ̄
+    size: float | None = None  # tokens a chunk carries (chunk_size); None: full chunks of the room Q
 
 
 def steady(costs: IterCosts, e: EngineSettings, prompt: int, output: int, lam: float,
@@ -274,13 +307,14 @@ def steady(costs: IterCosts, e: EngineSettings, prompt: int, output: int, lam: f
         if rho >= 1:
             return State(n, 1.0, q, period(costs.at(n), costs.chunk_of(q, n), m, 1.0, costs.fit), False,
                          "prefill budget")
-        per = period(costs.at(n), costs.chunk_of(q, n), m, rho, costs.fit)
+        size = chunk_size(lg, tau, prompt, q)
+        per = period(costs.at(n), costs.chunk_of(q, n, size), m, rho, costs.fit)
         own_iters = (1 - rho) * math.ceil(prompt / q) + rho * (1 + prompt / q)
         own = own_iters * per.busy_s + per.mean_s / (2 * m)
         hold = own + max(0, output - 1) * per.mean_s
         if lam * hold >= e.max_num_seqs:  # every slot taken: the engine's sequences bound the rate
-            return State(n, rho, q, per, False, "slots", own, hold)
-        return State(n, rho, q, per, True, "", own, hold)
+            return State(n, rho, q, per, False, "slots", own, hold, size)
+        return State(n, rho, q, per, True, "", own, hold, size)
 
     return fixed_point(at, b, *hint)
 
@@ -358,10 +392,33 @@ FIXED_POINT_STEPS = 60  # regula falsi steps; the bracket closes to 1e-9 in far 
 BREAK_STEPS = 20  # bisection steps for where the state breaks: 1e-6 of the bracket
 
 
-def ttft_above(s: State, e: EngineSettings, prompt: int, output: int, lam: float, t: float) -> tuple[float, float]:
-    """(P(TTFT > t), mean TTFT) at steady state ``s``."""
+def chunk_size(lam_g: float, tau: float, prompt: int, room: float) -> float:
+    """Tokens a prompt chunk carries at steady state: a prompt longer than the budget's room fills it; a
+    shorter one shares its chunk with the prompts that arrived during the iteration before (Poisson at
+    λ_g over τ̄, given at least one: E[N | N ≥ 1] = x / (1 − e^{−x}), x = λ_g·τ̄), at most the room."""
+    if prompt >= room:
+        return room
+    x = lam_g * tau
+    return min(room, prompt * (x / -math.expm1(-x) if x > 1e-9 else 1.0))
+
+
+def prefill_service_s(costs: IterCosts, e: EngineSettings, s: State, prompt: int) -> float:
+    """Seconds of the pooled prefill server per prompt (the M/D/1 of TTFT). Every group's iteration carries
+    a chunk of ``s.size`` tokens (size/P prompts) while the queue is busy; it holds the server for that
+    iteration's period, shared by the m groups' prompts. With full chunks that is m·Q tokens per full
+    iteration; with fewer, the decodes' part of the iteration is shared by fewer prompts."""
     m, q = e.microbatches, max(s.q, 1.0)
-    pf = md1_wait(lam, prompt * s.per.full_s / (m * q))  # pooled chunk capacity: m·Q per full iteration
+    size = s.size if s.size is not None else q
+    tau = period(costs.at(s.n), costs.chunk_of(size, s.n, size), m, 1.0, costs.fit).full_s
+    return prompt * tau / (m * size)
+
+
+def ttft_above(s: State, e: EngineSettings, prompt: int, output: int, lam: float, t: float,
+               service_s: float | None = None) -> tuple[float, float]:
+    """(P(TTFT > t), mean TTFT) at steady state ``s``; ``service_s``: the prefill server's seconds per
+    prompt (prefill_service_s; default: full chunks, m·Q tokens per full iteration)."""
+    m, q = e.microbatches, max(s.q, 1.0)
+    pf = md1_wait(lam, service_s if service_s is not None else prompt * s.per.full_s / (m * q))
     slot = mmc_wait(lam, e.max_num_seqs, s.hold_s)
     return sum_above(pf, slot, t - s.own_s), s.own_s + _mean(pf) + _mean(slot)
 
@@ -384,7 +441,7 @@ def tpot_sd(costs: IterCosts, e: EngineSettings, s: State, prompt: int, output: 
     if output <= 1 or lam <= 0:
         return 0.0
     m, q, n, tau = e.microbatches, max(s.q, 1.0), s.n, s.per.mean_s
-    base, chunk = costs.at(n), costs.chunk_of(q, n)
+    base, chunk = costs.at(n), costs.chunk_of(q, n, s.size)
     h = min(0.01, s.rho, 1 - s.rho) or 0.005
     lo, hi = max(0.0, s.rho - h), min(1.0, s.rho + h)
     fit = costs.fit
@@ -424,7 +481,8 @@ def token_knee(costs: IterCosts, e: EngineSettings, *, prompt: int, output: int,
         s = state(lam)
         if not s.feasible:  # beyond capacity the queue grows without bound
             return 0.0, s, math.inf, 0.0, 0.0
-        miss_ttft, mean_ttft = ttft_above(s, e, prompt, output, lam, ttft_s)
+        miss_ttft, mean_ttft = ttft_above(s, e, prompt, output, lam, ttft_s,
+                                          prefill_service_s(costs, e, s, prompt) if costs.small else None)
         ok_tpot = tpot_below(s, tpot_sd(costs, e, s, prompt, output, lam), tpot_s)
         return (1 - miss_ttft) * ok_tpot, s, mean_ttft, 1 - miss_ttft, ok_tpot
 

@@ -228,19 +228,24 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
     def load(n: int, c: int) -> Load:
         return load_at(at, chunk_shape(n, c, traffic, 0, m), a, units, link, cost)
 
+    smalls: dict[int, tuple[int, Load] | None] = {}  # budget -> a short prompt's chunk alone, per token
+
     def knee(k: int) -> Knee:
-        costs = IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k], fit=fit)
+        costs = IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k], small=smalls[k], fit=fit)
         return token_knee(costs, EngineSettings(max_num_seqs=batch, max_num_batched_tokens=k, microbatches=m), prompt=traffic.prompt,
                           output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
                           target=slo.target)
 
-    def per_token(n: int, d: Load, k: int) -> Load:  # what a full chunk beside n decodes adds, per token
-        q = k - n
+    def per_token(n: int, d: Load, k: int, q: int | None = None) -> Load:  # what a chunk of q (full: K − n)
+        q = q or k - n                                                     # tokens beside n decodes adds, per token
         c = load(n, q).minus(d)
         return Load(busy_s=tuple(x / q for x in c.busy_s), latency_s=c.latency_s / q)
 
     for k in ks:  # a chunk costs more beside few decodes (it turns their GEMMs compute-bound): sampled at each n
         chunks[k] = tuple((n, per_token(n, d, k)) for n, d in decode)
+        # one prompt shorter than the room, alone in its chunk beside the group's full batch
+        smalls[k] = (traffic.prompt, per_token(b, decode[-1][1], k, traffic.prompt)) \
+            if traffic.prompt < k - b else None
         out.append((k, knee(k)))
         if len(out) >= 3 and out[-1][1].rate_per_s < out[-2][1].rate_per_s < out[-3][1].rate_per_s:
             break  # past the best budget: larger chunks only stall the decodes more
