@@ -18,6 +18,7 @@ import html
 import statistics
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 from tessera.contracts.study import (
     EvalCell,
@@ -36,6 +37,7 @@ from tessera.contracts.study import (
     TesseraAnswer,
 )
 from tessera.report import agreement as check
+from tessera.report.data import placement_map_path
 
 BASE_LINK = "auto"  # each pool at the best link it can have (tessera.hardware.links)
 BASELINES = ("homogeneous", "prefill_decode", "attention_ffn", "layer_pipeline")
@@ -354,7 +356,8 @@ def cell_table(cells: list[EvalCell]) -> list[str]:
     return lines
 
 
-def markdown(data: EvalStudy) -> str:
+def markdown(data: EvalStudy, stem: str = "eval") -> str:
+    """The study as markdown; ``stem``: the files' stem (eval, eval.quick), which names its placement maps."""
     cells, s = list(data.cells), data.summary
     g = s.gains
     state = "complete" if data.complete else f"PARTIAL: {len(cells)} of {data.planned_cells} cells"
@@ -425,8 +428,8 @@ def markdown(data: EvalStudy) -> str:
                   + check.summary_line(a.answers) + f" Worst: {a.worst_cell} ({_ratio(a.worst_ratio)}); "
                   f"{a.from_pair} replicated pairs carry their pair cell's check; not simulated: "
                   f"{a.not_simulated} cells (no plan serves)."]
-    lines += ["", "## Best and worst cells (placement maps: "
-              "eval.best_placement.png, eval.worst_placement.png)", ""]
+    maps = ", ".join(placement_map_path(Path("."), stem, e.label).name for e in s.extremes)
+    lines += ["", f"## Best and worst cells (placement maps: {maps or 'none'})", ""]
     for e in s.extremes:
         lines.append(f"- **{e.label}**: {e.cell}, {_x(e.gain)} the best baseline, Tessera chose {e.chosen}")
         for dev, v in e.placement.items():

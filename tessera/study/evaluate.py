@@ -372,7 +372,7 @@ def run_evaluate(*, out_dir: Path, quick: bool = False, fresh: bool = False, sim
                                            image_tokens=s.image_tokens, source=s.source)
                              for n, s in all_shapes.items()})
     (out_dir / f"{stem}.json").write_text(json.dumps(data.to_dict(), indent=1))
-    (out_dir / f"{stem}.md").write_text(markdown(data))
+    (out_dir / f"{stem}.md").write_text(markdown(data, stem))
     return data
 
 
@@ -391,8 +391,9 @@ def evaluate_study(*, out_dir: Path, quick: bool = False, fresh: bool = False, s
     """``run_evaluate``, then the placement maps of its best and worst cells beside the files."""
     data = run_evaluate(out_dir=out_dir, quick=quick, fresh=fresh, simulate_plans=simulate_plans, limit=limit,
                         shard=shard)
-    maps = placement_maps(data, out_dir, "eval.quick" if quick else "eval")
-    return Evaluation(summary=data.summary, markdown=markdown(data), maps=tuple(maps))
+    stem = "eval.quick" if quick else "eval"
+    maps = placement_maps(data, out_dir, stem)
+    return Evaluation(summary=data.summary, markdown=markdown(data, stem), maps=tuple(maps))
 
 
 def placement_maps(data: EvalStudy, fig_dir: Path, stem: str = "eval") -> list[tuple[str, Path]]:

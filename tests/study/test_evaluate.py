@@ -215,3 +215,10 @@ def test_evaluate_study_shows_what_it_wrote(tmp_path) -> None:
     assert e.summary.to_dict() == json.loads((tmp_path / "eval.quick.json").read_text())["summary"]
     assert "PARTIAL: 0 of 8 cells" in e.markdown  # the quick matrix is 8 cells (evaluate --help)
     assert e.maps == ()  # no cell, no best or worst placement to draw
+
+
+def test_markdown_names_only_the_placement_maps_drawn() -> None:
+    """No cell here has a single-cell placement, so no map is drawn and the heading names none (it used
+    to name eval.best_placement.png and eval.worst_placement.png whatever was drawn, quick runs included)."""
+    md = es.markdown(_study([PAIR]), "eval.quick")
+    assert "## Best and worst cells (placement maps: none)" in md and "eval.worst_placement" not in md
