@@ -757,64 +757,46 @@ DEFINITIONS = [
 ]
 
 ANALYSIS = [
-    "## Analysis (written for the run on code 206cf3b; re-read it against the tables when the code moves)",
+    "## Analysis (written for the run at code 8092f01; re-read it against the tables when the code moves)",
     "",
-    "Since then (the tables above are the current run): Llama-3.1-70B is +1 % against the peer. The memory "
-    "rule the 70B paragraph below explains has changed: an engine may fill 90 % of each GPU's memory (vLLM's "
-    "default), so Tessera takes 16 places where it took 48. "
-    "Llama-3.1-8B is still −2 %; DeepSeek-V3 is +10 % in the peer's own layout and +45 % in Tessera's choice "
-    "(experts split by expert), for the reasons the DeepSeek paragraph gives, with other figures.",
-    "",
-    "Against the peer's best row: Llama-3.1-8B −2 % (within 15 %), Llama-3.1-70B +156 %, DeepSeek-V3 +63 %. "
-    "Each row's gap splits into the batch (memory) rule, the SLO rule and the step costs, read off the "
-    "columns with B capped at the peer's and the peer's schedule run on Tessera's steps.",
+    "Against the peer's best row: Llama-3.1-8B −2 % and Llama-3.1-70B +1 % (both within 15 %), DeepSeek-V3 "
+    "+48 % (outside). Each row's gap splits into the step costs (the peer's schedule run on Tessera's "
+    "steps), the batch rule (B capped at the peer's) and the SLO rule (capacity against goodput).",
     "",
     "- **Llama-3.1-8B, −2 %.** At the peer's point Tessera's steps are 5–9 % slower (decode 22.0 against "
-    "20.9 ms, mixed 63.7 against 59.5: the fused norm / SiLU-mul kernels, as in `cost_peer.md`), −6 % "
-    "through the peer's schedule; with B ≤ 256 its capacity is −5 % and goodput −6 % (the SLO rule costs 0.5 "
-    "% at 256 places). Tessera then takes 384 places, which the peer refuses (78.6 GiB against its 72.1 GiB "
-    "budget), and gains back 4 %.",
-    "- **Llama-3.1-70B, +156 %: the memory rule.** At the peer's batch of 12 the cost models agree (steps +1 "
-    "to +6 %, −5 % through the peer's schedule; Tessera's capacity with B ≤ 12 equals the peer's 185 within "
-    "0.1 %). The peer stops at 12 because its KV budget per GPU is 0.92 × 0.98 × 80 GiB = 72.1 GiB less 65.7 "
-    "GiB of weights, a 3.5 GiB runtime reserve, 0.3 GiB of NCCL buffers and 0.1 GiB of activations: 2.5 GiB, "
-    "and it reserves ISL + OSL = 1,280 tokens (200 MiB per GPU) per sequence. Tessera fills 79.8 of the "
-    "catalog's 80 GB (decimal; the H100 has 80 GiB) per GPU at 48 places, with 9.2 GB of KV counted at a "
-    "sequence's mean length plus a spread term, no utilisation cap and no reserve. At 48 the peer predicts "
-    "477 tok/s/GPU (Tessera's goodput 472) but refuses the batch. With the peer's 2.5 GiB pool Tessera's own "
-    "mean-length count would admit about 13 sequences, so B = 12 on its grid, where its goodput is −28 %: "
-    "the SLO rule, since 12 places held ~8.8 s each make Poisson arrivals wait for a place and TTFT binds at "
-    "the 90 % target, while the peer's closed loop keeps all 12 busy with no one waiting.",
-    "- **DeepSeek-V3, +63 %: cheap mixed steps, a knee that under-reads, and a different layout.** Tessera "
-    "chooses attention DP 8 with the experts split by expert (938 tok/s/GPU, B 1,024, n 713 decodes an "
-    "iteration); in the peer's own layout (attention DP 8, experts TP 8) it gives 854, +48 %, and with B ≤ "
-    "448 (the peer's 56 × 8) 579, +1 %. At the peer's point the decode-only step is 60.4 ms against 47.4 but "
-    "the mixed step 179.9 against 266.2 and one prompt per rank 167.7 against 254.0; through the peer's "
-    "schedule +11 %, mean TPOT 86.6 against 95.3 ms, so Tessera's TPOT reaches the SLO at a larger batch "
-    "(the peer's 64 per rank: 103.6 ms). Two cost terms explain the steps. (1) The fused fp8 MoE of a mixed "
-    "step (8 × 1,079 tokens) is 29.4 ms against the peer's measured 162.1 ms plus 43.0 ms of dispatch: the "
-    "measured tables take bf16 kernels only, so every fp8 GEMM and MoE of DeepSeek-V3 is priced by the "
-    "roofline. (2) The MoE router GEMM is fp32 (Hugging Face's gate casts to fp32), also off the tables, and "
-    "the roofline's tile waves without split-K price it as one output tile on one SM over k = 7,168 at the "
-    "FP32 peak: 0.08 ms a call at ≤ 16 rows per GPU, 0.31 ms at 33–64, 0.61 ms above (35.5 ms of a 58-layer "
-    "step; 17.8 ms at 56 decodes per GPU), where the peer's router is 0.7–1.4 ms for all layers. The "
-    "router's jump at 64 rows also bends the decode cost between the knee's samples: at n = 713 (90 per GPU) "
-    "the knee interpolates 72.4 ms between its samples at 512 and 1,024 where Tessera's own cost is 84.9 "
-    "(−15 %), lifting the free figures; the capped ones sit near a sample. Layout: Tessera ranks expert "
-    "parallelism 10 % above MoE TP (938 against 854); the peer ranks it 40 % below (348 against 575; its "
-    "`cli estimate` at that row says 404), its measured EP MoE in the mixed step being 218.8 ms against "
-    "162.1.",
-    "- **DeepSeek-V3 tensor-parallel over 8 (peer row tp), −0 % free, −53 % with B ≤ 256.** The free figure "
-    "is errors cancelling: the decode-only step at 256 sequences is 93.1 ms against 46.2 (the router 35.5 "
-    "ms; collectives 11.9 against 3.2 ms: each ~66 µs all-reduce pays 2(k − 1) = 14 × 3.29 µs of ring "
-    "latency against the peer's ~26 µs, and a MoE layer pays two, on the router and on the row-parallel "
-    "shared-expert down_proj, where vLLM reduces once), while at B 1,024 the knee interpolates the decode "
-    "step at n = 238 from samples at 1 and 512, across the router's jumps.",
+    "20.9 ms, mixed 63.7 against 59.5, one prompt 24.0 against 22.1), −6 % through the peer's schedule; with "
+    "B ≤ 256 its goodput is −5 % and its capacity −4 %. Tessera then takes 384 places, which the peer "
+    "refuses (78.6 GiB per GPU against its 0.92 × 0.98 × 80 GiB = 72.1 GiB budget), and gains back 3 %.",
+    "- **Llama-3.1-70B, +1 %.** At the peer's batch of 12 the cost models agree (steps +1 to +6 %, −5 % "
+    "through the peer's schedule). Tessera takes 16 places, one grid step above the peer's 12 (at 16 the "
+    "peer counts 72.8 GiB, over its 72.1 GiB budget). With B ≤ 12 Tessera's capacity equals the peer's "
+    "(185) and its goodput is 134, −27 %: that is the SLO rule, not the costs. Twelve places each held for "
+    "about 9 s make Poisson arrivals wait for a place, and TTFT binds at the 90 % target. The peer's closed "
+    "loop keeps all 12 busy and lets no one wait.",
+    "- **DeepSeek-V3, +48 %: the layout.** In the peer's own layout (attention DP 8, experts TP 8) the cost "
+    "models agree at the peer's point: Tessera's steps through the peer's schedule give 573 against 575 "
+    "(decode 43.7 against 47.4 ms, mixed 280.3 against 266.2). Tessera's own search in that layout gives "
+    "643 (+12 %) at B 768 with a 4,096-token budget, where 465 decodes run per iteration (the peer's "
+    "448) at a mean TPOT of 90.8 ms; with B ≤ 448 it gives 603 (+5 %). Within 15 % in that layout. Tessera's "
+    "choice splits the experts by expert (EP 8): 849. The two models rank that layout oppositely: the peer "
+    "puts it 40 % below its best (348 against 575; its `cli estimate` at that row says 404), Tessera 32 % "
+    "above its TP-expert figure (849 against 643). The whole difference is the expert kernels: at the peer's "
+    "dp-ep point Tessera's steps through the peer's schedule give +18 %, its mixed step being 231.3 ms "
+    "against 321.2, of which the experts and their all-to-all take 111.4 + 28.3 ms against the peer's "
+    "measured 218.8 + 42.2. Tessera prices an EP rank's experts from the measured fp8 MoE table at that "
+    "rank's share (32 of 256 experts, an eighth of the token-expert pairs) under uniform, balanced routing; "
+    "the peer measures the EP "
+    "kernel itself. No GPU measurement here says which is right, so Tessera's +48 % rests on an unvalidated "
+    "EP cost and should be read as +12 %.",
+    "- **DeepSeek-V3 tensor-parallel over 8 (peer row tp), −2 % free, −8 % with B ≤ 256.** At the peer's "
+    "point the decode-only step is 52.1 ms against 46.2: the MoE router GEMM is fp32 (the Hugging Face gate "
+    "casts to fp32), priced by the roofline at 5.2 ms a decode step and 25.1 ms a mixed one where the "
+    "peer's router is 1.4 ms, and the collectives take 8.1 ms against 3.2.",
     "",
     "Like for like: the peer's goodput is a closed-loop mean (every place busy, mean TTFT and TPOT within "
     "the SLO, no arrival queue), Tessera's a 90 % attainment under Poisson arrivals. At the same places "
     "Tessera's capacity is the comparable figure and its goodput the stricter one (70B at 12 places: goodput "
-    "133, capacity 184.5, the peer 185; 8B at 256: capacity −5 %, the cost gap). The per-request token count "
+    "134, capacity 185, the peer 185; 8B at 256: capacity −4 %, the cost gap). The per-request token count "
     "differs by one (OSL − 1 against OSL, 0.4 %).",
 ]
 
