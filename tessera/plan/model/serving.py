@@ -236,8 +236,9 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
                           output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
                           target=slo.target)
 
-    def per_token(n: int, d: Load, k: int, q: int | None = None) -> Load:  # what a chunk of q (full: K − n)
-        q = q or k - n                                                     # tokens beside n decodes adds, per token
+    def per_token(n: int, d: Load, k: int, q: int | None = None) -> Load:
+        """What a chunk of q tokens (None: the full K − n) beside n decodes adds, per token."""
+        q = q or k - n
         c = load(n, q).minus(d)
         return Load(busy_s=tuple(x / q for x in c.busy_s), latency_s=c.latency_s / q)
 
