@@ -18,6 +18,7 @@ Image models (denoise): B images in flight, an iteration one denoising step of a
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -228,25 +229,23 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
     def load(n: int, c: int) -> Load:
         return load_at(at, chunk_shape(n, c, traffic, 0, m), a, units, link, cost)
 
-    smalls: dict[int, tuple[int, Load] | None] = {}  # budget -> a short prompt's chunk alone, per token
-
-    def knee(k: int) -> Knee:
-        costs = IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k], small=smalls[k], fit=fit)
-        return token_knee(costs, EngineSettings(max_num_seqs=batch, max_num_batched_tokens=k, microbatches=m), prompt=traffic.prompt,
-                          output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s, tpot_s=slo.tpot_s,
-                          target=slo.target)
-
-    def per_token(n: int, d: Load, k: int, q: int | None = None) -> Load:
-        """What a chunk of q tokens (None: the full K − n) beside n decodes adds, per token."""
-        q = q or k - n
+    def per_token(n: int, d: Load, q: int) -> Load:  # what a chunk of q tokens beside n decodes adds, per token
         c = load(n, q).minus(d)
         return Load(busy_s=tuple(x / q for x in c.busy_s), latency_s=c.latency_s / q)
 
+    @functools.cache
+    def alone() -> tuple[int, Load]:  # one prompt alone in its chunk beside the group's full batch: sampled
+        return traffic.prompt, per_token(b, decode[-1][1], traffic.prompt)  # once, for every budget it fits
+
+    def knee(k: int) -> Knee:
+        costs = IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k],
+                          small=alone() if traffic.prompt < k - b else None, fit=fit)
+        return token_knee(costs, EngineSettings(max_num_seqs=batch, max_num_batched_tokens=k, microbatches=m),
+                          prompt=traffic.prompt, output=traffic.output, ttft_s=slo.ttft_s - extra_latency_s,
+                          tpot_s=slo.tpot_s, target=slo.target)
+
     for k in ks:  # a chunk costs more beside few decodes (it turns their GEMMs compute-bound): sampled at each n
-        chunks[k] = tuple((n, per_token(n, d, k)) for n, d in decode)
-        # one prompt shorter than the room, alone in its chunk beside the group's full batch
-        smalls[k] = (traffic.prompt, per_token(b, decode[-1][1], k, traffic.prompt)) \
-            if traffic.prompt < k - b else None
+        chunks[k] = tuple((n, per_token(n, d, k - n)) for n, d in decode)
         out.append((k, knee(k)))
         if len(out) >= 3 and out[-1][1].rate_per_s < out[-2][1].rate_per_s < out[-3][1].rate_per_s:
             break  # past the best budget: larger chunks only stall the decodes more
@@ -254,7 +253,8 @@ def token_knees(at: ShapeGraph, a: tuple[int, ...], *, batch: int, m: int, units
         k, kn = max(out, key=lambda x: x[1].rate_per_s)
         n = round(kn.decode_seqs)
         if n > 1 and all(abs(n - x) > 0.05 * b for x, _ in decode):
-            here, token = load(n, 0), per_token(n, load(n, 0), k)
+            here = load(n, 0)
+            token = per_token(n, here, k - n)
             drift = max(off(IterCosts(decode=decode).at(n), here),
                         off(IterCosts(decode=decode, chunk_tokens=k - b, chunk=chunks[k]).chunk_of(1, n), token))
             if drift > INTERPOLATION_TOLERANCE:
