@@ -3,6 +3,7 @@ fleet stage; it joins the two, so it lives above both; registered by tessera.cli
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -67,6 +68,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="print the JSON contract"),
         save: Path | None = typer.Option(None, "-o", "--out", help="write Tessera's plan file here (with --pool: "
                                          "the fleet plan, which `tessera simulate` and `report` read too)"),
+        jobs: int = typer.Option(min(2, os.cpu_count() or 1), "--jobs", min=1, help="processes sharing one "
+                                 "cell's search (--gpus); the answer is the same, only sooner"),
     ) -> None:
         """Place every kernel of MODEL on the pool under the serving model (continuous batching, async
         micro-batches, batch chosen by memory and SLO); Tessera against every baseline at its best."""
@@ -88,7 +91,7 @@ def register(app: typer.Typer) -> None:
             raise UserError("--objective chooses among a pool's cells (--pool); one cell (--gpus) is planned "
                             "for goodput at the SLO: drop --objective")
         with Steps(f"plan {model} on {gpus}") as step:
-            r = plan_serving(model, gpus, cfg, progress=step)
+            r = plan_serving(model, gpus, cfg, progress=step, workers=jobs)
         if save is not None:
             print("\n".join(save_deployment(r, save)), file=sys.stderr)
         if as_json:

@@ -100,6 +100,29 @@ class Kernel:
         if self.deps_from not in DEPS_FROM:
             raise ValueError(f"kernel {self.id} {self.name}: deps_from={self.deps_from!r} not in {DEPS_FROM}")
 
+    # derived once per kernel and kept in the instance's __dict__ beside its fields (frozen allows writing
+    # there): the planner asks for both in every evaluation of every placement it scores. Not
+    # functools.cached_property, whose per-call lock costs more than the tuples it saves.
+
+    @property
+    def touches(self) -> tuple[int, ...]:
+        """Every buffer it reads or writes, once each, ascending."""
+        got = self.__dict__.get("_touches")
+        if got is None:
+            got = self.__dict__["_touches"] = tuple(sorted(set(self.reads) | set(self.writes)))
+        return got
+
+    @property
+    def cost_signature(self) -> tuple:
+        """What its time on a GPU depends on: the operator, kind, dtype, work and shape facts (not its id,
+        buffers or place in the model: the layers of a model repeat one signature)."""
+        got = self.__dict__.get("_cost_signature")
+        if got is None:
+            got = self.__dict__["_cost_signature"] = (
+                self.name, self.kind, self.dtype, self.flops, self.bytes_read, self.bytes_written,
+                tuple(sorted(self.dims.items())))
+        return got
+
 
 @dataclass(frozen=True)
 class Edge:

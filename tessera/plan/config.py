@@ -30,6 +30,9 @@ class PlannerConfig:
     ref_batch: int = 64  # batch of the one capture every shape is rescaled from
     mip_rel_gap: float = 2e-2
     time_limit_s: float = 10.0  # per MILP solve
+    # branch-and-bound nodes per MILP solve: 1 stops at the root (presolve, cuts, heuristics, the baselines'
+    # placements as MIP starts) with its incumbent. Deterministic, unlike the time limit; None: no limit.
+    mip_max_nodes: int | None = 1
     max_tp: int = 8
     gpu_memory_utilization: float = 0.9  # share of each GPU's memory the engine may fill (vLLM's default)
 
@@ -44,6 +47,8 @@ class PlannerConfig:
         if not 0 < self.gpu_memory_utilization <= 1:
             raise UserError(f"--gpu-memory-utilization {self.gpu_memory_utilization} must be a share of "
                             "the GPU's memory in (0, 1]")
+        if self.mip_max_nodes is not None and self.mip_max_nodes < 1:
+            raise ValueError(f"mip_max_nodes={self.mip_max_nodes} must be >= 1 (1: the root only) or None")
         if self.ref_batch < 1:
             raise ValueError(f"ref_batch={self.ref_batch} must be >= 1")
 

@@ -17,8 +17,9 @@ under the serving model (serving.py), scored the same way. The steps, in order:
 
 from __future__ import annotations
 
+import functools
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -35,8 +36,9 @@ from tessera.plan.baselines.homogeneous import homogeneous
 from tessera.plan.baselines.prefill_decode import prefill_decode
 from tessera.plan.captures import capture_source
 from tessera.plan.config import PlannerConfig, ServingResult, StrategyResult
-from tessera.plan.model.cell import Shapes, best_of, cell_strategy, make_plan, model_kind
-from tessera.plan.model.serving import Traffic, closeness, score_point, slo_period_cap
+from tessera.plan.forked import run_shared
+from tessera.plan.model.cell import Shapes, best_of, cell_strategy, make_plan, model_kind, strategy_space
+from tessera.plan.model.serving import Searched, Traffic, closeness, score_point, search_m, slo_period_cap
 from tessera.plan.model.units import UnitCost, make_unit
 from tessera.plan.pool import Pool, engine_gpu, resolve_gpu
 from tessera.plan.solver.bound import period_floor
@@ -47,8 +49,12 @@ from tessera.plan.solver.problem import default_cost
 
 def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = None, *,
                  cost: KernelCosts | None = None, source=None,
-                 progress: Callable[[str], None] | None = None) -> ServingResult:
-    """``progress``, when given, is called with the name of each step as it starts (tessera.progress.Steps)."""
+                 progress: Callable[[str], None] | None = None, workers: int = 1) -> ServingResult:
+    """``progress``, when given, is called with the name of each step as it starts (tessera.progress.Steps).
+    ``workers``: processes sharing the search (this one and forked children, forked.run_shared); the
+    answer does not depend on it."""
+    if workers < 1:
+        raise UserError(f"--jobs {workers} must be >= 1 (processes sharing one cell's search)")
     cfg = cfg or PlannerConfig()
     names = [n for n in (gpus.split(",") if isinstance(gpus, str) else gpus) if n.strip()]
     if not names:
@@ -62,22 +68,40 @@ def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = 
     shapes = Shapes(model, source or capture_source(model), cfg, images)
     _check_fits(model, shapes, specs, cfg)  # before the cost tables load: a refusal costs only the capture
     cost = UnitCost.over(cost or default_cost())  # memoised: layers repeat kernels, the search repeats shapes
-    out: dict[str, StrategyResult] = {}
-    step("homogeneous: TP degree and batch per GPU type")
-    out["homogeneous"] = homogeneous(shapes, specs, lk, cost, cfg)
-    step("prefill/decode: rate-matched pair")
-    out["prefill_decode"] = prefill_decode_sides(shapes, specs, lk, cost, cfg, pd_ok)
-    solve_log: list[float] = []
-    per_layout = []
-    for units, ucost in layouts(specs, cost, cfg):
-        step(f"attention/FFN, layer pipeline and the MILP on {' + '.join(u.name for u in units)}")
-        per_layout.append(cell_strategies(shapes, units, ucost, lk, cfg, solve_log))
+    lays = [LayoutSearch(shapes, units, ucost, lk, cfg) for units, ucost in layouts(specs, cost, cfg)]
+    # the work in tasks, the longest first (the MILP's search, one task per micro-batch count): one process
+    # runs them in turn, two share them (forked.run_shared); the answers are the same either way
+    parts = [(li, name, m) for li, lay in enumerate(lays) for name in lay.searched for m in cfg.microbatches]
+    tasks: list[Callable[[], Any]] = [functools.partial(lays[li].part, name, m) for li, name, m in parts]
+    tasks += [lambda: homogeneous(shapes, specs, lk, cost, cfg),
+              lambda: prefill_decode_sides(shapes, specs, lk, cost, cfg, pd_ok)]
+    label = {"milp": "the MILP", "layer_pipeline": "layer pipeline", "attention_ffn": "attention/FFN"}
+
+    def started(i: int) -> None:
+        if i < len(parts):
+            li, name, m = parts[i]
+            on = f" on {' + '.join(u.name for u in lays[li].cell.gpus)}" if len(lays) > 1 else ""
+            step(f"{label[name]}{on}: batches at {m} micro-batch{'es' if m > 1 else ''}")
+        else:
+            step(("homogeneous: TP degree and batch per GPU type", "prefill/decode: rate-matched pair")[i - len(parts)])
+    answers = run_shared(tasks, workers, started)
+    out: dict[str, StrategyResult] = {"homogeneous": answers[-2], "prefill_decode": answers[-1]}
+    found: dict[tuple[int, str], list[Searched]] = defaultdict(list)
+    for (li, name, _), (searched, _) in zip(parts, answers[:len(parts)], strict=True):
+        found[li, name].append(searched)
+    step("each strategy's plan at its best point")
+    finish = [(li, name) for li, lay in enumerate(lays) for name in lay.searched]
+    plans = run_shared([functools.partial(lays[li].result, name, found[li, name]) for li, name in finish], workers)
+    per_layout = [lay.unsearched() for lay in lays]
+    for (li, name), (r, _) in zip(finish, plans, strict=True):
+        per_layout[li][name] = r
     for name in ("attention_ffn", "layer_pipeline", "milp"):
         out[name] = best_of([lay[name] for lay in per_layout])
     mil = out.pop("milp")
     out["tessera"] = adopt_best(mil, out)
+    solve_s = sum(s for _, s in answers[:len(parts)]) + sum(s for _, s in plans)
     res = ServingResult(model=model, gpus=tuple(s.name for s in specs), link=lk.name, config=cfg, images=images,
-                        strategies={n: out[n] for n in STRATEGIES}, solve_s=sum(solve_log),
+                        strategies={n: out[n] for n in STRATEGIES}, solve_s=solve_s,
                         wall_s=time.perf_counter() - t0)
     if not any(s.feasible for s in res.strategies.values()):
         raise UserError(no_point_message(res))
@@ -157,32 +181,60 @@ def prefill_decode_sides(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpe
     return best_of(results)
 
 
-def cell_strategies(shapes: Shapes, units: tuple[GpuSpec, ...], cost: KernelCosts, lk: LinkSpec,
-                    cfg: PlannerConfig, solve_log: list[float]) -> dict[str, StrategyResult]:
-    """attention/FFN, layer pipeline and the MILP over one layout of the cell's devices."""
-    cell = Pool(gpus=units, link=lk)
-    out: dict[str, StrategyResult] = {}
-    tp = tp_degrees(units, cost)
-    pipe = st.memo(st.layer_pipeline(units, lk, cost))
-    af = st.memo(st.attention_ffn(units, lk, cost))
-    # one LP floor per shape, shared by the three searches: points it decides are not placed at all
-    floor = st.memo(lambda g, b, m: period_floor(g, cell, cost, m)) if len(units) >= 2 else None
-    if len(units) == 2 and has_attention(shapes.base):
-        out["attention_ffn"] = cell_strategy("attention_ffn", af, shapes, cell, cost, cfg, floor=floor)
-    else:
-        out["attention_ffn"] = StrategyResult(name="attention_ffn", applicable=False, reason=(
-            "needs two devices" if len(units) != 2 else "no attention kernels (e.g. a state-space model)"))
-    if len(units) >= 2:
-        out["layer_pipeline"] = cell_strategy("layer_pipeline", pipe, shapes, cell, cost, cfg, floor=floor)
-        starts = [pipe] + ([af] if len(units) == 2 else [])
-        placer = st.milp(cell, cost, starts=starts, mip_rel_gap=cfg.mip_rel_gap, time_limit_s=cfg.time_limit_s,
-                         solve_log=solve_log, period_cap=lambda g: slo_period_cap(g, cfg.traffic, cfg.slo))
-        out["milp"] = cell_strategy("tessera", placer, shapes, cell, cost, cfg, bound=True, floor=floor)
-    else:
-        out["layer_pipeline"] = StrategyResult(name="layer_pipeline", applicable=False,
-                                               reason="needs two or more devices")
-        out["milp"] = StrategyResult(name="tessera", applicable=True, reason="one device: nothing to place")
-    return {k: replace(v, tp=tp) if v.plan is not None else v for k, v in out.items()}
+class LayoutSearch:
+    """One layout of the cell's devices: the placement rules of the strategies searched over it (the MILP's
+    MIP starts are the baselines' rules, and one LP floor per shape serves all three searches: searched in
+    one process, they share their answers at the shapes both visit)."""
+
+    def __init__(self, shapes: Shapes, units: tuple[GpuSpec, ...], cost: KernelCosts, lk: LinkSpec,
+                 cfg: PlannerConfig) -> None:
+        self.shapes, self.cost, self.cfg = shapes, cost, cfg
+        self.cell = cell = Pool(gpus=units, link=lk)
+        self.tp = tp_degrees(units, cost)
+        self.solve_log: list[float] = []  # this process's MILP solve seconds
+        self.floor = st.memo(lambda g, b, m: period_floor(g, cell, cost, m)) if len(units) >= 2 else None
+        self.placers: dict[str, Callable] = {}
+        if len(units) >= 2:
+            pipe = st.memo(st.layer_pipeline(units, lk, cost))
+            af = st.memo(st.attention_ffn(units, lk, cost))
+            pair = len(units) == 2
+            self.placers["milp"] = st.milp(cell, cost, starts=[pipe] + ([af] if pair else []),
+                                           mip_rel_gap=cfg.mip_rel_gap, time_limit_s=cfg.time_limit_s,
+                                           max_nodes=cfg.mip_max_nodes, solve_log=self.solve_log,
+                                           period_cap=lambda g: slo_period_cap(g, cfg.traffic, cfg.slo))
+            self.placers["layer_pipeline"] = pipe
+            if pair and has_attention(shapes.base):
+                self.placers["attention_ffn"] = af
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        """The strategies that apply here, the longest search first."""
+        return tuple(self.placers)
+
+    def part(self, name: str, m: int) -> tuple[Searched, float]:
+        """Strategy ``name``'s search at m micro-batches, and the MILP's solve seconds it took."""
+        n0 = len(self.solve_log)
+        space = strategy_space(self.placers[name], self.shapes, self.cell, self.cost, self.cfg, floor=self.floor)
+        return search_m(space, m), sum(self.solve_log[n0:])
+
+    def result(self, name: str, found: list[Searched]) -> tuple[StrategyResult, float]:
+        """Strategy ``name``'s answer over this layout from its search's parts (one per micro-batch count of
+        the config, in its order): the points the floor skipped placed when none met the SLO, the plan at
+        its best point; and the MILP's solve seconds that took."""
+        n0 = len(self.solve_log)
+        r = cell_strategy("tessera" if name == "milp" else name, self.placers[name], self.shapes, self.cell,
+                          self.cost, self.cfg, bound=name == "milp", floor=self.floor, parts=found)
+        return (replace(r, tp=self.tp) if r.plan is not None else r), sum(self.solve_log[n0:])
+
+    def unsearched(self) -> dict[str, StrategyResult]:
+        """Why the strategies this layout does not search do not apply."""
+        n = len(self.cell.gpus)
+        out = {"attention_ffn": StrategyResult(name="attention_ffn", applicable=False, reason=(
+                   "needs two devices" if n != 2 else "no attention kernels (e.g. a state-space model)")),
+               "layer_pipeline": StrategyResult(name="layer_pipeline", applicable=False,
+                                                reason="needs two or more devices"),
+               "milp": StrategyResult(name="tessera", applicable=True, reason="one device: nothing to place")}
+        return {k: v for k, v in out.items() if k not in self.placers}
 
 
 def adopt_best(mil: StrategyResult, out: dict[str, StrategyResult]) -> StrategyResult:
@@ -250,7 +302,8 @@ def latency_variant(res: ServingResult, name: str = "tessera", *, cost: KernelCo
     assignment = s.point.assignment
     if placement == "milp":
         sol = solve_phase(prepare(g, Pool(gpus=units, link=lk), cost, m=1), mode=Objective.LATENCY, starts=[assignment],
-                          m=1, mip_rel_gap=cfg.mip_rel_gap, time_limit_s=cfg.time_limit_s)
+                          m=1, mip_rel_gap=cfg.mip_rel_gap, time_limit_s=cfg.time_limit_s,
+                          max_nodes=cfg.mip_max_nodes)
         if sol.assignment is None:
             return None
         assignment = sol.assignment

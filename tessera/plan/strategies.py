@@ -32,7 +32,7 @@ def memo(place: Callable) -> Callable:
 
 
 def milp(pool: Pool, cost: KernelCosts, *, starts: list[Callable] = (), mip_rel_gap: float = 1e-2,
-         time_limit_s: float = 10.0, solve_log: list[float] | None = None,
+         time_limit_s: float = 10.0, max_nodes: int | None = None, solve_log: list[float] | None = None,
          period_cap: Callable[[KernelGraph], float] | None = None) -> Callable:
     """Tessera: the placement MILP of the iteration graph, async objective (period max(m·T, L)), with the
     baselines' placements at the same shape as MIP starts; every answer checked by the verifier.
@@ -43,7 +43,8 @@ def milp(pool: Pool, cost: KernelCosts, *, starts: list[Callable] = (), mip_rel_
         prob = prepare(g, pool, cost, m=m)
         hints = [a for s in starts if (a := s(g, b, m)) is not None]
         sol = solve_phase(prob, mode="async", starts=hints, m=m, mip_rel_gap=mip_rel_gap,
-                          time_limit_s=time_limit_s, period_cap_s=period_cap(g) if period_cap else None)
+                          time_limit_s=time_limit_s, period_cap_s=period_cap(g) if period_cap else None,
+                          max_nodes=max_nodes)
         if solve_log is not None:
             solve_log.append(sol.solve_s)
         if sol.assignment is None:

@@ -90,7 +90,7 @@ def test_floor_skips_points_without_changing_the_search(tpot_s: float) -> None:
     from tessera.plan import strategies as st
     from tessera.plan.captures import capture_source
     from tessera.plan.model.cell import Shapes
-    from tessera.plan.model.serving import Slo, Traffic, batch_ceiling, search
+    from tessera.plan.model.serving import SearchSpace, Slo, Traffic, batch_ceiling, search, search_m
     from tessera.plan.pool import Pool, resolve_gpu, resolve_link
     from tessera.plan.search import PlannerConfig
     from tessera.plan.solver.bound import period_floor
@@ -107,14 +107,23 @@ def test_floor_skips_points_without_changing_the_search(tpot_s: float) -> None:
         calls.append((b, m))
         return milp(g, b, m)
 
-    kw = dict(at=shapes.at, units=cell.gpus, link=cell.link, cost=cost, traffic=cfg.traffic, slo=cfg.slo,
-              ms=(1, 2, 4, 8),
+    kw = dict(graph_at=shapes.graph, placer=placer, at=shapes.at, units=cell.gpus, link=cell.link, cost=cost,
+              traffic=cfg.traffic, slo=cfg.slo,
               ceiling=min(64, batch_ceiling(shapes.base, cell.gpus, cfg.traffic, False, None)))
-    plain = search(shapes.graph, placer, **kw)
+    ms = (1, 2, 4, 8)
+    plain = search(SearchSpace(**kw), ms)
     n_plain = len(calls)
     calls.clear()
-    floored = search(shapes.graph, placer, floor=lambda g, b, m: period_floor(g, cell, cost, m), **kw)
+    space = SearchSpace(**kw, floor=lambda g, b, m: period_floor(g, cell, cost, m))
+    floored = search(space, ms)
     assert len(calls) < n_plain
+    # the search in parts, one per micro-batch count (as two processes share it), finds the same
+    parted = search(space, ms, [search_m(space, m) for m in ms])
+    for p, q in zip(floored, parted, strict=True):
+        assert (p is None) == (q is None)
+        if p is not None:
+            assert (p.batch, p.microbatches, p.assignment, p.goodput) == (q.batch, q.microbatches, q.assignment,
+                                                                          q.goodput)
     compared = plain if plain[0] is None else plain[:1]
     assert (tpot_s < 1e-6) == (plain[0] is None)
     for p, q in zip(compared, floored, strict=False):

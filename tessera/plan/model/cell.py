@@ -26,6 +26,8 @@ from tessera.plan.config import PlannerConfig, StrategyResult
 from tessera.plan.model.serving import (
     IterShape,
     Point,
+    Searched,
+    SearchSpace,
     Traffic,
     batch_ceiling,
     chunk_shape,
@@ -90,15 +92,22 @@ def best_of(results: list[StrategyResult]) -> StrategyResult:
     return next((r for r in results if r.applicable), results[0])
 
 
+def strategy_space(placer, shapes: Shapes, cell: Pool, cost: KernelCosts, cfg: PlannerConfig, *,
+                   floor: Callable[[KernelGraph, int, int], float] | None = None) -> SearchSpace:
+    """What a strategy's search over one cell is given (serving.search)."""
+    return SearchSpace(graph_at=shapes.graph, placer=placer, at=shapes.at, units=cell.gpus, link=cell.link,
+                       cost=cost, traffic=cfg.traffic, slo=cfg.slo, budgets=cfg.budgets, floor=floor,
+                       ceiling=batch_ceiling(shapes.base, cell.gpus, cfg.traffic, shapes.images, cfg.batch_cap))
+
+
 def cell_strategy(name: str, placer, shapes: Shapes, cell: Pool, cost: KernelCosts, cfg: PlannerConfig, *,
-                  bound: bool = False, floor: Callable[[KernelGraph, int, int], float] | None = None) -> StrategyResult:
+                  bound: bool = False, floor: Callable[[KernelGraph, int, int], float] | None = None,
+                  parts: list[Searched] | None = None) -> StrategyResult:
     """``floor(graph, batch, m)``: a lower bound on the period of any placement there that fits memory
-    (bound.period_floor), letting the search skip points it already decides."""
+    (bound.period_floor), letting the search skip points it already decides. ``parts``: the search's
+    answer per micro-batch count of cfg.microbatches (serving.search_m), found elsewhere."""
     units = cell.gpus
-    ceiling = batch_ceiling(shapes.base, units, cfg.traffic, shapes.images, cfg.batch_cap)
-    best, fit = search(shapes.graph, placer, at=shapes.at, units=units, link=cell.link, cost=cost,
-                       traffic=cfg.traffic, slo=cfg.slo, ms=cfg.microbatches, ceiling=ceiling,
-                       budgets=cfg.budgets, floor=floor)
+    best, fit = search(strategy_space(placer, shapes, cell, cost, cfg, floor=floor), cfg.microbatches, parts)
     if best is None:
         reason = fit.reason if fit is not None else "no placement fits memory at any batch"
         return StrategyResult(name=name, applicable=True, reason=reason, usd_per_hour=cell.usd_per_hour,
@@ -200,7 +209,7 @@ def route(g: KernelGraph, a: tuple[int, ...], units: tuple[GpuSpec, ...], lk: Li
 
     for k in g.kernels:
         d = a[k.id]
-        for b in sorted(set(k.reads) | set(k.writes)):
+        for b in k.touches:
             w = writer.get(b)
             if w is None or g.buffers[b].role in RESIDENT_ROLES or a[w] == d or (w, b, d) in sent:
                 continue

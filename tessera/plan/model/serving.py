@@ -359,9 +359,6 @@ def sync_period_s(g: KernelGraph, p: Point, units: tuple[GpuSpec, ...], link: Li
 Placer = Callable[[KernelGraph, int, int], tuple[int, ...] | None]  # (graph, batch, m) -> assignment or None
 
 
-Placer = Callable[[KernelGraph, int, int], tuple[int, ...] | None]  # (graph, batch, m) -> assignment or None
-
-
 def batch_ceiling(base: KernelGraph, units: tuple[GpuSpec, ...], traffic: Traffic, images: bool,
                   cap: int | None) -> int:
     """Largest batch worth trying: KV of that many sequences (kv_tokens_per_seq, as the memory check counts
@@ -385,64 +382,110 @@ def batch_ceiling(base: KernelGraph, units: tuple[GpuSpec, ...], traffic: Traffi
     return max(1, min(top, cap or BATCHES[-1]))
 
 
-def search(graph_at: Callable[[int, int], KernelGraph], placer: Placer, *, at: ShapeGraph,
-           units: tuple[GpuSpec, ...], link: LinkSpec, cost: KernelCosts, traffic: Traffic, slo: Slo,
-           ms: tuple[int, ...], ceiling: int, budgets: tuple[int, ...] = BUDGETS,
-           extra_latency_s: Callable[[tuple[int, ...]], float] | None = None,
-           floor: Callable[[KernelGraph, int, int], float] | None = None) -> tuple[Point | None, Point | None]:
-    """(best point meeting memory and SLO, the fitting point nearest to the SLO) over batches ≤ ceiling,
-    micro-batch counts ``ms`` and token budgets ``budgets``.
+@dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """What one strategy's search over batches and micro-batch counts is given (search, search_m)."""
 
-    Per m, batches are tried from the ceiling down and smaller ones while goodput still grows (a smaller
-    batch shortens the period: TPOT and TTFT have more room). The second answer, read when no point meets
-    the SLO, is the fitting point with the lowest unloaded TTFT (then TPOT): what the refusal reports.
-    ``floor(graph, batch, m)``, when given, is a lower bound on the period of any placement of that graph
-    that fits memory (bound.period_floor); a point whose floor already exceeds the TPOT SLO is not placed
-    (a smaller batch, searched too, shortens the period). The skipped points are placed afterwards,
-    lowest floor first, only when nothing meets the SLO, to say how far it is.
-    """
-    best: Point | None = None
-    nearest: Point | None = None
-    missed: list[tuple[float, int, int]] = []  # (floor, batch, m) of points the floor says miss the SLO
+    graph_at: Callable[[int, int], KernelGraph]
+    placer: Placer
+    at: ShapeGraph
+    units: tuple[GpuSpec, ...]
+    link: LinkSpec
+    cost: KernelCosts
+    traffic: Traffic
+    slo: Slo
+    ceiling: int
+    budgets: tuple[int, ...] = BUDGETS
+    extra_latency_s: Callable[[tuple[int, ...]], float] | None = None
+    floor: Callable[[KernelGraph, int, int], float] | None = None
 
-    def place(b: int, m: int) -> Point | None:
-        nonlocal nearest
-        g = graph_at(b, m)
-        a = placer(g, b, m)
+    def place(self, b: int, m: int) -> Point | None:
+        """The placer's answer at (batch b, m micro-batches), scored; None when it places nothing."""
+        g = self.graph_at(b, m)
+        a = self.placer(g, b, m)
         if a is None:
             return None
-        p = score_point(g, a, batch=b, m=m, units=units, link=link, cost=cost, traffic=traffic, slo=slo, at=at,
-                        budgets=budgets, extra_latency_s=extra_latency_s(a) if extra_latency_s else 0.0)
-        if p.fits and (nearest is None or closeness(p, slo) < closeness(nearest, slo)):
-            nearest = p
-        return p
+        return score_point(g, a, batch=b, m=m, units=self.units, link=self.link, cost=self.cost,
+                           traffic=self.traffic, slo=self.slo, at=self.at, budgets=self.budgets,
+                           extra_latency_s=self.extra_latency_s(a) if self.extra_latency_s else 0.0)
 
-    for m in ms:
-        m_best: Point | None = None
-        for b in [x for x in BATCHES if x <= ceiling][::-1]:
-            if m > b:
+
+@dataclass(frozen=True)
+class Searched:
+    """Where a search over some micro-batch counts got to: the best point meeting memory and SLO, the
+    fitting point nearest to the SLO (first found on ties) and the points the floor skipped as
+    (floor, batch, m)."""
+
+    best: Point | None = None
+    nearest: Point | None = None
+    missed: tuple[tuple[float, int, int], ...] = ()
+
+    def then(self, later: Searched, slo: Slo) -> Searched:
+        """This search followed by ``later`` over later micro-batch counts: what one search over both
+        finds (the first best and the first nearest on ties, as one search meets them)."""
+        best = later.best if later.best is not None and (
+            self.best is None or later.best.goodput > self.best.goodput) else self.best
+        nearest = later.nearest if later.nearest is not None and (
+            self.nearest is None or closeness(later.nearest, slo) < closeness(self.nearest, slo)) else self.nearest
+        return Searched(best=best, nearest=nearest, missed=self.missed + later.missed)
+
+
+def search_m(space: SearchSpace, m: int) -> Searched:
+    """One micro-batch count's part of ``search``: batches from the ceiling down, smaller ones while
+    goodput still grows (a smaller batch shortens the period: TPOT and TTFT have more room)."""
+    s = space
+    best: Point | None = None
+    nearest: Point | None = None
+    missed: list[tuple[float, int, int]] = []
+    for b in [x for x in BATCHES if x <= s.ceiling][::-1]:
+        if m > b:
+            continue
+        if s.floor is not None:
+            g = s.graph_at(b, m)
+            f = s.floor(g, b, m)
+            if f == math.inf:
+                continue  # nothing fits memory there
+            if f > slo_period_cap(g, s.traffic, s.slo):  # misses TPOT at full load whatever the placement
+                missed.append((f, b, m))
                 continue
-            if floor is not None:
-                g = graph_at(b, m)
-                f = floor(g, b, m)
-                if f == math.inf:
-                    continue  # nothing fits memory there
-                if f > slo_period_cap(g, traffic, slo):  # misses TPOT at full load whatever the placement
-                    missed.append((f, b, m))
-                    continue
-            p = place(b, m)
-            if p is not None and p.fits and p.meets_slo:
-                if m_best is not None and p.goodput < m_best.goodput:
-                    break  # goodput past its peak for this m
-                m_best = p
-        if m_best is not None and (best is None or m_best.goodput > best.goodput):
-            best = m_best
-    if best is None:
-        for f, b, m in sorted(missed):
-            if nearest is not None and nearest.knee is not None and f > 2 * nearest.period_s:
-                break
-            place(b, m)
-    return best, nearest
+        p = s.place(b, m)
+        if p is None:
+            continue
+        if p.fits and (nearest is None or closeness(p, s.slo) < closeness(nearest, s.slo)):
+            nearest = p
+        if p.fits and p.meets_slo:
+            if best is not None and p.goodput < best.goodput:
+                break  # goodput past its peak for this m
+            best = p
+    return Searched(best=best, nearest=nearest, missed=tuple(missed))
+
+
+def search(space: SearchSpace, ms: tuple[int, ...], parts: list[Searched] | None = None
+           ) -> tuple[Point | None, Point | None]:
+    """(best point meeting memory and SLO, the fitting point nearest to the SLO) over batches ≤ the
+    ceiling, micro-batch counts ``ms`` and the token budgets; ``parts``: search_m's answers for each of
+    ``ms`` when they were found elsewhere (another process), in the order of ``ms``.
+
+    The second answer, read when no point meets the SLO, is the fitting point with the lowest unloaded
+    TTFT (then TPOT): what the refusal reports. ``space.floor(graph, batch, m)``, when given, is a lower
+    bound on the period of any placement of that graph that fits memory (bound.period_floor); a point
+    whose floor already exceeds the TPOT SLO is not placed (a smaller batch, searched too, shortens the
+    period). The skipped points are placed afterwards, lowest floor first, only when nothing meets the
+    SLO, to say how far it is.
+    """
+    done = Searched()
+    for part in parts if parts is not None else (search_m(space, m) for m in ms):
+        done = done.then(part, space.slo)
+    if done.best is not None:
+        return done.best, done.nearest
+    nearest = done.nearest
+    for f, b, m in sorted(done.missed):
+        if nearest is not None and nearest.knee is not None and f > 2 * nearest.period_s:
+            break
+        p = space.place(b, m)
+        if p is not None and p.fits and (nearest is None or closeness(p, space.slo) < closeness(nearest, space.slo)):
+            nearest = p
+    return None, nearest
 
 
 def closeness(p: Point, slo: Slo) -> tuple[float, float]:

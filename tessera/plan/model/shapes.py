@@ -20,8 +20,9 @@ Image steps (``images`` > 0) scale every kernel, attention included, by images /
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from tessera.graph import Buffer, Kernel, KernelGraph, KernelKind, Role, build_graph
 
@@ -109,12 +110,19 @@ def attention_kernels(k: Kernel, shape: IterShape) -> list[Kernel]:
 
 def _with(obj, **changes):
     """``dataclasses.replace`` without re-running ``__init__``/``__post_init__``: a rescaled graph has
-    ~10⁵ kernels and buffers, and every changed value here is a non-negative scaling of a validated one."""
+    ~10⁵ kernels and buffers, and every changed value here is a non-negative scaling of a validated one.
+    Only the fields are copied: what the original worked out from them and kept beside them is not the
+    copy's."""
     new = object.__new__(type(obj))
     d = new.__dict__  # frozen: __dict__ cannot be rebound, only filled
-    d.update(obj.__dict__)
+    d.update((k, v) for k, v in obj.__dict__.items() if k in field_names(type(obj)))
     d.update(changes)
     return new
+
+
+@functools.cache
+def field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
 
 
 _facts: dict[int, tuple[KernelGraph, set[int], list[int]]] = {}
@@ -146,7 +154,7 @@ def _scaled_moe(k: Kernel, s: float, kid: int) -> Kernel:
                  bytes_written=int(k.bytes_written * s), dims={**d, "tokens": tokens})
 
 
-def _scaled_kernel(k: Kernel, s: float, resident_read: int, kid: int) -> Kernel:
+def scaled_kernel(k: Kernel, s: float, resident_read: int, kid: int) -> Kernel:
     if "expert_bytes" in k.dims:
         return _scaled_moe(k, s, kid)
     fixed = min(resident_read, k.bytes_read)
@@ -262,7 +270,7 @@ def iteration_graph(base: KernelGraph, shape: IterShape, encoder: KernelGraph | 
             kernels.extend([_with(p, id=n + i) for i, p in enumerate(attention_kernels(k, shape))])
         else:
             f = s_seq if k.id in per_seq and not shape.images else s
-            kernels.append(_scaled_kernel(k, f, resident_read[k.id], len(kernels)))
+            kernels.append(scaled_kernel(k, f, resident_read[k.id], len(kernels)))
     buffers = scaled_buffers(base, s, shape)
     dims = {"batch": shape.images or shape.decode, "chunk": shape.chunk, "context": shape.context,
             "prefix": shape.prefix, "kv_tokens": shape.kv_tokens, "tokens": shape.images or shape.tokens}
@@ -293,7 +301,7 @@ def with_encoder(lm: KernelGraph, encoder: KernelGraph, images: float) -> Kernel
     kernels: list[Kernel] = []
     for k in encoder.kernels:
         fixed = sum(encoder.buffers[b].bytes for b in k.reads if b in resident) if s >= 1 else 0
-        sk = _scaled_kernel(k, s, fixed, k.id)
+        sk = scaled_kernel(k, s, fixed, k.id)
         kernels.append(_with(sk, reads=tuple(remap[b] for b in k.reads), writes=tuple(remap[b] for b in k.writes)))
     out = {remap[b.id] for b in encoder.buffers if b.role == Role.OUTPUT}
     n = len(kernels)

@@ -277,8 +277,7 @@ class UnitCost:
         tp = self.units[gpu.name][1] if gpu.name in self.units else 1
         role = (is_row_parallel(kernel), kernel.module.rsplit(".", 1)[-1] in ROUTERS,
                 in_shared_expert(kernel)) if tp > 1 else ()
-        key = (gpu.name, kernel.name, kernel.kind, kernel.dtype, kernel.flops, kernel.bytes_read,
-               kernel.bytes_written, tuple(sorted(kernel.dims.items())), role)
+        key = (gpu.name, kernel.cost_signature, role)
         t = self.memo.get(key)
         if t is None:
             t = self.memo[key] = self._time(kernel, gpu)

@@ -126,10 +126,14 @@ class Model:
         return h
 
     def solve(self, *, relax: bool = False, mip_rel_gap: float = 0.0, time_limit_s: float = 60.0,
-              starts: list[np.ndarray] | None = None, threads: int = 1) -> Solution:
-        """Solve (or its LP relaxation); ``starts`` are full column vectors given as MIP start hints."""
+              starts: list[np.ndarray] | None = None, threads: int = 1, max_nodes: int | None = None) -> Solution:
+        """Solve (or its LP relaxation); ``starts`` are full column vectors given as MIP start hints;
+        ``max_nodes``: stop branch and bound after that many nodes (1: the root only) with the incumbent,
+        "feasible" when the gap is not met by then (None: no limit)."""
         h = self._highs(relax)
         _options(h, mip_rel_gap, time_limit_s, threads)
+        if max_nodes is not None:
+            h.setOptionValue("mip_max_nodes", max_nodes)
         return _run(h, self.n_cols, relax, starts)
 
     def resolver(self, *, time_limit_s: float = 60.0) -> Resolver:

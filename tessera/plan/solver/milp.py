@@ -214,7 +214,8 @@ def start_vector(prob: PhaseProblem, model: Model, idx: _Index, group_dev: list[
 def solve_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: float = 1.0,
                background: Background | None = None, alpha: tuple[float, ...] | None = None,
                beta: float = 1.0, starts: list[tuple[int, ...]] | None = None, mip_rel_gap: float = 0.0,
-               time_limit_s: float = 60.0, m: int = 1, period_cap_s: float | None = None) -> FlatResult:
+               time_limit_s: float = 60.0, m: int = 1, period_cap_s: float | None = None,
+               max_nodes: int | None = None) -> FlatResult:
     """Solve the flat MILP; ``starts`` are group assignments handed to HiGHS as MIP starts.
     ``period_cap_s`` (async only): T ≤ cap / m, so only placements whose modelled period m·T meets the
     cap are searched; "infeasible" when none does, which HiGHS usually proves at the root."""
@@ -226,7 +227,7 @@ def solve_flat(prob: PhaseProblem, *, objective: str = "throughput", omega: floa
     micro = m if objective == "async" else None
     hints = [start_vector(prob, model, idx, s, omega=omega, background=background, micro=micro)
              for s in starts or []]
-    sol = model.solve(mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s, starts=hints)
+    sol = model.solve(mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s, starts=hints, max_nodes=max_nodes)
     return _result(prob, idx, sol, objective)
 
 

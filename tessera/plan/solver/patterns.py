@@ -200,7 +200,7 @@ class PatternResult:
 
 def solve_patterns(prob: PhaseProblem, segs: list[LayerSegment], *, objective: str = "throughput",
                    omega: float = 1.0, background: Background | None = None, mip_rel_gap: float = 1e-2,
-                   time_limit_s: float = 30.0, m_micro: int = 1) -> PatternResult:
+                   time_limit_s: float = 30.0, m_micro: int = 1, max_nodes: int | None = None) -> PatternResult:
     t0 = time.perf_counter()
     made: dict[tuple, list[tuple[int, ...]]] = {}
     for s in segs:
@@ -346,7 +346,7 @@ def solve_patterns(prob: PhaseProblem, segs: list[LayerSegment], *, objective: s
     if asyn:
         assert T is not None
         make_async(m, T, m_micro)
-    sol = m.solve(mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s)
+    sol = m.solve(mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s, max_nodes=max_nodes)
     if not sol.ok:
         return PatternResult(group_dev=(), objective=float("inf"), status=sol.status,
                              solve_s=time.perf_counter() - t0, counts=(), n_patterns=0)
@@ -434,7 +434,8 @@ __all__ = ["Handoff", "LayerSegment", "PatternResult", "Value", "find_segments",
 
 def polish(prob: PhaseProblem, segs: list[LayerSegment], group_dev: tuple[int, ...], *, free_layers: int = 2,
            objective: str = "throughput", omega: float = 1.0, background: Background | None = None,
-           mip_rel_gap: float = 1e-2, time_limit_s: float = 10.0, m: int = 1) -> tuple[int, ...]:
+           mip_rel_gap: float = 1e-2, time_limit_s: float = 10.0, m: int = 1,
+           max_nodes: int | None = None) -> tuple[int, ...]:
     """Large-neighbourhood step: re-solve flat with every segment layer fixed except the layers around
     run changes (plus ``free_layers`` more per segment), from the pattern plan as MIP start."""
     from tessera.plan.solver.milp import solve_flat
@@ -451,5 +452,5 @@ def polish(prob: PhaseProblem, segs: list[LayerSegment], group_dev: tuple[int, .
     pins = {g: group_dev[g] for g in in_seg if g not in free}
     sub = replace(prob, pinned={**prob.pinned, **pins})
     res = solve_flat(sub, objective=objective, omega=omega, background=background, starts=[group_dev],
-                     mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s, m=m)
+                     mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s, m=m, max_nodes=max_nodes)
     return res.group_dev if res.status in ("optimal", "feasible") else group_dev

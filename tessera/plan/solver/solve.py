@@ -48,11 +48,13 @@ def prepare(g: KernelGraph, pool: Pool, cost: CostModel, *, m: int, act_bytes: i
 
 def solve_phase(prob: PhaseProblem, *, mode: str = "throughput", starts: list[tuple[int, ...]] = (),
                 mip_rel_gap: float = 1e-2, time_limit_s: float = 20.0, m: int = 1,
-                background: Background | None = None, period_cap_s: float | None = None) -> PhaseSolution:
+                background: Background | None = None, period_cap_s: float | None = None,
+                max_nodes: int | None = None) -> PhaseSolution:
     """throughput mode minimises the synchronous pipeline step bound (m−1)·T + Σ (objective "step"); async
     the period max(m·T, Σ) of independently advancing micro-batches (objective "async"); latency mode the
     sequential critical path Σ (objective "weighted", α = β = 1). ``period_cap_s`` (async, flat MILP):
-    search only placements whose modelled period meets it (solve_flat); the starts are kept either way."""
+    search only placements whose modelled period meets it (solve_flat); the starts are kept either way.
+    ``max_nodes``: branch-and-bound nodes per MILP solve (highs.Model.solve; None: no limit)."""
     t0 = time.perf_counter()
     objective = {"throughput": "step", "latency": "weighted", "async": "async"}[mode]
     group_starts = []
@@ -67,15 +69,15 @@ def solve_phase(prob: PhaseProblem, *, mode: str = "throughput", starts: list[tu
     method = "patterns" if segs else "flat"
     if segs:
         pr = solve_patterns(prob, segs, objective=objective, background=background, mip_rel_gap=mip_rel_gap,
-                            time_limit_s=time_limit_s, m_micro=m)
+                            time_limit_s=time_limit_s, m_micro=m, max_nodes=max_nodes)
         gd, status = pr.group_dev, pr.status
         if gd:
             gd = polish(prob, segs, gd, objective=objective, background=background, mip_rel_gap=mip_rel_gap,
-                        time_limit_s=min(5.0, time_limit_s), free_layers=0, m=m)
+                        time_limit_s=min(5.0, time_limit_s), free_layers=0, m=m, max_nodes=max_nodes)
     else:
         fr = solve_flat(prob, objective=objective, background=background, starts=group_starts,
                         mip_rel_gap=mip_rel_gap, time_limit_s=time_limit_s, m=m,
-                        period_cap_s=period_cap_s if objective == "async" else None)
+                        period_cap_s=period_cap_s if objective == "async" else None, max_nodes=max_nodes)
         gd, status = fr.group_dev, fr.status
     # keep the best of the solver's answer and the given starts (each a placement the MILP contains), each
     # re-checked against memory by the independent bookkeeping of resident_bytes

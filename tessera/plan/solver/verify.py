@@ -56,7 +56,7 @@ def evaluate(graph: KernelGraph, assignment: tuple[int, ...] | list[int], gpus: 
         dur = cost.kernel_time_s(k, gpus[d])
         busy[d] += dur
         ready = dev_free[d]
-        for b in sorted(set(k.reads) | set(k.writes)):
+        for b in k.touches:
             w = writer.get(b)
             if resident[b] or w is None:
                 continue
@@ -231,7 +231,7 @@ def _step_messages(graph: KernelGraph, dev: list[int]
     writer: dict[int, int] = {}
     for k in graph.kernels:
         d = dev[k.id]
-        for b in sorted(set(k.reads) | set(k.writes)):
+        for b in k.touches:
             w = writer.get(b)
             if graph.buffers[b].role in RESIDENT_ROLES or w is None or dev[w] == d:
                 continue
