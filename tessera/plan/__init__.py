@@ -5,7 +5,8 @@ This module is the only one other packages import (tests/test_imports.py checks 
 ``model/`` (the serving model), ``solver/`` (the placement MILP, its bounds and the verifier),
 ``baselines/`` (the four coarse alternatives), ``search.py`` (plan_serving), ``config.py`` (PlannerConfig
 and the results), ``captures.py`` (the capture cache), ``pool.py``, ``strategies.py`` (placement rules),
-``deploy.py`` (serving commands for a plan) and ``tables.py`` (the terminal table of a result).
+``deploy.py`` (serving commands for a plan), ``tables.py`` (the terminal table of a result) and ``forked.py``
+(the search's tasks shared with forked processes).
 """
 
 from tessera.contracts.plan import (

@@ -13,6 +13,8 @@ under the serving model (serving.py), scored the same way. The steps, in order:
   verify   every MILP answer re-scored by the independent verifier (strategies.milp);
   score    Tessera's answer is the best of its MILP plans and every baseline (each is a placement the
            MILP contains); ``chosen`` names which, so a kernel-level win is told from a tie.
+
+The search and the plans run as tasks that ``workers`` processes share (search_strategies, forked.py).
 """
 
 from __future__ import annotations
@@ -68,24 +70,30 @@ def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = 
     shapes = Shapes(model, source or capture_source(model), cfg, images)
     _check_fits(model, shapes, specs, cfg)  # before the cost tables load: a refusal costs only the capture
     cost = UnitCost.over(cost or default_cost())  # memoised: layers repeat kernels, the search repeats shapes
+    out, solve_s = search_strategies(shapes, specs, lk, cost, cfg, pd_ok, workers=workers, step=step)
+    mil = out.pop("milp")
+    out["tessera"] = adopt_best(mil, out)
+    res = ServingResult(model=model, gpus=tuple(s.name for s in specs), link=lk.name, config=cfg, images=images,
+                        strategies={n: out[n] for n in STRATEGIES}, solve_s=solve_s,
+                        wall_s=time.perf_counter() - t0)
+    if not any(s.feasible for s in res.strategies.values()):
+        raise UserError(no_point_message(res))
+    return res
+
+
+def search_strategies(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, cost: KernelCosts,
+                      cfg: PlannerConfig, pd_ok: bool, *, workers: int,
+                      step: Callable[[str], None]) -> tuple[dict[str, StrategyResult], float]:
+    """Every strategy at its best point on every layout of the pool (the MILP as "milp"), and the MILP's
+    solve seconds. The work runs as tasks, the longest first (the MILP's search, one task per micro-batch
+    count), then one task per strategy's plan; ``workers`` processes share them (forked.run_shared), and
+    the answers do not depend on how many."""
     lays = [LayoutSearch(shapes, units, ucost, lk, cfg) for units, ucost in layouts(specs, cost, cfg)]
-    # the work in tasks, the longest first (the MILP's search, one task per micro-batch count): one process
-    # runs them in turn, two share them (forked.run_shared); the answers are the same either way
     parts = [(li, name, m) for li, lay in enumerate(lays) for name in lay.searched for m in cfg.microbatches]
     tasks: list[Callable[[], Any]] = [functools.partial(lays[li].part, name, m) for li, name, m in parts]
     tasks += [lambda: homogeneous(shapes, specs, lk, cost, cfg),
               lambda: prefill_decode_sides(shapes, specs, lk, cost, cfg, pd_ok)]
-    label = {"milp": "the MILP", "layer_pipeline": "layer pipeline", "attention_ffn": "attention/FFN"}
-
-    def started(i: int) -> None:
-        if i < len(parts):
-            li, name, m = parts[i]
-            on = f" on {' + '.join(u.name for u in lays[li].cell.gpus)}" if len(lays) > 1 else ""
-            step(f"{label[name]}{on}: batches at {m} micro-batch{'es' if m > 1 else ''}")
-        else:
-            step(("homogeneous: TP degree and batch per GPU type", "prefill/decode: rate-matched pair")[i - len(parts)])
-    answers = run_shared(tasks, workers, started)
-    out: dict[str, StrategyResult] = {"homogeneous": answers[-2], "prefill_decode": answers[-1]}
+    answers = run_shared(tasks, workers, task_progress(parts, lays, step))
     found: dict[tuple[int, str], list[Searched]] = defaultdict(list)
     for (li, name, _), (searched, _) in zip(parts, answers[:len(parts)], strict=True):
         found[li, name].append(searched)
@@ -95,17 +103,26 @@ def plan_serving(model: str, gpus: list[str] | str, cfg: PlannerConfig | None = 
     per_layout = [lay.unsearched() for lay in lays]
     for (li, name), (r, _) in zip(finish, plans, strict=True):
         per_layout[li][name] = r
+    out = {"homogeneous": answers[-2], "prefill_decode": answers[-1]}
     for name in ("attention_ffn", "layer_pipeline", "milp"):
         out[name] = best_of([lay[name] for lay in per_layout])
-    mil = out.pop("milp")
-    out["tessera"] = adopt_best(mil, out)
-    solve_s = sum(s for _, s in answers[:len(parts)]) + sum(s for _, s in plans)
-    res = ServingResult(model=model, gpus=tuple(s.name for s in specs), link=lk.name, config=cfg, images=images,
-                        strategies={n: out[n] for n in STRATEGIES}, solve_s=solve_s,
-                        wall_s=time.perf_counter() - t0)
-    if not any(s.feasible for s in res.strategies.values()):
-        raise UserError(no_point_message(res))
-    return res
+    return out, sum(s for _, s in answers[:len(parts)]) + sum(s for _, s in plans)
+
+
+def task_progress(parts: list[tuple[int, str, int]], lays: list[LayoutSearch],
+                  step: Callable[[str], None]) -> Callable[[int], None]:
+    """The progress line of task i of search_strategies (the searches' parts, then the two whole baselines)."""
+    label = {"milp": "the MILP", "layer_pipeline": "layer pipeline", "attention_ffn": "attention/FFN"}
+
+    def started(i: int) -> None:
+        if i < len(parts):
+            li, name, m = parts[i]
+            on = f" on {' + '.join(u.name for u in lays[li].cell.gpus)}" if len(lays) > 1 else ""
+            step(f"{label[name]}{on}: batches at {m} micro-batch{'es' if m > 1 else ''}")
+        else:
+            step(("homogeneous: TP degree and batch per GPU type",
+                  "prefill/decode: rate-matched pair")[i - len(parts)])
+    return started
 
 
 def _check_fits(model: str, shapes: Shapes, specs: tuple[GpuSpec, ...], cfg: PlannerConfig) -> None:
