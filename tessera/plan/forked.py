@@ -3,8 +3,8 @@
 Why fork: a child inherits the captured model, the cost tables and every cache as they are, so nothing is
 captured, loaded or pickled on the way in; only answers come back, pickled through a pipe. A child runs
 the planner's pure-Python search and HiGHS (one thread per solve), never torch, so the parent's torch
-threads are not needed in it. Where fork is unavailable (Windows) every task runs in this process, so the
-answers are the same either way, only later.
+threads are not needed in it. Off Linux (no fork on Windows; on macOS a forked process may not use the
+system frameworks the parent loaded) every task runs in this process: the answers are the same, only later.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -25,7 +26,7 @@ def run_shared(tasks: Sequence[Callable[[], T]], workers: int = 1,
     Answers in task order. A task's exception is re-raised here; a child that dies without answering (a
     crash in native code) is a RuntimeError naming its exit code. ``on_start(i)`` is called in this
     process as it starts task i (a progress line)."""
-    if workers <= 1 or len(tasks) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+    if workers <= 1 or len(tasks) <= 1 or not sys.platform.startswith("linux"):
         return [_start(i, t, on_start) for i, t in enumerate(tasks)]
     ctx = multiprocessing.get_context("fork")
     taken = ctx.Value("i", 0)  # the next task no process has taken; shared memory, inherited by the fork
