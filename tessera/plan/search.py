@@ -85,18 +85,20 @@ def search_strategies(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, 
                       cfg: PlannerConfig, pd_ok: bool, *, workers: int,
                       step: Callable[[str], None]) -> tuple[dict[str, StrategyResult], float]:
     """Every strategy at its best point on every layout of the pool (the MILP as "milp"), and the MILP's
-    solve seconds. The work runs as tasks, the longest first (the MILP's search, one task per micro-batch
-    count), then one task per strategy's plan; ``workers`` processes share them (forked.run_shared), and
-    the answers do not depend on how many."""
+    solve seconds. The work runs as tasks: one per layout and micro-batch count, searching every strategy
+    there (they share the shapes' graphs, LP floors and the baselines' placements, the MILP's starts), the
+    two whole baselines, then one task per strategy's plan; ``workers`` processes share them
+    (forked.run_shared), and the answers do not depend on how many."""
     lays = [LayoutSearch(shapes, units, ucost, lk, cfg) for units, ucost in layouts(specs, cost, cfg)]
-    parts = [(li, name, m) for li, lay in enumerate(lays) for name in lay.searched for m in cfg.microbatches]
-    tasks: list[Callable[[], Any]] = [functools.partial(lays[li].part, name, m) for li, name, m in parts]
+    parts = [(li, m) for li, lay in enumerate(lays) if lay.searched for m in cfg.microbatches]
+    tasks: list[Callable[[], Any]] = [functools.partial(lays[li].part, m) for li, m in parts]
     tasks += [lambda: homogeneous(shapes, specs, lk, cost, cfg),
               lambda: prefill_decode_sides(shapes, specs, lk, cost, cfg, pd_ok)]
     answers = run_shared(tasks, workers, task_progress(parts, lays, step))
     found: dict[tuple[int, str], list[Searched]] = defaultdict(list)
-    for (li, name, _), (searched, _) in zip(parts, answers[:len(parts)], strict=True):
-        found[li, name].append(searched)
+    for (li, _), (per_strategy, _) in zip(parts, answers[:len(parts)], strict=True):
+        for name, searched in per_strategy.items():
+            found[li, name].append(searched)
     step("each strategy's plan at its best point")
     finish = [(li, name) for li, lay in enumerate(lays) for name in lay.searched]
     plans = run_shared([functools.partial(lays[li].result, name, found[li, name]) for li, name in finish], workers)
@@ -109,16 +111,14 @@ def search_strategies(shapes: Shapes, specs: tuple[GpuSpec, ...], lk: LinkSpec, 
     return out, sum(s for _, s in answers[:len(parts)]) + sum(s for _, s in plans)
 
 
-def task_progress(parts: list[tuple[int, str, int]], lays: list[LayoutSearch],
+def task_progress(parts: list[tuple[int, int]], lays: list[LayoutSearch],
                   step: Callable[[str], None]) -> Callable[[int], None]:
     """The progress line of task i of search_strategies (the searches' parts, then the two whole baselines)."""
-    label = {"milp": "the MILP", "layer_pipeline": "layer pipeline", "attention_ffn": "attention/FFN"}
-
     def started(i: int) -> None:
         if i < len(parts):
-            li, name, m = parts[i]
+            li, m = parts[i]
             on = f" on {' + '.join(u.name for u in lays[li].cell.gpus)}" if len(lays) > 1 else ""
-            step(f"{label[name]}{on}: batches at {m} micro-batch{'es' if m > 1 else ''}")
+            step(f"the MILP, layer pipeline and attention/FFN{on}: batches at {m} micro-batch{'es' if m > 1 else ''}")
         else:
             step(("homogeneous: TP degree and batch per GPU type",
                   "prefill/decode: rate-matched pair")[i - len(parts)])
@@ -228,11 +228,13 @@ class LayoutSearch:
         """The strategies that apply here, the longest search first."""
         return tuple(self.placers)
 
-    def part(self, name: str, m: int) -> tuple[Searched, float]:
-        """Strategy ``name``'s search at m micro-batches, and the MILP's solve seconds it took."""
+    def part(self, m: int) -> tuple[dict[str, Searched], float]:
+        """Every strategy's search at m micro-batches (the MILP's first: the baselines' placements it asks
+        for as starts are then answered from memory), and the MILP's solve seconds it took."""
         n0 = len(self.solve_log)
-        space = strategy_space(self.placers[name], self.shapes, self.cell, self.cost, self.cfg, floor=self.floor)
-        return search_m(space, m), sum(self.solve_log[n0:])
+        found = {name: search_m(strategy_space(placer, self.shapes, self.cell, self.cost, self.cfg,
+                                               floor=self.floor), m) for name, placer in self.placers.items()}
+        return found, sum(self.solve_log[n0:])
 
     def result(self, name: str, found: list[Searched]) -> tuple[StrategyResult, float]:
         """Strategy ``name``'s answer over this layout from its search's parts (one per micro-batch count of
