@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -51,32 +52,46 @@ def cpu_s() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def one_cell(model: str, pool: str) -> dict:
+def one_cell(model: str, pool: str, repeat: int) -> dict:
     """Run in a child process: the first run captures the model; the next are the planner alone, every
-    other cache keyed by graphs the first run's search made and then dropped."""
-    runs = {}
-    for name, workers in (("first", 1), ("planner", 1), ("planner_2p", 1 if "+" in pool else 2)):
-        w0, c0 = time.perf_counter(), cpu_s()
-        plan_once(model, pool, workers)
-        runs[f"{name}_wall_s"], runs[f"{name}_cpu_s"] = time.perf_counter() - w0, cpu_s() - c0
-    if "+" in pool:  # the fleet planner runs in one process: its third run is a repeat, not two processes
-        runs["planner_2p_wall_s"] = runs["planner_2p_cpu_s"] = None
+    other cache keyed by graphs the first run's search made and then dropped; ``repeat`` times each, one
+    process then two in turn (this machine's timings vary by a second from run to run): the median and the
+    range are reported."""
+    w0, c0 = time.perf_counter(), cpu_s()
+    plan_once(model, pool, 1)
+    runs: dict = {"first_wall_s": time.perf_counter() - w0, "first_cpu_s": cpu_s() - c0}
+    two = 1 if "+" in pool else 2  # the fleet planner runs in one process: no two-process run
+    times: dict[str, list[tuple[float, float]]] = {"planner": [], "planner_2p": []}
+    for _ in range(repeat):
+        for name, workers in (("planner", 1), ("planner_2p", two)):
+            if name == "planner_2p" and two == 1:
+                continue
+            w0, c0 = time.perf_counter(), cpu_s()
+            plan_once(model, pool, workers)
+            times[name].append((time.perf_counter() - w0, cpu_s() - c0))
+    for name, got in times.items():
+        walls = sorted(w for w, _ in got)
+        runs[f"{name}_wall_s"] = statistics.median(walls) if got else None
+        runs[f"{name}_cpu_s"] = statistics.median(sorted(c for _, c in got)) if got else None
+        runs[f"{name}_wall_range_s"] = (walls[0], walls[-1]) if got else None
     return runs
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cells", default=",".join(CELLS))
+    ap.add_argument("--repeat", type=int, default=3, help="planner runs per cell and process count")
     ap.add_argument("--child", nargs=2)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(one_cell(*args.child)))
+        print(json.dumps(one_cell(*args.child, args.repeat)))
         return
     rows = []
     for name in args.cells.split(","):
         model, pool = CELLS[name]
         load0 = os.getloadavg()[0]
-        out = subprocess.run([sys.executable, __file__, "--child", model, pool], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, __file__, "--child", model, pool, "--repeat", str(args.repeat)],
+                             capture_output=True, text=True,
                              env={**os.environ, "TESSERA_PROGRESS": "off"}, check=True)
         r = {"cell": name, **json.loads(out.stdout.strip().splitlines()[-1]), "load_before": load0,
              "load_after": os.getloadavg()[0]}
@@ -86,19 +101,23 @@ def main() -> None:
         print(f"{name}: planner {r['planner_wall_s']:.1f} s wall / {r['planner_cpu_s']:.1f} s CPU{two} (first "
               f"run, with capture, {r['first_wall_s']:.1f} s), load {load0:.1f}->{r['load_after']:.1f}", flush=True)
     OUT.mkdir(exist_ok=True)
-    (OUT / "plan_speed.json").write_text(json.dumps({"cells": rows, "cores": os.cpu_count()}, indent=1))
+    (OUT / "plan_speed.json").write_text(json.dumps({"cells": rows, "cores": os.cpu_count(), "repeat": args.repeat},
+                                                    indent=1))
     lines = ["# Planner speed once the model is captured", "",
-             f"Each cell in a fresh process; {os.cpu_count()} cores, shared (load beside each row). "
-             "Command: `OMP_NUM_THREADS=1 .venv/bin/python bench/bench_plan_speed.py`.", "",
-             "| cell | one process: wall s | CPU s | two processes: wall s | CPU s | first run, with capture, "
-             "wall s | load before → after |", "|---|---|---|---|---|---|---|"]
+             f"Each cell in a fresh process; {os.cpu_count()} cores, shared (load beside each row). Median of "
+             f"{args.repeat} runs per cell and process count, the range of the wall times beside it. Command: "
+             "`OMP_NUM_THREADS=1 .venv/bin/python bench/bench_plan_speed.py`.", "",
+             "| cell | one process: wall s (range) | CPU s | two processes: wall s (range) | CPU s | first run, "
+             "with capture, wall s | load before → after |", "|---|---|---|---|---|---|---|"]
 
-    def two(r: dict) -> str:
-        return "– | –" if r["planner_2p_wall_s"] is None else \
-            f"{r['planner_2p_wall_s']:.1f} | {r['planner_2p_cpu_s']:.1f}"
-    lines += [f"| {r['cell']} | {r['planner_wall_s']:.1f} | {r['planner_cpu_s']:.1f} | {two(r)} | "
+    def timed(r: dict, name: str) -> str:
+        if r[f"{name}_wall_s"] is None:
+            return "– | –"
+        lo, hi = r[f"{name}_wall_range_s"]
+        return f"{r[f'{name}_wall_s']:.1f} ({lo:.1f}–{hi:.1f}) | {r[f'{name}_cpu_s']:.1f}"
+    lines += [f"| {r['cell']} | {timed(r, 'planner')} | {timed(r, 'planner_2p')} | "
               f"{r['first_wall_s']:.1f} | {r['load_before']:.1f} → {r['load_after']:.1f} |" for r in rows]
-    lines += ["", "Two processes: the MILP's search forked beside the baselines' (plan_serving(workers=2), "
+    lines += ["", "Two processes: the search's tasks shared with a forked process (plan_serving(workers=2), "
               "what `tessera plan` runs on two or more cores); CPU seconds count both. The fleet planner "
               "(the 16-GPU pool) runs in one process."]
     (OUT / "plan_speed.md").write_text("\n".join(lines) + "\n")
