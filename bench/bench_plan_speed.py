@@ -60,12 +60,11 @@ def one_cell(model: str, pool: str, repeat: int) -> dict:
     w0, c0 = time.perf_counter(), cpu_s()
     plan_once(model, pool, 1)
     runs: dict = {"first_wall_s": time.perf_counter() - w0, "first_cpu_s": cpu_s() - c0}
-    two = 1 if "+" in pool else 2  # the fleet planner runs in one process: no two-process run
+    # the fleet planner (a many-GPU pool) runs in one process: no two-process run
+    counts = {"planner": 1} if "+" in pool else {"planner": 1, "planner_2p": 2}
     times: dict[str, list[tuple[float, float]]] = {"planner": [], "planner_2p": []}
     for _ in range(repeat):
-        for name, workers in (("planner", 1), ("planner_2p", two)):
-            if name == "planner_2p" and two == 1:
-                continue
+        for name, workers in counts.items():
             w0, c0 = time.perf_counter(), cpu_s()
             plan_once(model, pool, workers)
             times[name].append((time.perf_counter() - w0, cpu_s() - c0))

@@ -425,9 +425,13 @@ class Searched:
         finds (the first best and the first nearest on ties, as one search meets them)."""
         best = later.best if later.best is not None and (
             self.best is None or later.best.goodput > self.best.goodput) else self.best
-        nearest = later.nearest if later.nearest is not None and (
-            self.nearest is None or closeness(later.nearest, slo) < closeness(self.nearest, slo)) else self.nearest
-        return Searched(best=best, nearest=nearest, missed=self.missed + later.missed)
+        return Searched(best=best, nearest=nearer(self.nearest, later.nearest, slo),
+                        missed=self.missed + later.missed)
+
+
+def nearer(kept: Point | None, new: Point | None, slo: Slo) -> Point | None:
+    """``new`` when it is strictly nearer to the SLO than ``kept`` (the first found wins ties)."""
+    return new if new is not None and (kept is None or closeness(new, slo) < closeness(kept, slo)) else kept
 
 
 def search_m(space: SearchSpace, m: int) -> Searched:
@@ -451,8 +455,8 @@ def search_m(space: SearchSpace, m: int) -> Searched:
         p = s.place(b, m)
         if p is None:
             continue
-        if p.fits and (nearest is None or closeness(p, s.slo) < closeness(nearest, s.slo)):
-            nearest = p
+        if p.fits:
+            nearest = nearer(nearest, p, s.slo)
         if p.fits and p.meets_slo:
             if best is not None and p.goodput < best.goodput:
                 break  # goodput past its peak for this m
@@ -483,8 +487,8 @@ def search(space: SearchSpace, ms: tuple[int, ...], parts: list[Searched] | None
         if nearest is not None and nearest.knee is not None and f > 2 * nearest.period_s:
             break
         p = space.place(b, m)
-        if p is not None and p.fits and (nearest is None or closeness(p, space.slo) < closeness(nearest, space.slo)):
-            nearest = p
+        if p is not None and p.fits:
+            nearest = nearer(nearest, p, space.slo)
     return None, nearest
 
 

@@ -115,7 +115,8 @@ def _with(obj, **changes):
     copy's."""
     new = object.__new__(type(obj))
     d = new.__dict__  # frozen: __dict__ cannot be rebound, only filled
-    d.update((k, v) for k, v in obj.__dict__.items() if k in field_names(type(obj)))
+    names = field_names(type(obj))
+    d.update((k, v) for k, v in obj.__dict__.items() if k in names)
     d.update(changes)
     return new
 
